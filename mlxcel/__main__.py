@@ -1,0 +1,4 @@
+from mlxcel.cli.main import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())
