@@ -1,0 +1,55 @@
+"""The `mlxcel` command: serve, pull, list."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mlxcel import __version__
+from mlxcel.cli.serve_args import UsageError, parse_serve_args
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    parser = argparse.ArgumentParser(prog="mlxcel", description="Local LLM inference server for GGUF models.")
+    parser.add_argument("--version", action="version", version=f"mlxcel {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser("serve", help="serve a model over HTTP (see `mlxcel serve --help`)", add_help=False)
+    try:
+        from mlxcel.cli.model_commands import add_model_commands
+    except ImportError:  # pragma: no cover - during partial installs
+        pass
+    else:
+        add_model_commands(commands)
+    return parser, commands
+
+
+def serve(argv: list[str], prog: str) -> int:
+    try:
+        config = parse_serve_args(argv, prog=prog)
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    from mlxcel.server.run import run_server
+
+    return run_server(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "serve":
+        return serve(argv[1:], "mlxcel serve")
+    parser, _ = _top_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return int(args.func(args) or 0)
+
+
+def server_main() -> int:
+    """`mlxcel-server`: llama-server's command line, served by mlxcel."""
+    return serve(sys.argv[1:], "mlxcel-server")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

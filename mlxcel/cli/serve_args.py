@@ -1,0 +1,243 @@
+"""`mlxcel serve` options: llama-server's names where they overlap, each with an
+environment variable, validated up front so a bad value fails in one line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
+from mlxcel.config import ServerConfig
+from mlxcel.engine.sampling import DEFAULT_SEED, SamplingParams
+from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
+
+_TRUE = {"1", "true", "yes", "on", "enabled"}
+_FALSE = {"0", "false", "no", "off", "disabled"}
+
+
+class UsageError(Exception):
+    """A bad command line or environment value; printed as one line."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print the whole usage first
+        raise UsageError(message)
+
+
+def _ranged(kind: Callable[[str], Any], lo: float | None = None, hi: float | None = None, what: str = ""):
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            bounds = what or f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range ({bounds})")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _flash_attn(text: str) -> str:
+    value = text.strip().lower()
+    if value in ("on", "off", "auto"):
+        return value
+    if value in _TRUE:
+        return "on"
+    if value in _FALSE:
+        return "off"
+    raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected on, off or auto)")
+
+
+# (flags, dest, type, default, environment variable, help)
+_VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
+    (("-m", "--model"), "model", str, DEFAULT_MODEL, "LLAMA_ARG_MODEL",
+     f"catalog name ({', '.join(CATALOG)}) or path to a .gguf file; a catalog model is pulled on first use"),
+    (("-a", "--alias"), "alias", str, None, "LLAMA_ARG_ALIAS", "model id reported by the API (default: the model's name)"),
+    (("--host",), "host", str, "127.0.0.1", "LLAMA_ARG_HOST", "address to listen on"),
+    (("--port",), "port", _ranged(int, 0, 65535), 8080, "LLAMA_ARG_PORT", "port to listen on"),
+    (("-c", "--ctx-size"), "ctx_size", _ranged(int, 0), 0, "LLAMA_ARG_CTX_SIZE",
+     "total context in tokens, split evenly across the slots (0: the model's trained context)"),
+    (("-np", "--parallel"), "parallel", _ranged(int, 1, 256), 4, "LLAMA_ARG_N_PARALLEL",
+     "number of slots decoding together"),
+    (("-t", "--threads"), "threads", _ranged(int, 1, 1024), None, "LLAMA_ARG_THREADS",
+     "threads for generation (default: the number of CPUs)"),
+    (("-tb", "--threads-batch"), "threads_batch", _ranged(int, 1, 1024), None, "LLAMA_ARG_THREADS_BATCH",
+     "threads for prompt processing (default: --threads)"),
+    (("-b", "--batch-size"), "batch_size", _ranged(int, 1), 2048, "LLAMA_ARG_BATCH", "logical batch size: most tokens per decode step"),
+    (("-ub", "--ubatch-size"), "ubatch_size", _ranged(int, 1), 512, "LLAMA_ARG_UBATCH", "physical batch size"),
+    (("-n", "--n-predict", "--predict"), "n_predict", _ranged(int, -1), -1, "LLAMA_ARG_N_PREDICT",
+     "default most tokens to generate (-1: until end of generation or of the slot's context)"),
+    (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
+    (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
+    (("--temp", "--temperature"), "temp", _ranged(float, 0.0), 0.8, "LLAMA_ARG_TEMPERATURE", "default temperature (0: greedy)"),
+    (("--top-k",), "top_k", _ranged(int, 0), 40, "LLAMA_ARG_TOP_K", "default top-k (0: disabled)"),
+    (("--top-p",), "top_p", _ranged(float, 0.0, 1.0), 0.95, "LLAMA_ARG_TOP_P", "default top-p (1.0: disabled)"),
+    (("--min-p",), "min_p", _ranged(float, 0.0, 1.0), 0.05, "LLAMA_ARG_MIN_P", "default min-p (0.0: disabled)"),
+    (("--repeat-penalty",), "repeat_penalty", _ranged(float, 0.0), 1.0, "LLAMA_ARG_REPEAT_PENALTY", "default repetition penalty (1.0: disabled)"),
+    (("--repeat-last-n",), "repeat_last_n", _ranged(int, -1), 64, "LLAMA_ARG_REPEAT_LAST_N",
+     "default tokens the penalties look back over (0: disabled, -1: the context)"),
+    (("--presence-penalty",), "presence_penalty", _ranged(float, -2.0, 2.0), 0.0, "LLAMA_ARG_PRESENCE_PENALTY", "default presence penalty"),
+    (("--frequency-penalty",), "frequency_penalty", _ranged(float, -2.0, 2.0), 0.0, "LLAMA_ARG_FREQUENCY_PENALTY", "default frequency penalty"),
+    (("-s", "--seed"), "seed", _ranged(int, -1, 2**64 - 1), -1, "LLAMA_ARG_SEED", "default sampling seed (-1: random)"),
+    (("-fa", "--flash-attn"), "flash_attn", _flash_attn, "auto", "LLAMA_ARG_FLASH_ATTN", "flash attention: on, off or auto"),
+    (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1), 0, "LLAMA_ARG_N_GPU_LAYERS",
+     "layers to offload to a GPU, where llama.cpp was built with one"),
+    (("--queue-cap",), "queue_cap", _ranged(int, 0), 64, "MLXCEL_QUEUE_CAP",
+     "requests that may wait for a slot; beyond it new requests get 503 server_busy"),
+    (("--prefill-chunk",), "prefill_chunk", _ranged(int, 16), 256, "MLXCEL_PREFILL_CHUNK",
+     "prompt tokens prefilled per step while other slots are decoding"),
+    (("--max-body-bytes",), "max_body_bytes", _ranged(int, 1024), 32 * 1024 * 1024, "MLXCEL_MAX_BODY_BYTES",
+     "largest request body accepted"),
+]
+
+# (positive flags, negative flags, dest, default, environment variable, help)
+_SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = [
+    (("--metrics",), (), "metrics", False, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics on /metrics"),
+    (("--slots",), ("--no-slots",), "slots", True, "LLAMA_ARG_ENDPOINT_SLOTS", "serve the /slots endpoint"),
+    (("--cache-prompt",), ("--no-cache-prompt",), "cache_prompt", True, "LLAMA_ARG_CACHE_PROMPT",
+     "reuse a slot's previous tokens as a prompt prefix"),
+    (("--mmap",), ("--no-mmap",), "mmap", True, "LLAMA_ARG_MMAP", "memory-map the model file"),
+    (("--warmup",), ("--no-warmup",), "warmup", True, "LLAMA_ARG_WARMUP", "decode once at start-up"),
+    (("-v", "--verbose"), (), "verbose", False, "MLXCEL_VERBOSE", "log debug detail"),
+]
+
+
+def _env_value(name: str, parse: Callable[[str], Any]) -> Any:
+    text = os.environ[name]
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"environment variable {name}: {exc}") from None
+
+
+def _env_bool(name: str) -> bool:
+    text = os.environ[name].strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise UsageError(f"environment variable {name}: invalid boolean {os.environ[name]!r}")
+
+
+def add_serve_options(parser: argparse.ArgumentParser) -> None:
+    for flags, dest, kind, default, env, help_text in _VALUE_OPTIONS:
+        if env in os.environ:
+            default = _env_value(env, kind)
+        parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
+    for positive, negative, dest, default, env, help_text in _SWITCHES:
+        if env in os.environ:
+            default = _env_bool(env)
+        parser.add_argument(*positive, dest=dest, action="store_true", default=default, help=f"{help_text} [env: {env}]")
+        if negative:
+            parser.add_argument(*negative, dest=dest, action="store_false", help=argparse.SUPPRESS)
+
+
+def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Separate llama-server flags mlxcel does not implement (returned second, with
+    their values dropped) from everything else."""
+    ours = {flag for option in _VALUE_OPTIONS for flag in option[0]}
+    ours |= {flag for switch in _SWITCHES for flag in switch[0] + switch[1]}
+    kept: list[str] = []
+    ignored: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if name not in ours and name in LLAMA_SERVER_FLAGS:
+            ignored.append(name)
+            if "=" not in arg:
+                n_values = LLAMA_SERVER_FLAGS[name]
+                # an optional value: skip the next word only when it is not a flag
+                while n_values and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                    i += 1
+                    n_values -= 1
+        else:
+            kept.append(arg)
+        i += 1
+    return kept, ignored
+
+
+def _read_api_keys(args: argparse.Namespace) -> list[str]:
+    keys = [k.strip() for k in (args.api_key or "").split(",") if k.strip()]
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).read_text().splitlines()
+        except OSError as exc:
+            raise UsageError(f"--api-key-file: cannot read {args.api_key_file}: {exc.strerror}") from None
+        keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    return keys
+
+
+def _check_model(model: str) -> None:
+    if model in CATALOG:
+        return
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise UsageError(f"--model: {model} is neither a file nor a catalog name ({', '.join(CATALOG)})")
+
+
+def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
+    _check_model(args.model)
+    if args.ubatch_size > args.batch_size:
+        args.ubatch_size = args.batch_size
+    threads = args.threads or max(1, os.cpu_count() or 1)
+    sampling = SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        repeat_last_n=args.repeat_last_n,
+        frequency_penalty=args.frequency_penalty,
+        presence_penalty=args.presence_penalty,
+        seed=DEFAULT_SEED if args.seed in (-1, DEFAULT_SEED) else args.seed,
+    )
+    return ServerConfig(
+        model=args.model,
+        alias=args.alias,
+        host=args.host,
+        port=args.port,
+        ctx_size=args.ctx_size,
+        parallel=args.parallel,
+        threads=threads,
+        threads_batch=args.threads_batch or threads,
+        batch_size=args.batch_size,
+        ubatch_size=args.ubatch_size,
+        n_predict=args.n_predict,
+        api_keys=_read_api_keys(args),
+        metrics=args.metrics,
+        slots_endpoint=args.slots,
+        cache_prompt=args.cache_prompt,
+        sampling=sampling,
+        flash_attn=args.flash_attn,
+        n_gpu_layers=args.n_gpu_layers,
+        use_mmap=args.mmap,
+        warmup=args.warmup,
+        queue_cap=args.queue_cap,
+        prefill_chunk=args.prefill_chunk,
+        max_body_bytes=args.max_body_bytes,
+        verbose=args.verbose,
+        ignored_flags=ignored,
+    )
+
+
+def serve_parser(prog: str) -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog=prog,
+        description="Serve a GGUF model over HTTP with the OpenAI, Anthropic and llama-server APIs.",
+        epilog="Other llama-server flags are accepted and ignored with a warning.",
+    )
+    add_serve_options(parser)
+    return parser
+
+
+def parse_serve_args(argv: list[str], prog: str = "mlxcel serve") -> ServerConfig:
+    kept, ignored = split_llama_server_flags(argv)
+    parser = serve_parser(prog)
+    args = parser.parse_args(kept)
+    return build_config(args, ignored)

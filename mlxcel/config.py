@@ -1,0 +1,36 @@
+"""Server settings, resolved once from the command line and environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlxcel.engine.sampling import SamplingParams
+
+
+@dataclass
+class ServerConfig:
+    model: str
+    alias: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    ctx_size: int = 0  # 0: the model's trained context
+    parallel: int = 4
+    threads: int = 2
+    threads_batch: int = 2
+    batch_size: int = 2048
+    ubatch_size: int = 512
+    n_predict: int = -1
+    api_keys: list[str] = field(default_factory=list)
+    metrics: bool = False
+    slots_endpoint: bool = True
+    cache_prompt: bool = True
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    flash_attn: str = "auto"  # on | off | auto
+    n_gpu_layers: int = 0
+    use_mmap: bool = True
+    warmup: bool = True
+    queue_cap: int = 64
+    prefill_chunk: int = 256
+    max_body_bytes: int = 32 * 1024 * 1024
+    verbose: bool = False
+    ignored_flags: list[str] = field(default_factory=list)

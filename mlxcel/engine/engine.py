@@ -1,0 +1,333 @@
+"""The engine thread: owns the llama context and runs the step loop.
+
+step() = admit waiting requests into idle slots, build one batch holding the next
+token of every decoding slot plus a chunk of pending prompt, decode it, then sample
+and emit a token for every slot whose logits came out.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from mlxcel.engine.batch import TokenBatch
+from mlxcel.engine.llama_runtime import LlamaRuntime
+from mlxcel.engine.prefill_queue import PrefillQueue
+from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, Timings, TokenEvent
+from mlxcel.engine.sampling import SamplerChain
+from mlxcel.engine.slots import Slot, SlotState, SlotTable
+from mlxcel.engine.stats import EngineStats
+from mlxcel.engine.tokenizer import Tokenizer
+
+log = logging.getLogger("mlxcel.engine")
+
+
+class QueueFullError(RuntimeError):
+    """The prefill queue is at its cap."""
+
+
+class EngineStoppedError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    queue_cap: int = 64  # requests waiting for a slot, beyond those running
+    prefill_chunk: int = 256  # prompt tokens per step while other slots decode
+    cache_prompt: bool = True  # reuse a slot's previous tokens as a prompt prefix
+
+
+@dataclass
+class _Submit:
+    request: GenerationRequest
+
+
+@dataclass
+class _Cancel:
+    request_id: int
+
+
+class _Stop:
+    pass
+
+
+class Engine:
+    def __init__(self, runtime: LlamaRuntime, tokenizer: Tokenizer, config: EngineConfig) -> None:
+        self.runtime = runtime
+        self.tokenizer = tokenizer
+        self.config = config
+        self.n_ctx_slot = runtime.n_ctx_seq
+        self.slots = SlotTable(runtime.config.n_parallel)
+        self.waiting = PrefillQueue()
+        self.stats = EngineStats()
+        self._batch = TokenBatch(runtime.n_batch)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._admission = threading.Lock()
+        self._outstanding = 0  # submitted and not yet finished
+        self._thread = threading.Thread(target=self._run, name="mlxcel-engine", daemon=True)
+        self._stopped = False
+
+    # -- called from other threads ----------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, request: GenerationRequest) -> None:
+        """Queue a request, or raise QueueFullError at once when the queue is at its cap."""
+        with self._admission:
+            if self._stopped:
+                raise EngineStoppedError("the engine is shutting down")
+            if self._outstanding >= len(self.slots) + self.config.queue_cap:
+                self.stats.rejected_queue_full += 1
+                raise QueueFullError("the prefill queue is full")
+            self._outstanding += 1
+        self._inbox.put(_Submit(request))
+
+    def cancel(self, request_id: int) -> None:
+        self._inbox.put(_Cancel(request_id))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._admission:
+            self._stopped = True
+        self._inbox.put(_Stop())
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests submitted but not yet in a slot."""
+        busy = sum(1 for s in self.slots if s.state is not SlotState.IDLE)
+        return max(0, self._outstanding - busy)
+
+    @property
+    def outstanding(self) -> int:
+        return self._outstanding
+
+    # -- the engine thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                if not self._drain_inbox(block=not self._has_work()):
+                    break
+                self._admit()
+                if self.slots.busy():
+                    self._step()
+        except Exception:  # never leave handlers waiting on a dead thread
+            log.exception("engine thread crashed")
+            self._fail_everything("internal engine error")
+        finally:
+            while True:
+                try:
+                    command = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(command, _Submit):
+                    self.waiting.push(command.request)
+            self._fail_everything("the server is shutting down")
+
+    def _has_work(self) -> bool:
+        return bool(self.slots.busy()) or bool(self.waiting)
+
+    def _drain_inbox(self, block: bool) -> bool:
+        """Apply pending commands; False when asked to stop."""
+        try:
+            command = self._inbox.get() if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if isinstance(command, _Stop):
+                return False
+            if isinstance(command, _Submit):
+                self.waiting.push(command.request)
+            elif isinstance(command, _Cancel):
+                self._cancel(command.request_id)
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _cancel(self, request_id: int) -> None:
+        request = self.waiting.remove(request_id)
+        if request is not None:
+            self._finish_unstarted(request, FinishReason.CANCELLED)
+            return
+        for slot in self.slots:
+            if slot.request is not None and slot.request.id == request_id:
+                self._finish(slot, FinishReason.CANCELLED)
+                return
+
+    def _admit(self) -> None:
+        while self.waiting and self.slots.idle():
+            request = self.waiting.pop()
+            reuse = self.config.cache_prompt and request.cache_prompt
+            slot, n_common = self.slots.choose(request.prompt_tokens, reuse)
+            self._prepare_memory(slot, request, n_common if reuse else 0)
+            sampler = SamplerChain(
+                request.sampling,
+                self.tokenizer.n_vocab,
+                self.n_ctx_slot,
+                self.tokenizer.eog_tokens if request.ignore_eos else frozenset(),
+            )
+            slot.begin(request, slot.n_past, sampler)
+            self.stats.sequences_started += 1
+
+    def _prepare_memory(self, slot: Slot, request: GenerationRequest, n_keep: int) -> None:
+        """Cut the slot's memory back to the reusable prefix (at least one prompt
+        token is always decoded again so its logits exist)."""
+        n_keep = min(n_keep, len(request.prompt_tokens) - 1)
+        if n_keep <= 0 or not self.runtime.seq_remove(slot.id, n_keep, -1):
+            self.runtime.seq_clear(slot.id)
+            n_keep = 0
+        del slot.cached_tokens[n_keep:]
+
+    def _step(self) -> None:
+        batch = self._batch
+        batch.clear()
+        in_batch: list[Slot] = []
+        for slot in self.slots:
+            if slot.state is SlotState.DECODE:
+                slot.batch_index = batch.add(slot.next_token, slot.n_past, slot.id, True)
+                slot.cached_tokens.append(slot.next_token)
+                in_batch.append(slot)
+        n_decode = len(in_batch)
+        budget = batch.room if n_decode == 0 else min(batch.room, self.config.prefill_chunk)
+        prefilling = sorted(
+            (s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at
+        )
+        n_prefill = 0
+        for slot in prefilling:
+            if budget <= 0:
+                break
+            start = slot.n_past
+            take = min(budget, slot.prompt_remaining)
+            chunk = slot.request.prompt_tokens[start : start + take]
+            last = take == slot.prompt_remaining
+            index = batch.add_span(chunk, start, slot.id, logits_last=last)
+            slot.batch_index = index if last else -1
+            slot.cached_tokens.extend(chunk)
+            budget -= take
+            n_prefill += take
+            in_batch.append(slot)
+            self.stats.prefill_chunks += 1
+
+        rc = self.runtime.decode(batch.seal())
+        if rc != 0:
+            log.error("llama_decode returned %d for a batch of %d tokens", rc, batch.size)
+            for slot in in_batch:
+                self.runtime.seq_clear(slot.id)
+                slot.cached_tokens.clear()
+                self._finish(slot, FinishReason.ERROR, error=f"llama_decode failed ({rc})")
+            return
+        self.stats.prefill_tokens += n_prefill
+        if n_decode:
+            self.stats.decode_steps += 1
+            self.stats.decode_tokens += n_decode
+
+        for slot in in_batch:
+            if slot.batch_index >= 0:
+                token = slot.sampler.sample(self.runtime.ctx, slot.batch_index)
+                slot.batch_index = -1
+                self._accept_token(slot, token)
+
+    def _accept_token(self, slot: Slot, token: int) -> None:
+        request = slot.request
+        now = time.monotonic()
+        if slot.n_generated == 0:
+            slot.first_token_at = now
+        slot.n_generated += 1
+        if self.tokenizer.is_eog(token) and not request.ignore_eos:
+            self._finish(slot, FinishReason.STOP, eos=True)
+            return
+        text = slot.text_decoder.feed(self.tokenizer.piece(token))
+        text, stop_word = slot.stop_matcher.feed(text)
+        request.emit(TokenEvent(token=token, text=text))
+        if stop_word is not None:
+            self._finish(slot, FinishReason.STOP, stop_word=stop_word)
+        elif 0 <= request.max_tokens <= slot.n_generated:
+            self._finish(slot, FinishReason.LENGTH)
+        elif slot.n_past + 1 >= self.n_ctx_slot:
+            self._finish(slot, FinishReason.LENGTH)
+        else:
+            slot.next_token = token
+            slot.state = SlotState.DECODE
+
+    def _finish(
+        self,
+        slot: Slot,
+        reason: FinishReason,
+        *,
+        stop_word: str | None = None,
+        eos: bool = False,
+        error: str | None = None,
+    ) -> None:
+        request = slot.request
+        now = time.monotonic()
+        tail = ""
+        if stop_word is None and slot.text_decoder is not None:
+            tail = slot.stop_matcher.feed(slot.text_decoder.flush())[0] + slot.stop_matcher.flush()
+        first = slot.first_token_at or now
+        prompt_n = len(request.prompt_tokens) - slot.n_reused
+        timings = Timings(
+            cache_n=slot.n_reused,
+            prompt_n=prompt_n,
+            prompt_ms=(first - slot.admitted_at) * 1e3,
+            predicted_n=slot.n_generated,
+            predicted_ms=(now - first) * 1e3,
+        )
+        seed = slot.sampler.seed if slot.sampler is not None else None
+        if not (self.config.cache_prompt and request.cache_prompt):
+            # an opted-out request donates nothing: forget what its sequence holds
+            self.runtime.seq_clear(slot.id)
+            slot.cached_tokens.clear()
+        slot.release()
+        self._record(request, reason, slot.n_generated, now)
+        request.emit(
+            FinishEvent(
+                reason=reason,
+                prompt_tokens=len(request.prompt_tokens),
+                completion_tokens=timings.predicted_n,
+                cached_tokens=slot.n_reused,
+                timings=timings,
+                text=tail,
+                stop_word=stop_word,
+                stopped_by_eos=eos,
+                seed=seed,
+                slot_id=slot.id,
+                error=error,
+            )
+        )
+
+    def _finish_unstarted(self, request: GenerationRequest, reason: FinishReason, error: str | None = None) -> None:
+        with self._admission:
+            self._outstanding -= 1
+        request.emit(
+            FinishEvent(
+                reason=reason,
+                prompt_tokens=len(request.prompt_tokens),
+                completion_tokens=0,
+                cached_tokens=0,
+                timings=Timings(),
+                error=error,
+            )
+        )
+
+    def _record(self, request: GenerationRequest, reason: FinishReason, n_generated: int, now: float) -> None:
+        with self._admission:
+            self._outstanding -= 1
+        self.stats.sequences_completed += 1
+        if reason in (FinishReason.STOP, FinishReason.LENGTH):
+            self.stats.requests_completed += 1
+            self.stats.prompt_tokens += len(request.prompt_tokens)
+            self.stats.completion_tokens += n_generated
+            self.stats.generation_seconds += now - request.created
+
+    def _fail_everything(self, message: str) -> None:
+        for slot in self.slots:
+            if slot.request is not None:
+                self._finish(slot, FinishReason.ERROR, error=message)
+        for request in self.waiting.drain():
+            self._finish_unstarted(request, FinishReason.ERROR, error=message)

@@ -1,0 +1,151 @@
+"""The llama.cpp model and context, loaded through llama-cpp-python's low-level API.
+
+Only the engine thread decodes through a `LlamaRuntime`; the vocabulary it exposes
+is read-only and safe to tokenize with from other threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+
+log = logging.getLogger("mlxcel.llama")
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+class ModelLoadError(RuntimeError):
+    """The GGUF file could not be loaded or a context could not be created."""
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    model_path: Path
+    n_ctx: int = 0  # 0 = the model's trained context
+    n_parallel: int = 4
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 2
+    n_threads_batch: int = 2
+    flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+    n_gpu_layers: int = 0
+    use_mmap: bool = True
+
+
+# ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line
+_LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+@llama_cpp.llama_log_callback
+def _llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    """Route llama.cpp's own log lines to Python logging (errors and warnings only)."""
+    py_level = _LOG_LEVELS.get(level, logging.DEBUG)
+    if py_level >= logging.WARNING and log.isEnabledFor(py_level):
+        message = text.decode("utf-8", errors="replace").rstrip()
+        if message:
+            log.log(py_level, "%s", message)
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+class LlamaRuntime:
+    """Owns one llama_model and one llama_context with `n_parallel` sequences."""
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        _init_backend()
+        self.config = config
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = config.n_gpu_layers
+        model_params.use_mmap = config.use_mmap
+        self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params)
+        if not self.model:
+            raise ModelLoadError(f"llama.cpp could not load {config.model_path}")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = config.n_ctx
+        ctx_params.n_batch = config.n_batch
+        ctx_params.n_ubatch = min(config.n_ubatch, config.n_batch)
+        ctx_params.n_seq_max = config.n_parallel
+        ctx_params.n_threads = config.n_threads
+        ctx_params.n_threads_batch = config.n_threads_batch
+        ctx_params.flash_attn_type = config.flash_attn
+        ctx_params.kv_unified = False
+        ctx_params.no_perf = True
+        self.ctx = llama_cpp.llama_init_from_model(self.model, ctx_params)
+        if not self.ctx:
+            llama_cpp.llama_model_free(self.model)
+            raise ModelLoadError(
+                f"llama.cpp could not create a context (n_ctx={config.n_ctx}, parallel={config.n_parallel})"
+            )
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
+        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
+        self.n_batch = llama_cpp.llama_n_batch(self.ctx)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
+
+    def warm_up(self, token: int) -> None:
+        """Decode one token once so the first request does not pay for lazy set-up."""
+        batch = llama_cpp.llama_batch_get_one((llama_cpp.llama_token * 1)(token), 1)
+        llama_cpp.llama_decode(self.ctx, batch)
+        llama_cpp.llama_memory_clear(self.memory, True)
+
+    # -- metadata -------------------------------------------------------------------
+
+    def metadata(self, key: str) -> str | None:
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+
+    def chat_template(self) -> str | None:
+        raw = llama_cpp.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self.model, buf, 256)
+        return buf.value.decode("utf-8", errors="replace")
+
+    def n_params(self) -> int:
+        return int(llama_cpp.llama_model_n_params(self.model))
+
+    def model_size(self) -> int:
+        return int(llama_cpp.llama_model_size(self.model))
+
+    # -- sequence memory (engine thread only) ---------------------------------------
+
+    def seq_remove(self, seq_id: int, start: int, end: int = -1) -> bool:
+        return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, end))
+
+    def seq_clear(self, seq_id: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+
+    def decode(self, batch: llama_cpp.llama_batch) -> int:
+        return int(llama_cpp.llama_decode(self.ctx, batch))
+
+    def close(self) -> None:
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None

@@ -1,0 +1,36 @@
+"""Requests waiting for a slot, ordered by priority, first come first served within a level."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from mlxcel.engine.request import GenerationRequest
+
+
+class PrefillQueue:
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, GenerationRequest]] = []
+        self._arrival = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, request: GenerationRequest) -> None:
+        heapq.heappush(self._heap, (int(request.priority), next(self._arrival), request))
+
+    def pop(self) -> GenerationRequest:
+        return heapq.heappop(self._heap)[2]
+
+    def remove(self, request_id: int) -> GenerationRequest | None:
+        for i, (_, _, request) in enumerate(self._heap):
+            if request.id == request_id:
+                self._heap.pop(i)
+                heapq.heapify(self._heap)
+                return request
+        return None
+
+    def drain(self) -> list[GenerationRequest]:
+        requests = [entry[2] for entry in sorted(self._heap)]
+        self._heap.clear()
+        return requests

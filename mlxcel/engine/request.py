@@ -1,0 +1,104 @@
+"""Typed messages between the HTTP side and the engine thread."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mlxcel.engine.sampling import SamplingParams
+
+
+class Priority(enum.IntEnum):
+    HIGH = 0
+    NORMAL = 1
+    LOW = 2
+
+    @classmethod
+    def from_header(cls, value: str | None) -> Priority:
+        """`X-Priority`: high, normal or low; anything else is normal."""
+        return {"high": cls.HIGH, "low": cls.LOW}.get((value or "").strip().lower(), cls.NORMAL)
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass
+class Timings:
+    """llama-server's `timings` object for one request."""
+
+    cache_n: int = 0
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+
+    def to_dict(self) -> dict:
+        def per_token(ms: float, n: int) -> float:
+            return ms / n if n else 0.0
+
+        def per_second(ms: float, n: int) -> float:
+            return 1e3 * n / ms if ms > 0 else 0.0
+
+        return {
+            "cache_n": self.cache_n,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": per_token(self.prompt_ms, self.prompt_n),
+            "prompt_per_second": per_second(self.prompt_ms, self.prompt_n),
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": per_token(self.predicted_ms, self.predicted_n),
+            "predicted_per_second": per_second(self.predicted_ms, self.predicted_n),
+        }
+
+
+@dataclass
+class TokenEvent:
+    """One generated token. `text` is what may be shown now; it is empty while a
+    partial stop string or an incomplete UTF-8 sequence is held back."""
+
+    token: int
+    text: str
+
+
+@dataclass
+class FinishEvent:
+    reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    timings: Timings
+    text: str = ""  # held-back text released at the end
+    stop_word: str | None = None
+    stopped_by_eos: bool = False
+    seed: int | None = None
+    slot_id: int | None = None
+    error: str | None = None
+
+
+EngineEvent = TokenEvent | FinishEvent
+
+_request_ids = itertools.count(1)
+
+
+@dataclass
+class GenerationRequest:
+    """Everything the engine needs to run one generation; no wire format inside."""
+
+    prompt_tokens: list[int]
+    emit: Callable[[EngineEvent], None]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = -1  # -1: until end of generation or of the slot's context
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+    priority: Priority = Priority.NORMAL
+    cache_prompt: bool = True
+    id: int = field(default_factory=lambda: next(_request_ids))
+    created: float = field(default_factory=time.monotonic)

@@ -1,0 +1,101 @@
+"""Sampling parameters and the per-slot llama.cpp sampler chain built from them.
+
+The chain follows llama-server's order: logit bias, penalties, top-k, typical-p,
+top-p, min-p, temperature, then a seeded draw. Temperature <= 0 is greedy.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass, field
+
+import llama_cpp
+
+DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's "pick a random seed"
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int = DEFAULT_SEED
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    min_keep: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def resolved_seed(self) -> int:
+        """The seed actually used: a fresh random one when none was given."""
+        if self.seed is None or self.seed < 0 or self.seed == DEFAULT_SEED:
+            return secrets.randbits(32) & 0x7FFFFFFF
+        return self.seed & 0xFFFFFFFF
+
+
+class SamplerChain:
+    """A llama_sampler chain; sample() reads the logits of one batch output."""
+
+    def __init__(
+        self,
+        params: SamplingParams,
+        n_vocab: int,
+        context_size: int,
+        banned_tokens: frozenset[int] = frozenset(),
+    ) -> None:
+        self.seed = params.resolved_seed()
+        self._context_size = context_size
+        self._ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        for sampler in self._samplers(params, n_vocab, banned_tokens):
+            llama_cpp.llama_sampler_chain_add(self._ptr, sampler)
+
+    def _samplers(self, p: SamplingParams, n_vocab: int, banned: frozenset[int]):
+        biases = {t: b for t, b in p.logit_bias.items() if 0 <= t < n_vocab}
+        for t in banned:
+            biases[t] = -math.inf
+        if biases:
+            arr = (llama_cpp.llama_logit_bias * len(biases))(
+                *(llama_cpp.llama_logit_bias(token=t, bias=b) for t, b in biases.items())
+            )
+            yield llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), arr)
+        if p.repeat_last_n != 0 and (
+            p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
+        ):
+            last_n = self._context_size if p.repeat_last_n < 0 else p.repeat_last_n
+            yield llama_cpp.llama_sampler_init_penalties(
+                n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+            )
+        if p.greedy:
+            yield llama_cpp.llama_sampler_init_greedy()
+            return
+        if 0 < p.top_k < n_vocab:
+            yield llama_cpp.llama_sampler_init_top_k(p.top_k)
+        if p.typical_p < 1.0:
+            yield llama_cpp.llama_sampler_init_typical(p.typical_p, p.min_keep)
+        if p.top_p < 1.0:
+            yield llama_cpp.llama_sampler_init_top_p(p.top_p, p.min_keep)
+        if p.min_p > 0.0:
+            yield llama_cpp.llama_sampler_init_min_p(p.min_p, p.min_keep)
+        yield llama_cpp.llama_sampler_init_temp(p.temperature)
+        yield llama_cpp.llama_sampler_init_dist(self.seed)
+
+    def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
+        return int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))
+
+    def free(self) -> None:
+        if self._ptr:
+            llama_cpp.llama_sampler_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # a safety net; the engine frees chains explicitly
+        self.free()
+
+

@@ -1,0 +1,106 @@
+"""Decode slots: one llama.cpp sequence each, with the tokens its KV memory holds."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from mlxcel.engine.request import GenerationRequest
+from mlxcel.engine.sampling import SamplerChain
+from mlxcel.engine.stop_strings import StopStringMatcher
+from mlxcel.engine.text_decoder import IncrementalTextDecoder
+
+
+class SlotState(str, enum.Enum):
+    IDLE = "idle"
+    PREFILL = "queued"  # the spec's name for a slot still consuming its prompt
+    DECODE = "decoding"
+
+
+@dataclass
+class Slot:
+    id: int
+    state: SlotState = SlotState.IDLE
+    cached_tokens: list[int] = field(default_factory=list)  # what sequence `id` holds, by position
+    last_used: float = 0.0
+    # the running request, if any
+    request: GenerationRequest | None = None
+    sampler: SamplerChain | None = None
+    text_decoder: IncrementalTextDecoder | None = None
+    stop_matcher: StopStringMatcher | None = None
+    n_reused: int = 0  # prompt tokens taken from the slot's previous contents
+    n_generated: int = 0
+    next_token: int = -1  # sampled, not yet decoded
+    batch_index: int = -1  # where this slot's logits are in the current batch
+    admitted_at: float = 0.0
+    first_token_at: float = 0.0
+
+    @property
+    def n_past(self) -> int:
+        return len(self.cached_tokens)
+
+    @property
+    def prompt_remaining(self) -> int:
+        assert self.request is not None
+        return len(self.request.prompt_tokens) - self.n_past
+
+    def begin(self, request: GenerationRequest, n_reused: int, sampler: SamplerChain) -> None:
+        self.request = request
+        self.sampler = sampler
+        self.text_decoder = IncrementalTextDecoder()
+        self.stop_matcher = StopStringMatcher(request.stop)
+        self.n_reused = n_reused
+        self.n_generated = 0
+        self.next_token = -1
+        self.batch_index = -1
+        self.admitted_at = time.monotonic()
+        self.first_token_at = 0.0
+        self.state = SlotState.PREFILL
+
+    def release(self) -> None:
+        if self.sampler is not None:
+            self.sampler.free()
+        self.request = None
+        self.sampler = None
+        self.text_decoder = None
+        self.stop_matcher = None
+        self.batch_index = -1
+        self.state = SlotState.IDLE
+        self.last_used = time.monotonic()
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class SlotTable:
+    def __init__(self, n_slots: int) -> None:
+        self.slots = [Slot(id=i) for i in range(n_slots)]
+
+    def __iter__(self):
+        return iter(self.slots)
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def idle(self) -> list[Slot]:
+        return [s for s in self.slots if s.state is SlotState.IDLE]
+
+    def busy(self) -> list[Slot]:
+        return [s for s in self.slots if s.state is not SlotState.IDLE]
+
+    def choose(self, prompt: list[int], reuse: bool) -> tuple[Slot, int] | None:
+        """The idle slot sharing the longest prefix with `prompt` (least recently used
+        on a tie) and the length of that prefix; with reuse off, the LRU idle slot."""
+        idle = self.idle()
+        if not idle:
+            return None
+        if not reuse:
+            return min(idle, key=lambda s: s.last_used), 0
+        best = max(idle, key=lambda s: (common_prefix_length(s.cached_tokens, prompt), -s.last_used))
+        return best, common_prefix_length(best.cached_tokens, prompt)

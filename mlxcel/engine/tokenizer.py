@@ -1,0 +1,80 @@
+"""Tokenization over a llama.cpp vocabulary.
+
+The vocabulary is immutable once loaded, so these calls are safe from any thread.
+Pieces of every token are read once at load time so the decode loop turns ids into
+bytes with a list lookup instead of a foreign call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp
+
+
+class TokenizeError(ValueError):
+    pass
+
+
+class Tokenizer:
+    def __init__(self, vocab: llama_cpp.llama_vocab_p) -> None:
+        self._vocab = vocab
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        self.bos = int(llama_cpp.llama_vocab_bos(vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self.eog_tokens = frozenset(
+            t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)
+        )
+        self._pieces = [self._piece(t, special=False) for t in range(self.n_vocab)]
+
+    def _piece(self, token: int, *, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def encode(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8", errors="replace")
+        capacity = len(data) + 8
+        tokens = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            tokens = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, add_special, parse_special)
+        if n < 0:
+            raise TokenizeError("tokenization failed")
+        return list(tokens[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a generated token contributes to output text (control tokens: none)."""
+        return self._pieces[token]
+
+    def special_piece(self, token: int) -> bytes:
+        """The token's text with control tokens rendered, as /tokenize shows pieces."""
+        return self._piece(token, special=True)
+
+    def decode(self, tokens: list[int], *, render_special: bool = True) -> str:
+        if not tokens:
+            return ""
+        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        capacity = max(64, len(tokens) * 8)
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(capacity)
+            n = llama_cpp.llama_detokenize(self._vocab, arr, len(tokens), buf, capacity, False, render_special)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", errors="replace")
+            capacity = -n
+        raise TokenizeError("detokenization failed")
+
+    def is_eog(self, token: int) -> bool:
+        return token in self.eog_tokens
+
+    def first_out_of_range(self, tokens: list[int]) -> int | None:
+        for t in tokens:
+            if t < 0 or t >= self.n_vocab:
+                return t
+        return None

@@ -1,0 +1,61 @@
+"""Wire models of OpenAI's legacy text completions (/v1/completions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlxcel.protocol.sampling_fields import SamplingFields
+
+Prompt = str | list[int] | list[str | int | list[int]]
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False
+
+
+class CompletionRequest(SamplingFields):
+    model: str | None = None
+    prompt: Prompt
+    max_tokens: int | None = Field(default=None, ge=-1)
+    n_predict: int | None = Field(default=None, ge=-1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(default=1, ge=1, le=128)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = Field(default=None, ge=1)
+    logprobs: int | None = None
+    user: str | None = None
+    response_format: dict[str, Any] | None = None
+
+
+def completion_choice(index: int, text: str, finish_reason: str | None) -> dict:
+    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": None}
+
+
+def completion_body(
+    id: str, created: int, model: str, choices: list[dict], usage: dict | None, stream: bool
+) -> dict:
+    body = {
+        "id": id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": choices,
+    }
+    if usage is not None or not stream:
+        body["usage"] = usage
+    return body
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }

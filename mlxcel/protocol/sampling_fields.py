@@ -1,0 +1,47 @@
+"""Sampling fields shared by every generation route (llama-server and OpenAI names)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_STOP_STRINGS = 64
+MAX_STOP_LENGTH = 1024
+
+
+class SamplingFields(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_k: int | None = None
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    typical_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(default=None, ge=0.0)
+    repetition_penalty: float | None = Field(default=None, ge=0.0)
+    repeat_last_n: int | None = Field(default=None, ge=-1)
+    repetition_context_size: int | None = Field(default=None, ge=-1)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+    cache_prompt: bool | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _check_stop(cls, value: str | list[str] | None) -> list[str]:
+        stops = [value] if isinstance(value, str) else list(value or [])
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings")
+        if any(len(s) > MAX_STOP_LENGTH for s in stops):
+            raise ValueError(f"a stop string may be at most {MAX_STOP_LENGTH} characters")
+        return [s for s in stops if s]
+
+    def extra_cache_prompt(self) -> bool | None:
+        """`cache_prompt` as the OpenAI SDK may nest it: {"extra_body": {"cache_prompt": ...}}."""
+        if self.cache_prompt is not None:
+            return self.cache_prompt
+        extra_body = (self.model_extra or {}).get("extra_body")
+        if isinstance(extra_body, dict) and isinstance(extra_body.get("cache_prompt"), bool):
+            return extra_body["cache_prompt"]
+        return None
