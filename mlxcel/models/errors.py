@@ -1,0 +1,7 @@
+"""Errors raised while fetching and checking models."""
+
+from __future__ import annotations
+
+
+class PullError(Exception):
+    """A model could not be found, downloaded, verified or stored."""
