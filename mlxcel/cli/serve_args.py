@@ -177,7 +177,7 @@ def _check_model(model: str) -> None:
     if model in CATALOG:
         return
     path = Path(model).expanduser()
-    if not path.is_file():
+    if not path.exists() or path.is_dir():
         raise UsageError(f"--model: {model} is neither a file nor a catalog name ({', '.join(CATALOG)})")
 
 

@@ -96,11 +96,12 @@ class SlotTable:
 
     def choose(self, prompt: list[int], reuse: bool) -> tuple[Slot, int] | None:
         """The idle slot sharing the longest prefix with `prompt` (least recently used
-        on a tie) and the length of that prefix; with reuse off, the LRU idle slot."""
+        on a tie) and the length of that prefix; with reuse off, an empty slot if
+        there is one, else the least recently used, so others' prefixes survive."""
         idle = self.idle()
         if not idle:
             return None
         if not reuse:
-            return min(idle, key=lambda s: s.last_used), 0
+            return min(idle, key=lambda s: (bool(s.cached_tokens), s.last_used)), 0
         best = max(idle, key=lambda s: (common_prefix_length(s.cached_tokens, prompt), -s.last_used))
         return best, common_prefix_length(best.cached_tokens, prompt)

@@ -205,7 +205,7 @@ def _fsync_dir(directory: Path) -> None:
 def resolve_model(name_or_path: str | os.PathLike[str], *, log: Log = print) -> Path:
     """An existing file → its path; a catalog name → ``pull(name)``; else PullError."""
     path = Path(name_or_path).expanduser()
-    if path.is_file():
+    if path.exists() and not path.is_dir():
         return path
     name = os.fspath(name_or_path)
     if name in CATALOG:

@@ -1,0 +1,63 @@
+"""Prometheus metrics (--metrics), read from the engine's counters at scrape time."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+
+from mlxcel.server.model_host import ModelHost
+
+router = APIRouter()
+
+# (name, type, help, reader) -- names exactly as the spec lists them
+_SERIES = [
+    ("mlxcel_requests_total", "counter",
+     "Total number of completed generation requests; chat completion streams cancelled by the client are excluded",
+     lambda e: e.stats.requests_completed),
+    ("mlxcel_prompt_tokens_total", "counter", "Total prompt tokens processed", lambda e: e.stats.prompt_tokens),
+    ("mlxcel_completion_tokens_total", "counter",
+     "Total completion tokens of the requests counted in mlxcel_requests_total", lambda e: e.stats.completion_tokens),
+    ("mlxcel_generation_time_seconds_total", "counter", "Total generation time in seconds",
+     lambda e: e.stats.generation_seconds),
+    ("mlxcel_slots_total", "gauge", "Total number of parallel slots", lambda e: len(e.slots)),
+    ("mlxcel_slots_available", "gauge", "Available parallel slots", lambda e: len(e.slots.idle())),
+    ("mlxcel_queue_depth", "gauge", "Current prefill queue depth", lambda e: e.queue_depth),
+    ("mlxcel_batch_sequences_started", "counter", "Total sequences that entered prefill",
+     lambda e: e.stats.sequences_started),
+    ("mlxcel_batch_sequences_completed", "counter", "Total sequences that completed generation",
+     lambda e: e.stats.sequences_completed),
+    ("mlxcel_batch_prefill_tokens_total", "counter", "Cumulative prefill tokens processed",
+     lambda e: e.stats.prefill_tokens),
+    ("mlxcel_batch_decode_tokens_total", "counter", "Cumulative decode tokens generated",
+     lambda e: e.stats.decode_tokens),
+    ("mlxcel_batch_current_size", "gauge", "Current active batch size", lambda e: len(e.slots.busy())),
+    ("mlxcel_cache_pool_active", "gauge", "Active cache entries",
+     lambda e: sum(1 for s in e.slots if s.cached_tokens)),
+]
+
+
+class EngineCollector:
+    def __init__(self, host: ModelHost) -> None:
+        self._host = host
+
+    def collect(self):
+        engine = self._host.engine
+        if engine is None:
+            return
+        for name, kind, help_text, read in _SERIES:
+            metric = Metric(name, help_text, kind)
+            metric.add_sample(name, {}, float(read(engine)))
+            yield metric
+
+
+def make_registry(host: ModelHost) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineCollector(host))
+    return registry
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)

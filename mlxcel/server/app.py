@@ -1,0 +1,46 @@
+"""The FastAPI application: routes, error mapping, authentication, lifecycle."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from mlxcel import __version__
+from mlxcel.config import ServerConfig
+from mlxcel.server.auth import APIKeyMiddleware
+from mlxcel.server.errors import install_error_handlers
+from mlxcel.server.model_host import ModelHost
+from mlxcel.server.routes import completions, info, native
+
+log = logging.getLogger("mlxcel.server")
+
+
+def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | None = None) -> FastAPI:
+    host = ModelHost(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        host.start_loading(on_load_failure or (lambda _message: None))
+        yield
+        host.shutdown()
+
+    app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.host = host
+    app.state.config = config
+    install_error_handlers(app)
+    app.include_router(info.router)
+    app.include_router(completions.router)
+    app.include_router(native.router)
+    if config.metrics:
+        from mlxcel.observability import metrics
+
+        app.state.metrics_registry = metrics.make_registry(host)
+        app.include_router(metrics.router)
+    if config.api_keys:
+        app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
+    return app

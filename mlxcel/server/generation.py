@@ -1,0 +1,100 @@
+"""Running engine requests from async handlers: events come back on this event
+loop's queue; closing or cancelling a group cancels whatever is still running."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from mlxcel.engine.engine import Engine, EngineStoppedError, QueueFullError
+from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, TokenEvent
+from mlxcel.server.errors import server_busy
+
+
+@dataclass
+class Completion:
+    """The gathered result of one request."""
+
+    parts: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    finish: FinishEvent | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class GenerationGroup:
+    """One or more engine requests submitted together (a prompt list fans out)."""
+
+    def __init__(self, engine: Engine, requests: list[GenerationRequest]) -> None:
+        self._engine = engine
+        self._loop = asyncio.get_running_loop()
+        self._events: asyncio.Queue[tuple[int, EngineEvent]] = asyncio.Queue()
+        self.requests = requests
+        self._open = set(range(len(requests)))
+        for index, request in enumerate(requests):
+            request.emit = self._emitter(index)
+
+    def _emitter(self, index: int):
+        def emit(event: EngineEvent) -> None:
+            try:
+                self._loop.call_soon_threadsafe(self._events.put_nowait, (index, event))
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                pass
+
+        return emit
+
+    def submit(self) -> None:
+        """Submit every request, or none: a full queue cancels those already in."""
+        for n, request in enumerate(self.requests):
+            try:
+                self._engine.submit(request)
+            except (QueueFullError, EngineStoppedError):
+                for earlier in self.requests[:n]:
+                    self._engine.cancel(earlier.id)
+                self._open.clear()
+                raise server_busy() from None
+
+    def cancel(self) -> None:
+        for index in self._open:
+            self._engine.cancel(self.requests[index].id)
+
+    async def events(self) -> AsyncIterator[tuple[int, EngineEvent]]:
+        """Yields (request index, event) until every request has finished."""
+        try:
+            while self._open:
+                index, event = await self._events.get()
+                if isinstance(event, FinishEvent):
+                    self._open.discard(index)
+                yield index, event
+        finally:
+            self.cancel()
+
+    async def collect(self, http_request: Request | None = None) -> list[Completion]:
+        """Gather every request's result; a client that disconnects cancels them."""
+        results = [Completion() for _ in self.requests]
+        watcher = asyncio.create_task(_cancel_on_disconnect(http_request, self)) if http_request else None
+        try:
+            async for index, event in self.events():
+                result = results[index]
+                result.parts.append(event.text)
+                if isinstance(event, TokenEvent):
+                    result.tokens.append(event.token)
+                else:
+                    result.finish = event
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        return results
+
+
+async def _cancel_on_disconnect(request: Request, group: GenerationGroup) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            group.cancel()
+            return

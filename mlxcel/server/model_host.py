@@ -1,0 +1,123 @@
+"""The served model: loaded on a background thread while HTTP already answers."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import llama_cpp
+
+from mlxcel.config import ServerConfig
+from mlxcel.engine.engine import Engine, EngineConfig
+from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
+from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.models.catalog import CATALOG
+from mlxcel.server.errors import APIError
+
+log = logging.getLogger("mlxcel.server")
+
+_FLASH_ATTN = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+class HostState(str, enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class ModelHost:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.state = HostState.LOADING
+        self.model_id = config.alias or (config.model if config.model in CATALOG else Path(config.model).name)
+        self.model_path: Path | None = None
+        self.runtime: LlamaRuntime | None = None
+        self.tokenizer: Tokenizer | None = None
+        self.engine: Engine | None = None
+        self.chat_template: str | None = None
+        self.created = int(time.time())
+        self.error: str | None = None
+
+    def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
+        thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-loader", daemon=True)
+        thread.start()
+        return thread
+
+    def _load(self, on_failure: Callable[[str], None]) -> None:
+        from mlxcel.models.pull import resolve_model
+
+        try:
+            started = time.monotonic()
+            self.model_path = resolve_model(self.config.model, log=lambda line: log.info("%s", line))
+            cfg = self.config
+            runtime = LlamaRuntime(
+                RuntimeConfig(
+                    model_path=self.model_path,
+                    n_ctx=cfg.ctx_size,
+                    n_parallel=cfg.parallel,
+                    n_batch=cfg.batch_size,
+                    n_ubatch=cfg.ubatch_size,
+                    n_threads=cfg.threads,
+                    n_threads_batch=cfg.threads_batch,
+                    flash_attn=_FLASH_ATTN[cfg.flash_attn],
+                    n_gpu_layers=cfg.n_gpu_layers,
+                    use_mmap=cfg.use_mmap,
+                )
+            )
+            tokenizer = Tokenizer(runtime.vocab)
+            if cfg.warmup:
+                runtime.warm_up(tokenizer.bos if tokenizer.bos >= 0 else 0)
+            engine = Engine(
+                runtime,
+                tokenizer,
+                EngineConfig(queue_cap=cfg.queue_cap, prefill_chunk=cfg.prefill_chunk, cache_prompt=cfg.cache_prompt),
+            )
+            engine.start()
+        except Exception as exc:  # noqa: BLE001 - any failure here ends the server
+            self.state = HostState.FAILED
+            self.error = str(exc) or type(exc).__name__
+            log.error("could not load the model: %s", self.error)
+            on_failure(self.error)
+            return
+        self.runtime, self.tokenizer, self.engine = runtime, tokenizer, engine
+        self.chat_template = runtime.chat_template()
+        self.state = HostState.READY
+        log.info(
+            "model %s loaded in %.1fs: %s, context %d (%d per slot x %d slots)",
+            self.model_id,
+            time.monotonic() - started,
+            runtime.description(),
+            runtime.n_ctx,
+            runtime.n_ctx_seq,
+            cfg.parallel,
+        )
+
+    @property
+    def ready(self) -> bool:
+        return self.state is HostState.READY
+
+    def require_ready(self) -> tuple[Engine, Tokenizer]:
+        if self.state is not HostState.READY:
+            raise APIError(503, "Loading model", "server_busy")
+        return self.engine, self.tokenizer
+
+    @property
+    def slot_context(self) -> int:
+        return self.runtime.n_ctx_seq if self.runtime else 0
+
+    @property
+    def tool_call_parser(self) -> str | None:
+        template = self.chat_template or ""
+        return "mlxcel" if ("tools" in template or "tool_call" in template) else None
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.stop()

@@ -1,0 +1,98 @@
+"""POST /v1/completions (and /completions): OpenAI legacy text completions."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from mlxcel.engine.request import FinishEvent, FinishReason
+from mlxcel.protocol.openai_completions import CompletionRequest, completion_body, completion_choice, usage_body
+from mlxcel.server.errors import invalid_request, server_error
+from mlxcel.server.generation import GenerationGroup
+from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.request_builder import build_requests, tokenize_prompts
+from mlxcel.server.sse import EventStreamResponse, sse_data
+
+router = APIRouter()
+
+
+def finish_reason(event: FinishEvent) -> str:
+    return {FinishReason.LENGTH: "length", FinishReason.ERROR: "error"}.get(event.reason, "stop")
+
+
+def check_text_response_format(response_format: dict | None) -> None:
+    if response_format is None:
+        return
+    kind = response_format.get("type")
+    if kind == "text":
+        return
+    if kind in ("json_schema", "json_object"):
+        raise invalid_request(f"response_format type {kind!r} is not supported by this server yet")
+    raise invalid_request(f"response_format: unknown type {kind!r}")
+
+
+@router.post("/v1/completions")
+@router.post("/completions")
+async def create_completion(request: Request):
+    host = request.app.state.host
+    body = validate(CompletionRequest, await read_json_object(request, host.config.max_body_bytes))
+    engine, tokenizer = host.require_ready()
+    check_text_response_format(body.response_format)
+    prompts = tokenize_prompts(tokenizer, body.prompt)
+    max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
+    requests = build_requests(host.config, host.slot_context, request, body, prompts, max_tokens)
+    group = GenerationGroup(engine, requests)
+    group.submit()
+    completion_id = f"cmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    echoes = [body.prompt if isinstance(body.prompt, str) else tokenizer.decode(p) for p in prompts] if body.echo else None
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return EventStreamResponse(_stream(group, completion_id, created, host.model_id, include_usage, echoes))
+
+    results = await group.collect(request)
+    choices, prompt_tokens, completion_tokens, cached = [], 0, 0, 0
+    for index, result in enumerate(results):
+        finish = result.finish
+        if finish.reason is FinishReason.ERROR:
+            raise server_error(f"generation failed: {finish.error}")
+        text = (echoes[index] if echoes else "") + result.text
+        choices.append(completion_choice(index, text, finish_reason(finish)))
+        prompt_tokens += finish.prompt_tokens
+        completion_tokens += finish.completion_tokens
+        cached += finish.cached_tokens
+    usage = usage_body(prompt_tokens, completion_tokens, cached)
+    return JSONResponse(completion_body(completion_id, created, host.model_id, choices, usage, stream=False))
+
+
+async def _stream(
+    group: GenerationGroup,
+    completion_id: str,
+    created: int,
+    model: str,
+    include_usage: bool,
+    echoes: list[str] | None,
+) -> AsyncIterator[str]:
+    def chunk(index: int, text: str, reason: str | None) -> str:
+        choice = completion_choice(index, text, reason)
+        return sse_data(completion_body(completion_id, created, model, [choice], None, stream=True))
+
+    prompt_tokens = completion_tokens = cached = 0
+    for index, echo in enumerate(echoes or []):
+        yield chunk(index, echo, None)
+    async for index, event in group.events():
+        if event.text:
+            yield chunk(index, event.text, None)
+        if isinstance(event, FinishEvent):
+            yield chunk(index, "", finish_reason(event))
+            prompt_tokens += event.prompt_tokens
+            completion_tokens += event.completion_tokens
+            cached += event.cached_tokens
+    if include_usage:
+        usage = usage_body(prompt_tokens, completion_tokens, cached)
+        yield sse_data(completion_body(completion_id, created, model, [], usage, stream=True))
+    yield sse_data("[DONE]")

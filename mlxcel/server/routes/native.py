@@ -1,0 +1,135 @@
+"""llama-server's native routes: POST /completion, /tokenize, /detokenize."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
+from mlxcel.protocol.native import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from mlxcel.server.errors import invalid_request, server_error
+from mlxcel.server.generation import Completion, GenerationGroup
+from mlxcel.server.generation_settings import generation_settings
+from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.request_builder import build_requests, tokenize_prompts
+from mlxcel.server.sse import EventStreamResponse, sse_data
+
+router = APIRouter()
+
+
+def _stop_type(finish: FinishEvent) -> str:
+    if finish.stopped_by_eos:
+        return "eos"
+    if finish.stop_word is not None:
+        return "word"
+    if finish.reason is FinishReason.LENGTH:
+        return "limit"
+    return "none"
+
+
+def _final_body(
+    index: int, content: str, result: Completion, request: GenerationRequest, model: str, return_tokens: bool
+) -> dict:
+    finish = result.finish
+    return {
+        "index": index,
+        "content": content,
+        "tokens": result.tokens if return_tokens else [],
+        "id_slot": finish.slot_id if finish.slot_id is not None else -1,
+        "stop": True,
+        "model": model,
+        "tokens_predicted": finish.completion_tokens,
+        "tokens_evaluated": finish.prompt_tokens,
+        "generation_settings": generation_settings(
+            request.sampling, request.max_tokens, request.stop, request.ignore_eos, seed=finish.seed
+        ),
+        "has_new_line": "\n" in result.text,
+        "truncated": False,
+        "stop_type": _stop_type(finish),
+        "stopping_word": finish.stop_word or "",
+        "tokens_cached": finish.prompt_tokens + finish.completion_tokens,
+        "timings": finish.timings.to_dict(),
+    }
+
+
+@router.post("/completion")
+async def native_completion(request: Request):
+    host = request.app.state.host
+    body = validate(NativeCompletionRequest, await read_json_object(request, host.config.max_body_bytes))
+    engine, tokenizer = host.require_ready()
+    if body.response_format is not None and body.response_format.get("type") != "text":
+        raise invalid_request("response_format is not supported on /completion; use /v1/chat/completions")
+    prompts = tokenize_prompts(tokenizer, body.prompt)
+    max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
+    requests = build_requests(host.config, host.slot_context, request, body, prompts, max_tokens)
+    group = GenerationGroup(engine, requests)
+    group.submit()
+    if body.stream:
+        return EventStreamResponse(_stream(group, host.model_id, body.return_tokens))
+    results = await group.collect(request)
+    bodies = []
+    for index, (result, req) in enumerate(zip(results, requests)):
+        if result.finish.reason is FinishReason.ERROR:
+            raise server_error(f"generation failed: {result.finish.error}")
+        bodies.append(_final_body(index, result.text, result, req, host.model_id, body.return_tokens))
+    return JSONResponse(bodies[0] if len(bodies) == 1 else bodies)
+
+
+async def _stream(group: GenerationGroup, model: str, return_tokens: bool) -> AsyncIterator[str]:
+    results = [Completion() for _ in group.requests]
+    async for index, event in group.events():
+        result = results[index]
+        if isinstance(event, TokenEvent):
+            result.tokens.append(event.token)
+            result.parts.append(event.text)
+            if event.text or return_tokens:
+                yield sse_data(
+                    {
+                        "index": index,
+                        "content": event.text,
+                        "tokens": [event.token] if return_tokens else [],
+                        "stop": False,
+                        "id_slot": -1,
+                        "tokens_predicted": len(result.tokens),
+                        "tokens_evaluated": len(group.requests[index].prompt_tokens),
+                    }
+                )
+            continue
+        result.finish = event
+        result.parts.append(event.text)
+        if event.reason is FinishReason.ERROR:
+            yield sse_data({"error": {"message": f"generation failed: {event.error}", "type": "server_error", "code": None}})
+            continue
+        yield sse_data(_final_body(index, event.text, result, group.requests[index], model, return_tokens))
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request):
+    host = request.app.state.host
+    body = validate(TokenizeRequest, await read_json_object(request, host.config.max_body_bytes))
+    _, tokenizer = host.require_ready()
+    tokens = tokenizer.encode(body.content, add_special=body.add_special, parse_special=body.parse_special)
+    if not body.with_pieces:
+        return {"tokens": tokens}
+    pieces = []
+    for token in tokens:
+        raw = tokenizer.special_piece(token)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        pieces.append({"id": token, "piece": piece})
+    return {"tokens": pieces}
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request):
+    host = request.app.state.host
+    body = validate(DetokenizeRequest, await read_json_object(request, host.config.max_body_bytes))
+    _, tokenizer = host.require_ready()
+    bad = tokenizer.first_out_of_range(body.tokens)
+    if bad is not None:
+        raise server_error(f"token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")
+    return {"content": tokenizer.decode(body.tokens)}

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.server_process import ServerProcess
+
+
+@pytest.fixture(scope="session")
+def server():
+    """The shared server: SmolLM2, 4 slots of 1024 tokens, metrics on."""
+    proc = ServerProcess("-c", "4096", "-np", "4", "--metrics", "--queue-cap", "8")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def http(server):
+    with server.client() as client:
+        yield client
+
+
+@pytest.fixture
+def openai_client(server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)

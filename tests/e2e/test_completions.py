@@ -1,0 +1,114 @@
+"""/v1/completions through the OpenAI SDK and httpx."""
+
+from __future__ import annotations
+
+import json
+
+PROMPT = "The capital of France is"
+
+
+def test_sdk_completion_greedy_is_deterministic(openai_client):
+    first = openai_client.completions.create(model="any", prompt=PROMPT, max_tokens=12, temperature=0)
+    second = openai_client.completions.create(model="any", prompt=PROMPT, max_tokens=12, temperature=0)
+    assert first.object == "text_completion"
+    assert first.choices[0].text and first.choices[0].text == second.choices[0].text
+    assert "Paris" in first.choices[0].text
+    assert first.choices[0].finish_reason == "length"
+    assert first.usage.completion_tokens == 12
+    assert first.usage.total_tokens == first.usage.prompt_tokens + 12
+
+
+def test_sdk_streaming_matches_non_streaming(openai_client):
+    whole = openai_client.completions.create(model="m", prompt=PROMPT, max_tokens=16, temperature=0)
+    stream = openai_client.completions.create(
+        model="m", prompt=PROMPT, max_tokens=16, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert text == whole.choices[0].text
+    assert finishes == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 16
+
+
+def test_stream_ends_with_done_and_usage_only_when_asked(http):
+    def events(body):
+        with http.stream("POST", "/v1/completions", json=body) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+
+    plain = events({"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "stream": True})
+    assert plain[-1] == "[DONE]"
+    assert all("usage" not in json.loads(e) for e in plain[:-1])
+    with_usage = events(
+        {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    assert json.loads(with_usage[-2])["usage"]["completion_tokens"] == 4
+
+
+def test_eos_stops_with_stop_reason(http):
+    body = http.post("/v1/completions", json={"prompt": "<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n",
+                                              "max_tokens": 200, "temperature": 0}).json()
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"]["completion_tokens"] < 200
+    assert "<|im_end|>" not in body["choices"][0]["text"]
+
+
+def test_stop_string_is_not_emitted_and_stops(http):
+    full = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 24, "temperature": 0}).json()
+    text = full["choices"][0]["text"]
+    assert "." in text
+    cut = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "stop": ["."]}).json()
+    assert cut["choices"][0]["text"] == text[: text.index(".")]
+    assert cut["choices"][0]["finish_reason"] == "stop"
+
+
+def test_stop_string_spanning_tokens_is_held_back_in_stream(http):
+    full = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 24, "temperature": 0}).json()
+    text = full["choices"][0]["text"]
+    stop = text[3:9]  # a stop string that starts inside one token and ends in another
+    with http.stream("POST", "/v1/completions", json={
+        "prompt": PROMPT, "max_tokens": 24, "temperature": 0, "stop": [stop], "stream": True
+    }) as response:
+        pieces = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    streamed = "".join(p["choices"][0]["text"] for p in pieces if p["choices"])
+    assert streamed == text[: text.index(stop)]
+    assert stop not in streamed
+
+
+def test_several_prompts_answer_several_choices(http):
+    body = http.post("/v1/completions", json={"prompt": [PROMPT, "One, two, three,"], "max_tokens": 6,
+                                              "temperature": 0}).json()
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    alone = http.post("/v1/completions", json={"prompt": "One, two, three,", "max_tokens": 6, "temperature": 0}).json()
+    assert body["choices"][1]["text"] == alone["choices"][0]["text"]
+
+
+def test_token_array_prompt_equals_text_prompt(http):
+    tokens = http.post("/tokenize", json={"content": PROMPT}).json()["tokens"]
+    by_tokens = http.post("/v1/completions", json={"prompt": tokens, "max_tokens": 8, "temperature": 0}).json()
+    by_text = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8, "temperature": 0}).json()
+    assert by_tokens["choices"][0]["text"] == by_text["choices"][0]["text"]
+
+
+def test_echo_prepends_the_prompt(http):
+    body = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "echo": True}).json()
+    assert body["choices"][0]["text"].startswith(PROMPT)
+
+
+def test_seed_reproduces_sampled_output(http):
+    request = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+               "min_p": 0.0, "seed": 1234}
+    a = http.post("/v1/completions", json=request).json()["choices"][0]["text"]
+    b = http.post("/v1/completions", json=request).json()["choices"][0]["text"]
+    others = {http.post("/v1/completions", json={**request, "seed": s}).json()["choices"][0]["text"] for s in (1, 2, 3)}
+    assert a == b
+    assert len(others | {a}) > 1
+
+
+def test_ignore_eos_generates_exactly_max_tokens(http):
+    body = http.post("/v1/completions", json={"prompt": "<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n",
+                                              "max_tokens": 40, "temperature": 0, "ignore_eos": True}).json()
+    assert body["usage"]["completion_tokens"] == 40
+    assert body["choices"][0]["finish_reason"] == "length"
