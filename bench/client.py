@@ -1,0 +1,115 @@
+"""Streaming POST /completion client (llama-server's native API) with timing."""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import httpx
+
+REQUEST_TIMEOUT_S = 600.0        # whole request, first byte to final chunk
+CHUNK_TIMEOUT_S = 300.0          # longest silence between two SSE lines
+
+
+def make_client(max_connections: int = 32) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        trust_env=False,         # loopback only: never go through a proxy
+        timeout=httpx.Timeout(CHUNK_TIMEOUT_S, connect=10.0),
+        limits=httpx.Limits(max_connections=max_connections,
+                            max_keepalive_connections=max_connections))
+
+
+@dataclass
+class StreamResult:
+    t_sent: float                                  # perf_counter() when sent
+    t_done: float = 0.0                            # final chunk received
+    chunk_times: list[float] = field(default_factory=list)   # one per token chunk
+    chunk_tokens: list[int] = field(default_factory=list)    # tokens in that chunk
+    timings: dict = field(default_factory=dict)   # server's `timings`, if any
+    tokens_evaluated: int | None = None            # prompt tokens, per the server
+    tokens_predicted: int | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(self.chunk_tokens)
+
+    @property
+    def ttft(self) -> float:
+        return self.chunk_times[0] - self.t_sent
+
+    @property
+    def latency(self) -> float:
+        return self.t_done - self.t_sent
+
+    def decode_tps(self) -> float:
+        """Tokens after the first chunk over the time from first to last chunk."""
+        span = self.chunk_times[-1] - self.chunk_times[0]
+        return (self.n_tokens - self.chunk_tokens[0]) / span if span > 0 else float("nan")
+
+    def gaps(self) -> list[tuple[float, float]]:
+        """(start, end) of each interval between consecutive token chunks."""
+        return list(zip(self.chunk_times, self.chunk_times[1:]))
+
+
+def _count_tokens(chunk: dict) -> int:
+    tokens = chunk.get("tokens")
+    if isinstance(tokens, list) and tokens:
+        return len(tokens)
+    return 1 if chunk.get("content") else 0
+
+
+async def stream_completion(client: httpx.AsyncClient, url: str, prompt: str,
+                            n_predict: int, cache_prompt: bool = False,
+                            on_tokens: Callable[[int], None] | None = None) -> StreamResult:
+    """Send one streaming /completion; `on_tokens(total_so_far)` after each chunk."""
+    body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0,
+            "ignore_eos": True, "cache_prompt": cache_prompt, "stream": True}
+    result = StreamResult(t_sent=time.perf_counter())
+
+    async def consume() -> None:
+        async with client.stream("POST", f"{url}/completion", json=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")[:500]
+                raise RuntimeError(f"/completion -> HTTP {resp.status_code}: {text}")
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue             # blank separators and ': ping' comments
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                chunk = json.loads(payload)
+                if "error" in chunk:
+                    raise RuntimeError(f"/completion stream error: {chunk['error']}")
+                now = time.perf_counter()
+                n = _count_tokens(chunk)
+                if n:
+                    result.chunk_times.append(now)
+                    result.chunk_tokens.append(n)
+                    if on_tokens:
+                        on_tokens(result.n_tokens)
+                if chunk.get("stop"):
+                    result.t_done = now
+                    result.timings = chunk.get("timings") or {}
+                    result.tokens_evaluated = chunk.get("tokens_evaluated")
+                    result.tokens_predicted = chunk.get("tokens_predicted")
+                    break
+
+    await asyncio.wait_for(consume(), REQUEST_TIMEOUT_S)
+    if not result.t_done:
+        raise RuntimeError("/completion stream ended without a final `stop` chunk")
+    if not result.chunk_times:
+        raise RuntimeError("/completion stream produced no tokens")
+    if result.n_tokens != n_predict:
+        print(f"warning: asked for {n_predict} tokens (ignore_eos), got {result.n_tokens}",
+              file=sys.stderr, flush=True)
+    return result
+
+
+async def tokenize(client: httpx.AsyncClient, url: str, text: str) -> int:
+    """Number of tokens of `text` per the server's POST /tokenize (no BOS)."""
+    resp = await client.post(f"{url}/tokenize", json={"content": text}, timeout=60)
+    resp.raise_for_status()
+    return len(resp.json()["tokens"])

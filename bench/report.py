@@ -1,0 +1,90 @@
+"""Medians, pairwise ratios, the results table and the JSON dump."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from scenarios import TARGETS, Measurement
+
+
+@dataclass
+class Round:
+    """One round of one scenario: a measurement on each server, taken back to back."""
+    scenario: str
+    round: int
+    mlxcel: Measurement
+    reference: Measurement
+
+
+@dataclass
+class Row:
+    scenario: str
+    metric: str
+    mlxcel: float
+    reference: float
+    ratio: float               # median over rounds of mlxcel / llama-server
+    n: int
+    target: str = ""
+    verdict: str = ""          # "ok", "MISS" or ""
+
+
+def _median(xs: list[float]) -> float:
+    xs = [x for x in xs if not math.isnan(x)]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def summarize(rounds: list[Round]) -> list[Row]:
+    rows: list[Row] = []
+    scenarios = list(dict.fromkeys(r.scenario for r in rounds))
+    for name in scenarios:
+        mine = [r for r in rounds if r.scenario == name]
+        metrics = list(dict.fromkeys(m for r in mine for m in r.reference.metrics))
+        for metric in metrics:
+            pairs = [(r.mlxcel.metrics.get(metric, math.nan),
+                      r.reference.metrics.get(metric, math.nan)) for r in mine]
+            ratios = [a / b if b else math.nan for a, b in pairs]
+            row = Row(name, metric, _median([a for a, _ in pairs]),
+                      _median([b for _, b in pairs]), _median(ratios), len(pairs))
+            if (name, metric) in TARGETS:
+                op, bound = TARGETS[(name, metric)]
+                row.target = f"{op} {bound:g}"
+                if not math.isnan(row.ratio):
+                    ok = row.ratio >= bound if op == ">=" else row.ratio <= bound
+                    row.verdict = "ok" if ok else "MISS"
+            rows.append(row)
+    return rows
+
+
+def _fmt(x: float) -> str:
+    if math.isnan(x):
+        return "-"
+    return f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def table(rows: list[Row]) -> str:
+    header = ("scenario", "metric", "mlxcel", "llama-server", "ratio", "target", "check")
+    body = [(r.scenario, r.metric, _fmt(r.mlxcel), _fmt(r.reference),
+             "-" if math.isnan(r.ratio) else f"{r.ratio:.3f}", r.target, r.verdict)
+            for r in rows]
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+    right = {2, 3, 4}
+
+    def fmt_line(line: tuple) -> str:
+        cells = [str(c).rjust(w) if i in right else str(c).ljust(w)
+                 for i, (c, w) in enumerate(zip(line, widths))]
+        return "  ".join(cells).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt_line(header), sep, *map(fmt_line, body)])
+
+
+def write_json(path: Path, config: dict, servers: dict, rounds: list[Round],
+               rows: list[Row]) -> None:
+    data = {"config": config, "servers": servers,
+            "summary": [asdict(r) for r in rows],
+            "rounds": [asdict(r) for r in rounds]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")

@@ -1,0 +1,103 @@
+"""Start, health-check and stop the model servers under test (loopback only)."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def supports_flag(binary: str, flag: str, timeout: float = 60) -> bool:
+    """True if `binary --help` mentions `flag` (e.g. --no-webui)."""
+    try:
+        out = subprocess.run([binary, "--help"], capture_output=True, text=True,
+                             timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return flag in out.stdout + out.stderr
+
+
+@dataclass
+class Server:
+    name: str
+    argv: list[str]           # full command line, the port included
+    port: int
+    log_path: Path
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        # Own process group, so that Ctrl-C in the terminal reaches only us and
+        # stop() can take down anything the server spawned.
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+
+    def wait_healthy(self, timeout: float = 300) -> None:
+        """Poll GET /health until 200 (503 means still loading)."""
+        deadline = time.monotonic() + timeout
+        with httpx.Client(trust_env=False, timeout=5) as client:
+            while time.monotonic() < deadline:
+                if self.proc is None or self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited during startup "
+                                       f"(rc={self.proc and self.proc.returncode})\n"
+                                       f"{self.log_tail()}")
+                try:
+                    if client.get(f"{self.url}/health").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.5)
+        raise TimeoutError(f"{self.name} not healthy after {timeout:.0f}s\n{self.log_tail()}")
+
+    def peak_rss_mib(self) -> float | None:
+        """VmHWM of the server's main process (Linux only)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return None
+
+    def log_tail(self, n: int = 20) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(f"  | {line}" for line in lines[-n:])
+
+    def stop(self, grace: float = 10) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
