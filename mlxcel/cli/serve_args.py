@@ -134,7 +134,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
             default = _env_bool(env)
         parser.add_argument(*positive, dest=dest, action="store_true", default=default, help=f"{help_text} [env: {env}]")
         if negative:
-            parser.add_argument(*negative, dest=dest, action="store_false", help=argparse.SUPPRESS)
+            parser.add_argument(*negative, dest=dest, action="store_false", help=f"do not {help_text}")
 
 
 def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -142,6 +142,7 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     their values dropped) from everything else."""
     ours = {flag for option in _VALUE_OPTIONS for flag in option[0]}
     ours |= {flag for switch in _SWITCHES for flag in switch[0] + switch[1]}
+    ours |= {"-h", "--help", "--version"}
     kept: list[str] = []
     ignored: list[str] = []
     i = 0
@@ -233,6 +234,9 @@ def serve_parser(prog: str) -> argparse.ArgumentParser:
         epilog="Other llama-server flags are accepted and ignored with a warning.",
     )
     add_serve_options(parser)
+    from mlxcel import __version__
+
+    parser.add_argument("--version", action="version", version=f"mlxcel {__version__}")
     return parser
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import Metric
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.utils import floatToGoString
 
 from mlxcel.server.model_host import ModelHost
 
@@ -38,26 +38,20 @@ _SERIES = [
 ]
 
 
-class EngineCollector:
-    def __init__(self, host: ModelHost) -> None:
-        self._host = host
-
-    def collect(self):
-        engine = self._host.engine
-        if engine is None:
-            return
-        for name, kind, help_text, read in _SERIES:
-            metric = Metric(name, help_text, kind)
-            metric.add_sample(name, {}, float(read(engine)))
-            yield metric
-
-
-def make_registry(host: ModelHost) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(host))
-    return registry
+def render(host: ModelHost) -> str:
+    """Prometheus text format, series named exactly as the spec lists them (its two
+    counters without a `_total` suffix rule out prometheus_client's own renderer)."""
+    engine = host.engine
+    if engine is None:
+        return ""
+    lines = []
+    for name, kind, help_text, read in _SERIES:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.append(f"{name} {floatToGoString(read(engine))}")
+    return "\n".join(lines) + "\n"
 
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(render(request.app.state.host), media_type=CONTENT_TYPE_LATEST)

@@ -38,7 +38,6 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     if config.metrics:
         from mlxcel.observability import metrics
 
-        app.state.metrics_registry = metrics.make_registry(host)
         app.include_router(metrics.router)
     if config.api_keys:
         app.add_middleware(APIKeyMiddleware, keys=config.api_keys)

@@ -47,9 +47,12 @@ def test_stream_ends_with_done_and_usage_only_when_asked(http):
     assert json.loads(with_usage[-2])["usage"]["completion_tokens"] == 4
 
 
+CHAT_PROMPT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+               "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
+
+
 def test_eos_stops_with_stop_reason(http):
-    body = http.post("/v1/completions", json={"prompt": "<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n",
-                                              "max_tokens": 200, "temperature": 0}).json()
+    body = http.post("/v1/completions", json={"prompt": CHAT_PROMPT, "max_tokens": 200, "temperature": 0}).json()
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"]["completion_tokens"] < 200
     assert "<|im_end|>" not in body["choices"][0]["text"]
@@ -108,7 +111,7 @@ def test_seed_reproduces_sampled_output(http):
 
 
 def test_ignore_eos_generates_exactly_max_tokens(http):
-    body = http.post("/v1/completions", json={"prompt": "<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n",
-                                              "max_tokens": 40, "temperature": 0, "ignore_eos": True}).json()
+    body = http.post("/v1/completions", json={"prompt": CHAT_PROMPT, "max_tokens": 40, "temperature": 0,
+                                              "ignore_eos": True}).json()
     assert body["usage"]["completion_tokens"] == 40
     assert body["choices"][0]["finish_reason"] == "length"

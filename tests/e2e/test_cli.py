@@ -1,0 +1,103 @@
+"""The command line as a user meets it: errors in one line, --help, start-up states."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.server_process import ServerProcess, free_port
+
+
+def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlxcel", "serve", *args], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize(
+    "args, env, needle",
+    [
+        (["-c", "abc"], None, "ctx-size"),
+        (["-np", "0"], None, "parallel"),
+        (["--top-p", "2"], None, "top-p"),
+        (["--port", "70000"], None, "port"),
+        (["-m", "/no/such/model.gguf"], None, "/no/such/model.gguf"),
+        (["--no-such-flag"], None, "--no-such-flag"),
+        ([], {"LLAMA_ARG_CTX_SIZE": "lots"}, "LLAMA_ARG_CTX_SIZE"),
+        (["--api-key-file", "/no/such/file"], None, "api-key-file"),
+    ],
+)
+def test_bad_values_fail_in_one_line(args, env, needle):
+    result = _serve(*args, env=env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_documents_flags_and_environment():
+    result = _serve("--help")
+    assert result.returncode == 0
+    for text in ("--ctx-size", "LLAMA_ARG_CTX_SIZE", "--parallel", "--api-key", "--no-cache-prompt", "--metrics",
+                 "--top-k", "--repeat-last-n", "--seed", "LLAMA_ARG_N_PARALLEL"):
+        assert text in result.stdout
+
+
+def test_server_entry_point_and_llama_server_flags(tmp_path):
+    """mlxcel-server takes a llama-server command line: unknown-to-us flags warn once."""
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    port = free_port()
+    binary = os.path.join(os.path.dirname(sys.executable), "mlxcel-server")
+    process = subprocess.Popen(
+        [binary, "-m", str(fifo), "--port", str(port), "--jinja", "-fa", "on", "-ctk", "q8_0", "--kv-unified",
+         "--cache-ram", "0", "-cb"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        status = None
+        while time.monotonic() < deadline:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        # the model "file" is a pipe nobody writes yet: the server is up and still loading
+        assert status is not None and status.status_code == 503
+        assert status.json() == {"status": "loading model"}
+        busy = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "x"})
+        assert busy.status_code == 503 and busy.json()["error"]["type"] == "server_busy"
+        with open(fifo, "wb") as pipe:  # feed it something that is not a GGUF file
+            pipe.write(b"not a gguf file")
+        assert process.wait(30) == 1
+        output = process.stdout.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    warnings = [line for line in output.splitlines() if "ignored llama-server flags" in line]
+    assert len(warnings) == 1
+    for flag in ("--jinja", "-ctk", "--kv-unified", "--cache-ram", "-cb"):
+        assert flag in warnings[0]
+    assert "-fa" not in warnings[0].split(":")[-1].split()
+    assert "could not load the model" in output
+    assert "Traceback" not in output
+
+
+def test_environment_variables_configure_the_server():
+    proc = ServerProcess(env={"LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_CTX_SIZE": "1024", "LLAMA_ARG_ALIAS": "tiny",
+                              "LLAMA_ARG_TEMPERATURE": "0.25"})
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            health = client.get("/health").json()
+            props = client.get("/props").json()
+    finally:
+        proc.stop()
+    assert health["model"] == "tiny"
+    assert health["batch"]["max_batch_size"] == 2 and health["context_size"] == 512
+    assert props["default_generation_settings"]["temperature"] == 0.25

@@ -1,0 +1,68 @@
+"""/health, /, /v1/models, /props, /slots and /metrics on the shared server."""
+
+from __future__ import annotations
+
+import re
+
+
+def test_health_and_root_report_the_spec_fields(http):
+    for path in ("/health", "/"):
+        body = http.get(path).json()
+        assert body["status"] == "ok"
+        assert body["model"] == "smollm2-135m-instruct"
+        assert body["batch"]["max_batch_size"] == 4
+        assert body["context_size"] == 1024
+        assert body["tool_call_parser"] is None  # SmolLM2's template has no tools
+        assert set(body["observability"]) >= {
+            "sequences_started", "sequences_completed", "total_prefill_tokens", "total_decode_tokens",
+            "decode_steps_processed", "prefill_chunks_processed", "current_batch_size", "cache_pool_active",
+        }
+
+
+def test_health_counters_move_with_work(http):
+    before = http.get("/health").json()["observability"]
+    http.post("/completion", json={"prompt": "Count to three:", "n_predict": 5, "temperature": 0,
+                                   "ignore_eos": True, "cache_prompt": False})
+    after = http.get("/health").json()["observability"]
+    assert after["sequences_completed"] == before["sequences_completed"] + 1
+    assert after["total_decode_tokens"] >= before["total_decode_tokens"] + 4
+    assert after["total_prefill_tokens"] > before["total_prefill_tokens"]
+
+
+def test_models_lists_the_served_model(http, openai_client):
+    body = http.get("/v1/models").json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == ["smollm2-135m-instruct"]
+    assert http.get("/models").json()["data"][0]["owned_by"] == "user"
+    assert [m.id for m in openai_client.models.list()] == ["smollm2-135m-instruct"]
+
+
+def test_props_reports_defaults(http):
+    body = http.get("/props").json()
+    settings = body["default_generation_settings"]
+    assert body["total_slots"] == 4
+    assert settings["seed"] == 18446744073709551615
+    assert settings["temperature"] == 0.8 and settings["top_k"] == 40 and settings["n_predict"] == -1
+
+
+def test_slots_lists_every_slot(http):
+    slots = http.get("/slots").json()
+    assert [s["id"] for s in slots] == [0, 1, 2, 3]
+    assert all(s["state"] in ("idle", "queued", "decoding") for s in slots)
+    assert all(s["context_size"] == 1024 and s["model"] == "smollm2-135m-instruct" for s in slots)
+
+
+def test_metrics_exposes_the_spec_series(http):
+    def value(text, name):
+        match = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
+        assert match, name
+        return float(match.group(1))
+
+    before = http.get("/metrics").text
+    assert "# TYPE mlxcel_requests_total counter" in before
+    assert "# TYPE mlxcel_batch_sequences_started counter" in before
+    assert value(before, "mlxcel_slots_total") == 4
+    http.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 3, "temperature": 0})
+    after = http.get("/metrics").text
+    assert value(after, "mlxcel_requests_total") == value(before, "mlxcel_requests_total") + 1
+    assert value(after, "mlxcel_completion_tokens_total") >= value(before, "mlxcel_completion_tokens_total") + 1
