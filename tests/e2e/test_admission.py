@@ -51,6 +51,20 @@ def _wait_idle(server, timeout=10.0) -> float:
     raise AssertionError("the slot was not freed")
 
 
+def test_health_says_no_slot_available_while_every_slot_is_busy(one_slot):
+    holder, _ = _occupy(one_slot, n_predict=80)
+    with one_slot.client() as client:
+        response = client.get("/health")
+    holder.join(120)
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "no slot available"
+    assert body["batch"]["active_sequences"] == 1 and body["batch"]["max_batch_size"] == 1
+    assert body["context_size"] == 1024 and "observability" in body
+    with one_slot.client() as client:
+        assert client.get("/health").json()["status"] == "ok"
+
+
 def test_priority_orders_the_queue(one_slot):
     holder, _ = _occupy(one_slot)
     finished: list[str] = []

@@ -90,14 +90,18 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
 
 def test_environment_variables_configure_the_server():
     proc = ServerProcess(env={"LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_CTX_SIZE": "1024", "LLAMA_ARG_ALIAS": "tiny",
-                              "LLAMA_ARG_TEMPERATURE": "0.25"})
+                              "LLAMA_ARG_TEMPERATURE": "0.25", "LLAMA_ARG_CACHE_PROMPT": "false"})
     try:
         proc.wait_ready()
         with proc.client() as client:
             health = client.get("/health").json()
             props = client.get("/props").json()
+            repeats = [client.post("/completion", json={"prompt": "Same prompt every time, please.", "n_predict": 1,
+                                                        "cache_prompt": True}).json() for _ in range(3)]
     finally:
         proc.stop()
     assert health["model"] == "tiny"
     assert health["batch"]["max_batch_size"] == 2 and health["context_size"] == 512
     assert props["default_generation_settings"]["temperature"] == 0.25
+    # the server-wide --no-cache-prompt wins over a request's cache_prompt: true
+    assert [r["timings"]["cache_n"] for r in repeats] == [0, 0, 0]
