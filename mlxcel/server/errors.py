@@ -45,12 +45,13 @@ def server_error(message: str) -> APIError:
     return APIError(500, message, "server_error")
 
 
-def describe_validation_error(exc: RequestValidationError) -> str:
+def describe_validation_errors(errors: list[dict]) -> str:
+    """'invalid request: field.path: what is wrong; ...' for pydantic's error list."""
     parts = []
-    for error in exc.errors()[:3]:
+    for error in errors[:3]:
         where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
         parts.append(f"{where}: {error.get('msg', 'invalid value')}")
-    return "; ".join(parts) or "invalid request"
+    return "invalid request: " + ("; ".join(parts) or "malformed body")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -60,7 +61,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return invalid_request(describe_validation_error(exc)).response()
+        return invalid_request(describe_validation_errors(exc.errors())).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -9,7 +9,7 @@ from typing import TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from mlxcel.server.errors import APIError, invalid_request
+from mlxcel.server.errors import APIError, describe_validation_errors, invalid_request
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -47,12 +47,4 @@ def validate(model: type[Model], data: dict) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise invalid_request(describe(exc)) from None
-
-
-def describe(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors()[:3]:
-        where = ".".join(str(p) for p in error.get("loc", ())) or "body"
-        parts.append(f"{where}: {error.get('msg', 'invalid value')}")
-    return "invalid request: " + "; ".join(parts)
+        raise invalid_request(describe_validation_errors(exc.errors())) from None
