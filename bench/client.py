@@ -113,3 +113,42 @@ async def tokenize(client: httpx.AsyncClient, url: str, text: str) -> int:
     resp = await client.post(f"{url}/tokenize", json={"content": text}, timeout=60)
     resp.raise_for_status()
     return len(resp.json()["tokens"])
+
+
+CHAT_SAMPLING = {"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1}
+
+
+async def stream_chat(client: httpx.AsyncClient, url: str, content: str, max_tokens: int,
+                      seed: int) -> StreamResult:
+    """One streaming /v1/chat/completions with a typical sampling chain; every
+    content chunk is one token on both servers (usage gives the exact count)."""
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "stream": True,
+            "ignore_eos": True, "cache_prompt": False, "seed": seed, "stream_options": {"include_usage": True},
+            **CHAT_SAMPLING}
+    result = StreamResult(t_sent=time.perf_counter())
+
+    async def consume() -> None:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")[:500]
+                raise RuntimeError(f"/v1/chat/completions -> HTTP {resp.status_code}: {text}")
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    result.t_done = time.perf_counter()
+                    break
+                chunk = json.loads(payload)
+                if chunk.get("usage"):
+                    result.tokens_predicted = chunk["usage"].get("completion_tokens")
+                    result.tokens_evaluated = chunk["usage"].get("prompt_tokens")
+                for choice in chunk.get("choices") or []:
+                    if (choice.get("delta") or {}).get("content"):
+                        result.chunk_times.append(time.perf_counter())
+                        result.chunk_tokens.append(1)
+
+    await asyncio.wait_for(consume(), REQUEST_TIMEOUT_S)
+    if not result.chunk_times:
+        raise RuntimeError("/v1/chat/completions stream produced no content")
+    return result

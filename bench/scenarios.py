@@ -14,7 +14,7 @@ from typing import Awaitable, Callable
 
 import httpx
 
-from client import StreamResult, stream_completion, tokenize
+from client import StreamResult, stream_chat, stream_completion, tokenize
 from prompts import long_prompt, short_prompt
 
 LONG_PROMPT_TOKENS = 1000
@@ -63,6 +63,13 @@ async def decode(client: httpx.AsyncClient, url: str, rnd: int, book: PromptBook
     if "predicted_per_second" in r.timings:
         metrics["server_decode_tps"] = float(r.timings["predicted_per_second"])
     return Measurement(metrics, _stream_raw(r))
+
+
+async def chat_decode(client: httpx.AsyncClient, url: str, rnd: int, book: PromptBook) -> Measurement:
+    """One chat stream with temperature 0.7, top_p 0.9, top_k 40, min_p 0.05, repeat
+    penalty 1.1, 128 tokens: decode speed first to last content chunk."""
+    r = await stream_chat(client, url, short_prompt(f"chat-{rnd}"), max_tokens=128, seed=1000 + rnd)
+    return Measurement({"chat_decode_tps": r.decode_tps()}, _stream_raw(r))
 
 
 async def prefill(client: httpx.AsyncClient, url: str, rnd: int, book: PromptBook) -> Measurement:
@@ -155,6 +162,7 @@ ScenarioFn = Callable[[httpx.AsyncClient, str, int, PromptBook], Awaitable[Measu
 
 SCENARIOS: dict[str, ScenarioFn] = {
     "decode": decode,
+    "chat_decode": chat_decode,
     "prefill": prefill,
     "aggregate4": aggregate4,
     "latency16": latency16,
@@ -164,6 +172,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
 # (scenario, metric) -> (comparison, bound) on the ratio mlxcel / llama-server
 TARGETS: dict[tuple[str, str], tuple[str, float]] = {
     ("decode", "decode_tps"): (">=", 0.95),
+    ("chat_decode", "chat_decode_tps"): (">=", 0.95),
     ("prefill", "prompt_tps"): (">=", 0.95),
     ("aggregate4", "aggregate_tps"): (">=", 1.0),
     ("latency16", "p95_latency_s"): ("<=", 1.0),

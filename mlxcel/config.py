@@ -32,5 +32,8 @@ class ServerConfig:
     queue_cap: int = 64
     prefill_chunk: int = 256
     max_body_bytes: int = 32 * 1024 * 1024
+    chat_template: str | None = None  # a file path, a template string, or "chatml"
+    chat_template_kwargs: dict = field(default_factory=dict)
+    tool_call_parser: str | None = None  # None: detected from the chat template
     verbose: bool = False
     ignored_flags: list[str] = field(default_factory=list)

@@ -87,6 +87,14 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("-fa", "--flash-attn"), "flash_attn", _flash_attn, "auto", "LLAMA_ARG_FLASH_ATTN", "flash attention: on, off or auto"),
     (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1), 0, "LLAMA_ARG_N_GPU_LAYERS",
      "layers to offload to a GPU, where llama.cpp was built with one"),
+    (("--chat-template",), "chat_template", str, None, "LLAMA_ARG_CHAT_TEMPLATE",
+     "chat template overriding the model's: a file path, a Jinja template string, or 'chatml'"),
+    (("--chat-template-file",), "chat_template_file", str, None, "LLAMA_ARG_CHAT_TEMPLATE_FILE",
+     "file holding a chat template overriding the model's"),
+    (("--chat-template-kwargs",), "chat_template_kwargs", str, None, "LLAMA_ARG_CHAT_TEMPLATE_KWARGS",
+     "JSON object of extra chat-template variables, e.g. '{\"enable_thinking\": false}'"),
+    (("--tool-call-parser",), "tool_call_parser", str, None, "MLXCEL_TOOL_CALL_PARSER",
+     "tool-call format (default: detected from the chat template)"),
     (("--queue-cap",), "queue_cap", _ranged(int, 0), 64, "MLXCEL_QUEUE_CAP",
      "requests that may wait for a slot; beyond it new requests get 503 server_busy"),
     (("--prefill-chunk",), "prefill_chunk", _ranged(int, 16), 256, "MLXCEL_PREFILL_CHUNK",
@@ -182,6 +190,34 @@ def _check_model(model: str) -> None:
         raise UsageError(f"--model: {model} is neither a file nor a catalog name ({', '.join(CATALOG)})")
 
 
+def _chat_template_setting(args: argparse.Namespace) -> str | None:
+    source = args.chat_template_file or args.chat_template
+    if args.chat_template_file and not Path(args.chat_template_file).is_file():
+        raise UsageError(f"--chat-template-file: no such file: {args.chat_template_file}")
+    return source
+
+
+def _template_kwargs(text: str | None) -> dict:
+    if not text:
+        return {}
+    from mlxcel.chat.template_kwargs import parse_kwargs_json
+
+    try:
+        return parse_kwargs_json(text)
+    except ValueError as exc:
+        raise UsageError(f"--chat-template-kwargs: {exc}") from None
+
+
+def _tool_call_parser(name: str | None) -> str | None:
+    if name is None:
+        return None
+    from mlxcel.chat.tool_parsers import TOOL_PARSERS
+
+    if name not in TOOL_PARSERS:
+        raise UsageError(f"--tool-call-parser: unknown parser {name!r} (known: {', '.join(sorted(TOOL_PARSERS))})")
+    return name
+
+
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     _check_model(args.model)
     if args.ubatch_size > args.batch_size:
@@ -222,6 +258,9 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         queue_cap=args.queue_cap,
         prefill_chunk=args.prefill_chunk,
         max_body_bytes=args.max_body_bytes,
+        chat_template=_chat_template_setting(args),
+        chat_template_kwargs=_template_kwargs(args.chat_template_kwargs),
+        tool_call_parser=_tool_call_parser(args.tool_call_parser),
         verbose=args.verbose,
         ignored_flags=ignored,
     )

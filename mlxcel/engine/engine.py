@@ -14,7 +14,10 @@ import time
 from dataclasses import dataclass
 
 from mlxcel.engine.batch import TokenBatch
-from mlxcel.engine.llama_runtime import LlamaRuntime
+from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
+from mlxcel.engine.logprobs import token_logprobs
+from mlxcel.engine.loop_detection import LoopDetector
+from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, Timings, TokenEvent
 from mlxcel.engine.sampling import SamplerChain
@@ -168,11 +171,13 @@ class Engine:
             self._prepare_memory(slot, request, n_common if reuse else 0)
             sampler = SamplerChain(
                 request.sampling,
+                self.runtime.vocab,
                 self.tokenizer.n_vocab,
                 self.n_ctx_slot,
                 self.tokenizer.eog_tokens if request.ignore_eos else frozenset(),
             )
-            slot.begin(request, slot.n_past, sampler)
+            loop = LoopDetector(*request.loop_detection) if request.loop_detection else None
+            slot.begin(request, slot.n_past, sampler, loop)
             self.stats.sequences_started += 1
 
     def _prepare_memory(self, slot: Slot, request: GenerationRequest, n_keep: int) -> None:
@@ -229,11 +234,30 @@ class Engine:
 
         for slot in in_batch:
             if slot.batch_index >= 0:
-                token = slot.sampler.sample(self.runtime.ctx, slot.batch_index)
-                slot.batch_index = -1
-                self._accept_token(slot, token)
+                self._sample(slot)
 
-    def _accept_token(self, slot: Slot, token: int) -> None:
+    def _sample(self, slot: Slot) -> None:
+        request = slot.request
+        index, slot.batch_index = slot.batch_index, -1
+        logprob, top = None, None
+        if request.logprobs is not None or request.sampling.p_less:
+            logits = logits_row(self.runtime.ctx, index, self.tokenizer.n_vocab)
+            if request.logprobs is not None:
+                raw = logits.copy()
+            if request.sampling.p_less and not request.sampling.greedy:
+                apply_p_less(logits, request.sampling.temperature)
+        if slot.forced_tokens:
+            token = slot.forced_tokens.pop(0)
+            slot.sampler.accept(token)
+        else:
+            token = slot.sampler.sample(self.runtime.ctx, index)
+        if request.logprobs is not None:
+            logprob, top = token_logprobs(raw, token, request.logprobs)
+        self._accept_token(slot, token, logprob, top)
+
+    def _accept_token(
+        self, slot: Slot, token: int, logprob: float | None = None, top: list[tuple[int, float]] | None = None
+    ) -> None:
         request = slot.request
         now = time.monotonic()
         if slot.n_generated == 0:
@@ -243,10 +267,15 @@ class Engine:
             self._finish(slot, FinishReason.STOP, eos=True)
             return
         text = slot.text_decoder.feed(self.tokenizer.piece(token))
+        if slot.budget is not None and slot.budget.observe(text):
+            slot.budget.done = True
+            slot.forced_tokens = list(request.reasoning_close_tokens)
         text, stop_word = slot.stop_matcher.feed(text)
-        request.emit(TokenEvent(token=token, text=text))
+        request.emit(TokenEvent(token=token, text=text, logprob=logprob, top_logprobs=top))
         if stop_word is not None:
             self._finish(slot, FinishReason.STOP, stop_word=stop_word)
+        elif slot.loop_detector is not None and slot.loop_detector.observe(token):
+            self._finish(slot, FinishReason.STOP)
         elif 0 <= request.max_tokens <= slot.n_generated:
             self._finish(slot, FinishReason.LENGTH)
         elif slot.n_past + 1 >= self.n_ctx_slot:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
+import numpy as np
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -149,3 +150,9 @@ class LlamaRuntime:
         if self.model:
             llama_cpp.llama_model_free(self.model)
             self.model = None
+
+
+def logits_row(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int) -> np.ndarray:
+    """A writable numpy view of the logits llama.cpp produced for one batch output."""
+    pointer = llama_cpp.llama_get_logits_ith(ctx, batch_index)
+    return np.ctypeslib.as_array(pointer, shape=(n_vocab,))

@@ -66,6 +66,8 @@ class TokenEvent:
 
     token: int
     text: str
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None  # (token, logprob), most likely first
 
 
 @dataclass
@@ -100,5 +102,11 @@ class GenerationRequest:
     ignore_eos: bool = False
     priority: Priority = Priority.NORMAL
     cache_prompt: bool = True
+    logprobs: int | None = None  # None: off; k: the chosen token's logprob and the k most likely
+    loop_detection: tuple[int, int, int] | None = None  # (max_pattern, min_pattern, min_count)
+    # thinking budget: after this many reasoning tokens the close marker is forced
+    reasoning_budget: int | None = None
+    reasoning_close_tokens: list[int] = field(default_factory=list)
+    reasoning_open_at_start: bool = False
     id: int = field(default_factory=lambda: next(_request_ids))
     created: float = field(default_factory=time.monotonic)

@@ -1,11 +1,14 @@
 """Sampling parameters and the per-slot llama.cpp sampler chain built from them.
 
-The chain follows llama-server's order: logit bias, penalties, top-k, typical-p,
-top-p, min-p, temperature, then a seeded draw. Temperature <= 0 is greedy.
+The chain follows llama-server's order: logit bias, penalties, DRY, top-n-sigma,
+top-k, typical-p, top-p, min-p, XTC, temperature, then a seeded draw. Temperature
+<= 0 is greedy (penalties, DRY and biases still apply before the argmax). p-less
+is not a llama.cpp sampler: the engine applies it to the logits before the chain.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import secrets
 from dataclasses import dataclass, field
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 import llama_cpp
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's "pick a random seed"
+DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
 
 
 @dataclass
@@ -22,10 +26,19 @@ class SamplingParams:
     top_p: float = 0.95
     min_p: float = 0.05
     typical_p: float = 1.0
+    top_n_sigma: float = -1.0  # <= 0: off
+    p_less: bool = False
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 0  # 0: the whole context (the spec's convention)
+    dry_sequence_breakers: tuple[str, ...] = DEFAULT_DRY_BREAKERS
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
     seed: int = DEFAULT_SEED
     logit_bias: dict[int, float] = field(default_factory=dict)
     min_keep: int = 0
@@ -47,15 +60,22 @@ class SamplerChain:
     def __init__(
         self,
         params: SamplingParams,
+        vocab: llama_cpp.llama_vocab_p,
         n_vocab: int,
         context_size: int,
         banned_tokens: frozenset[int] = frozenset(),
     ) -> None:
         self.seed = params.resolved_seed()
+        self._vocab = vocab
         self._context_size = context_size
         self._ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         for sampler in self._samplers(params, n_vocab, banned_tokens):
             llama_cpp.llama_sampler_chain_add(self._ptr, sampler)
+
+    def _window(self, last_n: int, zero_means_all: bool) -> int:
+        if last_n < 0 or (zero_means_all and last_n == 0):
+            return self._context_size
+        return last_n
 
     def _samplers(self, p: SamplingParams, n_vocab: int, banned: frozenset[int]):
         biases = {t: b for t, b in p.logit_bias.items() if 0 <= t < n_vocab}
@@ -69,26 +89,49 @@ class SamplerChain:
         if p.repeat_last_n != 0 and (
             p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
         ):
-            last_n = self._context_size if p.repeat_last_n < 0 else p.repeat_last_n
             yield llama_cpp.llama_sampler_init_penalties(
-                n_vocab, last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+                n_vocab,
+                self._window(p.repeat_last_n, zero_means_all=False),
+                p.repeat_penalty,
+                p.frequency_penalty,
+                p.presence_penalty,
+            )
+        if p.dry_multiplier > 0.0:
+            breakers = [b.encode("utf-8") for b in p.dry_sequence_breakers if b]
+            arr = (ctypes.c_char_p * max(1, len(breakers)))(*breakers)
+            yield llama_cpp.llama_sampler_init_dry(
+                self._vocab,
+                p.dry_multiplier,
+                p.dry_base,
+                p.dry_allowed_length,
+                self._window(p.dry_penalty_last_n, zero_means_all=True),
+                arr,
+                len(breakers),
             )
         if p.greedy:
             yield llama_cpp.llama_sampler_init_greedy()
             return
+        if p.top_n_sigma > 0.0:
+            yield llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma)
         if 0 < p.top_k < n_vocab:
             yield llama_cpp.llama_sampler_init_top_k(p.top_k)
         if p.typical_p < 1.0:
-            yield llama_cpp.llama_sampler_init_typical(p.typical_p, p.min_keep)
+            yield llama_cpp.llama_sampler_init_typical(p.typical_p, max(1, p.min_keep))
         if p.top_p < 1.0:
-            yield llama_cpp.llama_sampler_init_top_p(p.top_p, p.min_keep)
+            yield llama_cpp.llama_sampler_init_top_p(p.top_p, max(1, p.min_keep))
         if p.min_p > 0.0:
-            yield llama_cpp.llama_sampler_init_min_p(p.min_p, p.min_keep)
+            yield llama_cpp.llama_sampler_init_min_p(p.min_p, max(1, p.min_keep))
+        if p.xtc_probability > 0.0:
+            yield llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, max(1, p.min_keep), self.seed)
         yield llama_cpp.llama_sampler_init_temp(p.temperature)
         yield llama_cpp.llama_sampler_init_dist(self.seed)
 
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
         return int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))
+
+    def accept(self, token: int) -> None:
+        """Tell the chain about a token it did not pick (one forced into the output)."""
+        llama_cpp.llama_sampler_accept(self._ptr, token)
 
     def free(self) -> None:
         if self._ptr:
@@ -97,5 +140,3 @@ class SamplerChain:
 
     def __del__(self) -> None:  # a safety net; the engine frees chains explicitly
         self.free()
-
-

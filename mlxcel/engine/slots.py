@@ -12,6 +12,35 @@ from mlxcel.engine.stop_strings import StopStringMatcher
 from mlxcel.engine.text_decoder import IncrementalTextDecoder
 
 
+@dataclass
+class ReasoningBudget:
+    """Counts reasoning tokens; once `limit` is reached the close marker is forced."""
+
+    limit: int
+    open: bool  # inside a reasoning block now
+    spent: int = 0
+    done: bool = False
+    window: str = ""
+
+    def exhausted(self) -> bool:
+        return self.open and not self.done and self.spent >= self.limit
+
+    def observe(self, text: str) -> bool:
+        """Account one generated token's text; True when the close marker must be forced now."""
+        if self.done:
+            return False
+        self.window = (self.window + text)[-16:]
+        if not self.open:
+            if "<think>" in self.window:
+                self.open, self.window = True, ""
+            return self.exhausted()
+        if "</think>" in self.window:
+            self.done = True
+            return False
+        self.spent += 1
+        return self.exhausted()
+
+
 class SlotState(str, enum.Enum):
     IDLE = "idle"
     PREFILL = "queued"  # the spec's name for a slot still consuming its prompt
@@ -29,6 +58,9 @@ class Slot:
     sampler: SamplerChain | None = None
     text_decoder: IncrementalTextDecoder | None = None
     stop_matcher: StopStringMatcher | None = None
+    loop_detector: object | None = None  # engine.loop_detection.LoopDetector when enabled
+    forced_tokens: list[int] = field(default_factory=list)  # emitted next instead of sampling
+    budget: ReasoningBudget | None = None
     n_reused: int = 0  # prompt tokens taken from the slot's previous contents
     n_generated: int = 0
     next_token: int = -1  # sampled, not yet decoded
@@ -45,7 +77,7 @@ class Slot:
         assert self.request is not None
         return len(self.request.prompt_tokens) - self.n_past
 
-    def begin(self, request: GenerationRequest, n_reused: int, sampler: SamplerChain) -> None:
+    def begin(self, request: GenerationRequest, n_reused: int, sampler: SamplerChain, loop_detector=None) -> None:
         self.request = request
         self.sampler = sampler
         self.text_decoder = IncrementalTextDecoder()
@@ -56,6 +88,13 @@ class Slot:
         self.batch_index = -1
         self.admitted_at = time.monotonic()
         self.first_token_at = 0.0
+        self.loop_detector = loop_detector
+        self.forced_tokens = []
+        self.budget = None
+        if request.reasoning_budget is not None:
+            self.budget = ReasoningBudget(request.reasoning_budget, request.reasoning_open_at_start)
+            if self.budget.exhausted():
+                self.forced_tokens = list(request.reasoning_close_tokens)
         self.state = SlotState.PREFILL
 
     def release(self) -> None:
@@ -65,6 +104,9 @@ class Slot:
         self.sampler = None
         self.text_decoder = None
         self.stop_matcher = None
+        self.loop_detector = None
+        self.forced_tokens = []
+        self.budget = None
         self.batch_index = -1
         self.state = SlotState.IDLE
         self.last_used = time.monotonic()

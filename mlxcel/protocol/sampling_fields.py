@@ -11,8 +11,8 @@ MAX_STOP_LENGTH = 1024
 class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    temperature: float | None = Field(default=None, ge=0.0)
-    top_k: int | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=100.0)
+    top_k: int | None = Field(default=None, ge=-1)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     typical_p: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -22,6 +22,19 @@ class SamplingFields(BaseModel):
     repetition_context_size: int | None = Field(default=None, ge=-1)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    top_n_sigma: float | None = None
+    p_less: bool | None = None
+    dry_multiplier: float | None = Field(default=None, ge=0.0)
+    dry_base: float | None = Field(default=None, ge=1.0)
+    dry_allowed_length: int | None = Field(default=None, ge=0)
+    dry_penalty_last_n: int | None = Field(default=None, ge=-1)
+    dry_sequence_breakers: list[int | str] | None = Field(default=None, max_length=64)
+    xtc_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    xtc_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    logit_bias: dict[str, float | bool] | list[list[int | float | bool]] | None = None
+    max_pattern_size: int | None = Field(default=None, ge=0, le=512)
+    min_pattern_size: int | None = Field(default=None, ge=0, le=512)
+    min_count: int | None = Field(default=None, ge=0, le=4096)
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool = False
@@ -36,6 +49,13 @@ class SamplingFields(BaseModel):
         if any(len(s) > MAX_STOP_LENGTH for s in stops):
             raise ValueError(f"a stop string may be at most {MAX_STOP_LENGTH} characters")
         return [s for s in stops if s]
+
+    @field_validator("min_count")
+    @classmethod
+    def _check_min_count(cls, value: int | None) -> int | None:
+        if value is not None and value == 1:
+            raise ValueError("min_count must be >= 2 (0 disables loop detection)")
+        return value
 
     def extra_cache_prompt(self) -> bool | None:
         """`cache_prompt` as the OpenAI SDK may nest it: {"extra_body": {"cache_prompt": ...}}."""

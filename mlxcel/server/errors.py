@@ -10,6 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mlxcel.chat.errors import ChatInputError
+
 log = logging.getLogger("mlxcel.server")
 
 
@@ -58,6 +60,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
         return exc.response()
+
+    @app.exception_handler(ChatInputError)
+    async def _chat_input_error(_request: Request, exc: ChatInputError) -> JSONResponse:
+        return invalid_request(exc.message, code=exc.code).response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -20,6 +20,7 @@ class Completion:
 
     parts: list[str] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    events: list[TokenEvent] = field(default_factory=list)
     finish: FinishEvent | None = None
 
     @property
@@ -84,6 +85,7 @@ class GenerationGroup:
                 result.parts.append(event.text)
                 if isinstance(event, TokenEvent):
                     result.tokens.append(event.token)
+                    result.events.append(event)
                 else:
                     result.finish = event
         finally:

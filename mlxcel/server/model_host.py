@@ -42,7 +42,9 @@ class ModelHost:
         self.runtime: LlamaRuntime | None = None
         self.tokenizer: Tokenizer | None = None
         self.engine: Engine | None = None
-        self.chat_template: str | None = None
+        self.chat_template: str | None = None  # the template source in force
+        self.template = None  # mlxcel.chat.template.ChatTemplate
+        self.tool_parser_cls = None  # the tool-call format of the template, if any
         self.created = int(time.time())
         self.error: str | None = None
 
@@ -73,6 +75,7 @@ class ModelHost:
                 )
             )
             tokenizer = Tokenizer(runtime.vocab)
+            self._load_chat_support(runtime, tokenizer)
             if cfg.warmup:
                 runtime.warm_up(tokenizer.bos if tokenizer.bos >= 0 else 0)
             engine = Engine(
@@ -88,7 +91,6 @@ class ModelHost:
             on_failure(self.error)
             return
         self.runtime, self.tokenizer, self.engine = runtime, tokenizer, engine
-        self.chat_template = runtime.chat_template()
         self.state = HostState.READY
         log.info(
             "model %s loaded in %.1fs: %s, context %d (%d per slot x %d slots)",
@@ -99,6 +101,28 @@ class ModelHost:
             runtime.n_ctx_seq,
             cfg.parallel,
         )
+
+    def _load_chat_support(self, runtime: LlamaRuntime, tokenizer: Tokenizer) -> None:
+        from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template
+        from mlxcel.chat.tool_parsers import TOOL_PARSERS, detect_parser
+
+        def token_text(token: int) -> str:
+            return tokenizer.special_piece(token).decode("utf-8", "replace") if token >= 0 else ""
+
+        bos, eos = token_text(tokenizer.bos), token_text(tokenizer.eos)
+        setting = self.config.chat_template
+        if setting and Path(setting).is_file():
+            self.template = load_chat_template(runtime.chat_template(), setting, bos, eos)
+        elif setting:
+            source = CHATML_TEMPLATE if setting.strip().lower() == "chatml" else setting
+            self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+        else:
+            self.template = load_chat_template(runtime.chat_template(), None, bos, eos)
+        self.chat_template = self.template.source
+        if self.config.tool_call_parser:
+            self.tool_parser_cls = TOOL_PARSERS[self.config.tool_call_parser]
+        else:
+            self.tool_parser_cls = detect_parser(self.chat_template)
 
     @property
     def ready(self) -> bool:
@@ -115,8 +139,8 @@ class ModelHost:
 
     @property
     def tool_call_parser(self) -> str | None:
-        template = self.chat_template or ""
-        return "mlxcel" if ("tools" in template or "tool_call" in template) else None
+        """The spec's /health field: "mlxcel" when the template supports tool calls."""
+        return "mlxcel" if self.tool_parser_cls is not None else None
 
     def shutdown(self) -> None:
         if self.engine is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from fastapi import Request
 
@@ -16,9 +17,17 @@ from mlxcel.server.errors import invalid_request
 MAX_PROMPTS = 64
 
 
-def resolve_sampling(fields: SamplingFields, defaults: SamplingParams) -> SamplingParams:
+def resolve_sampling(fields: SamplingFields, defaults: SamplingParams, tokenizer: Tokenizer) -> SamplingParams:
     """Request values over the server's defaults (llama-server and OpenAI names)."""
     chosen = {
+        "top_n_sigma": fields.top_n_sigma,
+        "p_less": fields.p_less,
+        "dry_multiplier": fields.dry_multiplier,
+        "dry_base": fields.dry_base,
+        "dry_allowed_length": fields.dry_allowed_length,
+        "dry_penalty_last_n": fields.dry_penalty_last_n,
+        "xtc_probability": fields.xtc_probability,
+        "xtc_threshold": fields.xtc_threshold,
         "temperature": fields.temperature,
         "top_k": fields.top_k,
         "top_p": fields.top_p,
@@ -30,7 +39,42 @@ def resolve_sampling(fields: SamplingFields, defaults: SamplingParams) -> Sampli
         "presence_penalty": fields.presence_penalty,
         "seed": fields.seed,
     }
+    if fields.dry_sequence_breakers is not None:
+        chosen["dry_sequence_breakers"] = tuple(_breaker_text(b, tokenizer) for b in fields.dry_sequence_breakers)
+    if fields.logit_bias is not None:
+        chosen["logit_bias"] = parse_logit_bias(fields.logit_bias, tokenizer.n_vocab)
     return dataclasses.replace(defaults, **{k: v for k, v in chosen.items() if v is not None})
+
+
+def _breaker_text(breaker: int | str, tokenizer: Tokenizer) -> str:
+    if isinstance(breaker, str):
+        return breaker
+    if not 0 <= breaker < tokenizer.n_vocab:
+        raise invalid_request(f"dry_sequence_breakers: token id {breaker} is out of vocabulary range")
+    return tokenizer.special_piece(breaker).decode("utf-8", errors="replace")
+
+
+def parse_logit_bias(raw, n_vocab: int) -> dict[int, float]:
+    """OpenAI's {"token_id": bias} (or llama-server's [[id, bias], ...]); a bias of
+    -100 or `false` bans the token, as in llama-server."""
+    pairs = raw.items() if isinstance(raw, dict) else [tuple(p) for p in raw]
+    biases: dict[int, float] = {}
+    for key, value in pairs:
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise invalid_request(f"logit_bias: key {key!r} is not a token id") from None
+        if not 0 <= token < n_vocab:
+            raise invalid_request(f"logit_bias: token id {token} is out of vocabulary range (vocab_size {n_vocab})")
+        if value is False or (not isinstance(value, bool) and value <= -100):
+            biases[token] = -math.inf
+        elif value is True:
+            continue
+        elif not -100 <= value <= 100:
+            raise invalid_request(f"logit_bias: bias {value} for token {token} is outside [-100, 100]")
+        else:
+            biases[token] = float(value)
+    return biases
 
 
 def tokenize_prompts(tokenizer: Tokenizer, prompt) -> list[list[int]]:
@@ -69,6 +113,17 @@ def _tokenize_one(tokenizer: Tokenizer, prompt) -> list[int]:
     return tokens
 
 
+def check_text_response_format(response_format: dict | None) -> None:
+    if response_format is None:
+        return
+    kind = response_format.get("type")
+    if kind == "text":
+        return
+    if kind in ("json_schema", "json_object"):
+        raise invalid_request(f"response_format type {kind!r} is not supported by this server yet")
+    raise invalid_request(f"response_format: unknown type {kind!r}")
+
+
 def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
     if len(tokens) >= n_ctx_slot:
         raise invalid_request(
@@ -82,13 +137,14 @@ def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
 
 def build_requests(
     config: ServerConfig,
+    tokenizer: Tokenizer,
     n_ctx_slot: int,
     http_request: Request,
     fields: SamplingFields,
     prompts: list[list[int]],
     max_tokens: int | None,
 ) -> list[GenerationRequest]:
-    sampling = resolve_sampling(fields, config.sampling)
+    sampling = resolve_sampling(fields, config.sampling, tokenizer)
     cache_prompt = fields.extra_cache_prompt()
     priority = Priority.from_header(http_request.headers.get("x-priority"))
     requests = []

@@ -11,10 +11,10 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason
 from mlxcel.protocol.openai_completions import CompletionRequest, completion_body, completion_choice, usage_body
-from mlxcel.server.errors import invalid_request, server_error
+from mlxcel.server.errors import server_error
 from mlxcel.server.generation import GenerationGroup
 from mlxcel.server.json_body import read_json_object, validate
-from mlxcel.server.request_builder import build_requests, tokenize_prompts
+from mlxcel.server.request_builder import build_requests, check_text_response_format, tokenize_prompts
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -22,17 +22,6 @@ router = APIRouter()
 
 def finish_reason(event: FinishEvent) -> str:
     return {FinishReason.LENGTH: "length", FinishReason.ERROR: "error"}.get(event.reason, "stop")
-
-
-def check_text_response_format(response_format: dict | None) -> None:
-    if response_format is None:
-        return
-    kind = response_format.get("type")
-    if kind == "text":
-        return
-    if kind in ("json_schema", "json_object"):
-        raise invalid_request(f"response_format type {kind!r} is not supported by this server yet")
-    raise invalid_request(f"response_format: unknown type {kind!r}")
 
 
 @router.post("/v1/completions")
@@ -44,7 +33,7 @@ async def create_completion(request: Request):
     check_text_response_format(body.response_format)
     prompts = tokenize_prompts(tokenizer, body.prompt)
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
-    requests = build_requests(host.config, host.slot_context, request, body, prompts, max_tokens)
+    requests = build_requests(host.config, tokenizer, host.slot_context, request, body, prompts, max_tokens)
     group = GenerationGroup(engine, requests)
     group.submit()
     completion_id = f"cmpl-{uuid.uuid4().hex}"

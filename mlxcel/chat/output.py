@@ -1,0 +1,105 @@
+"""The chat output pipeline: reasoning split first, then tool-call parsing, streamed;
+and the authoritative end-of-generation parse that streamed calls are reconciled with."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta, new_call_id
+from mlxcel.chat.reasoning import ReasoningSplitter, split_reasoning
+from mlxcel.chat.tool_parsers.base import ToolCallParser
+
+log = logging.getLogger("mlxcel.chat")
+
+
+@dataclass
+class _StreamedCall:
+    id: str
+    name: str
+    arguments: str = ""
+
+
+@dataclass
+class FinalChat:
+    content: str
+    reasoning: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+class ChatOutputParser:
+    def __init__(
+        self,
+        *,
+        parse_reasoning: bool,
+        start_in_reasoning: bool,
+        tool_parser_cls: type[ToolCallParser] | None,
+        tools: list[dict],
+        request_id: str = "",
+    ) -> None:
+        self._reasoning = parse_reasoning
+        self._start_in_reasoning = start_in_reasoning
+        self._splitter = ReasoningSplitter(start_in_reasoning) if parse_reasoning else None
+        self._tool_parser_cls = tool_parser_cls if tools else None
+        self._tools = tools
+        self._tool_parser = self._tool_parser_cls(tools) if self._tool_parser_cls else None
+        self._streamed: dict[int, _StreamedCall] = {}
+        self._text: list[str] = []
+        self._request_id = request_id
+
+    def feed(self, text: str) -> ParsedDelta:
+        self._text.append(text)
+        return self._route(self._splitter.feed(text) if self._splitter else ParsedDelta(content=text))
+
+    def finish(self) -> ParsedDelta:
+        out = ParsedDelta()
+        if self._splitter:
+            out.extend(self._route(self._splitter.finish()))
+        if self._tool_parser:
+            out.extend(self._track(self._tool_parser.finish()))
+        return out
+
+    def _route(self, delta: ParsedDelta) -> ParsedDelta:
+        if self._tool_parser is None or not delta.content:
+            return delta
+        parsed = self._track(self._tool_parser.feed(delta.content))
+        return ParsedDelta(content=parsed.content, reasoning=delta.reasoning, tool_calls=parsed.tool_calls)
+
+    def _track(self, delta: ParsedDelta) -> ParsedDelta:
+        for call in delta.tool_calls:
+            if call.index not in self._streamed:
+                self._streamed[call.index] = _StreamedCall(call.id or new_call_id(), call.name or "")
+                call.id = self._streamed[call.index].id
+            else:
+                self._streamed[call.index].arguments += call.arguments
+        return delta
+
+    def final(self) -> tuple[FinalChat, list[ToolCallDelta]]:
+        """The authoritative parse of everything generated, and the tool-call deltas
+        still owed to a stream so its calls end up equal to that parse."""
+        text = "".join(self._text)
+        if self._reasoning:
+            reasoning, content = split_reasoning(text, self._start_in_reasoning)
+        else:
+            reasoning, content = "", text
+        calls: list[ToolCall] = []
+        if self._tool_parser_cls is not None:
+            parsed = self._tool_parser_cls(self._tools).parse(content)
+            content, calls = parsed.content, parsed.tool_calls
+        owed: list[ToolCallDelta] = []
+        for index, call in enumerate(calls):
+            streamed = self._streamed.get(index)
+            if streamed is None:
+                call.id = call.id or new_call_id()
+                owed.append(ToolCallDelta(index, id=call.id, name=call.name, arguments=""))
+                owed.append(ToolCallDelta(index, arguments=call.arguments))
+                continue
+            call.id = streamed.id
+            if streamed.name != call.name or not call.arguments.startswith(streamed.arguments):
+                log.warning(
+                    "request %s: streamed tool call %d (%s %r) disagrees with the final parse (%s %r)",
+                    self._request_id, index, streamed.name, streamed.arguments, call.name, call.arguments,
+                )
+            elif len(call.arguments) > len(streamed.arguments):
+                owed.append(ToolCallDelta(index, arguments=call.arguments[len(streamed.arguments):]))
+        return FinalChat(content=content, reasoning=reasoning, tool_calls=calls), owed

@@ -1,0 +1,51 @@
+"""From a chat request to prompt tokens: messages normalised, prior reasoning
+stripped, tools planned, the template rendered, the text tokenized."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mlxcel.chat.messages import add_instruction, normalise_messages
+from mlxcel.chat.reasoning import strip_prior_reasoning
+from mlxcel.chat.template import ChatTemplate
+from mlxcel.chat.tool_choice import ToolPlan, plan_tools
+from mlxcel.engine.tokenizer import Tokenizer
+
+THINK_OPEN = "<think>"
+
+
+@dataclass
+class PreparedChat:
+    prompt: str
+    tokens: list[int]
+    plan: ToolPlan
+    parse_reasoning: bool  # the output may carry a reasoning block
+    start_in_reasoning: bool  # the generation prompt already opened it
+
+
+def prepare_chat(
+    template: ChatTemplate,
+    tokenizer: Tokenizer,
+    messages: list[dict],
+    tools: list[dict] | None,
+    tool_choice: Any,
+    template_kwargs: dict[str, Any],
+) -> PreparedChat:
+    messages = normalise_messages(messages)
+    messages = strip_prior_reasoning(messages, preserve=bool(template_kwargs.get("preserve_thinking", False)))
+    plan = plan_tools(tools, tool_choice)
+    if plan.instruction:
+        messages = add_instruction(messages, plan.instruction)
+    prompt = template.render(messages, tools=plan.tools or None, add_generation_prompt=True, **template_kwargs)
+    bos_text = tokenizer.special_piece(tokenizer.bos).decode("utf-8", "replace") if tokenizer.bos >= 0 else ""
+    add_special = not (bos_text and prompt.startswith(bos_text))
+    tokens = tokenizer.encode(prompt, add_special=add_special, parse_special=True)
+    start_in_reasoning = prompt.rstrip().endswith(THINK_OPEN)
+    return PreparedChat(
+        prompt=prompt,
+        tokens=tokens,
+        plan=plan,
+        parse_reasoning=template.supports_thinking or start_in_reasoning,
+        start_in_reasoning=start_in_reasoning,
+    )

@@ -1,0 +1,118 @@
+"""Wire models of OpenAI chat completions (/v1/chat/completions)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlxcel.protocol.openai_completions import StreamOptions
+from mlxcel.protocol.sampling_fields import SamplingFields
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    arguments: str | dict[str, Any] = ""
+
+
+class AssistantToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[AssistantToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str = "function"
+    function: FunctionDefinition
+
+
+class ChatCompletionRequest(SamplingFields):
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=-1)
+    max_completion_tokens: int | None = Field(default=None, ge=-1)
+    n_predict: int | None = Field(default=None, ge=-1)
+    n: int = Field(default=1, ge=1, le=128)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[ToolDefinition] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    reasoning: dict[str, Any] | None = None
+    enable_thinking: bool | None = None
+    thinking_budget: int | None = Field(default=None, ge=-1)
+    thinking_budget_tokens: int | None = Field(default=None, ge=-1)
+    timings_per_token: bool = False
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def chat_message(content: str | None, reasoning: str | None, tool_calls: list[dict] | None) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return message
+
+
+def chat_body(id: str, created: int, model: str, choice: dict, usage: dict | None) -> dict:
+    return {
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+def chunk_body(id: str, created: int, model: str, choices: list[dict], usage: dict | None = None) -> dict:
+    body = {
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": choices,
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def logprob_entry(token_text: str, token_bytes: list[int], logprob: float, top: list[dict]) -> dict:
+    return {"token": token_text, "logprob": logprob, "bytes": token_bytes, "top_logprobs": top}

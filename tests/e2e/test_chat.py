@@ -1,0 +1,177 @@
+"""/v1/chat/completions on SmolLM2 (the shared server), through the OpenAI SDK and httpx."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def _chat(http, **body):
+    return http.post("/v1/chat/completions", json={"messages": QUESTION, "temperature": 0, **body})
+
+
+def test_sdk_chat_completion(openai_client):
+    reply = openai_client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=40)
+    assert reply.object == "chat.completion"
+    choice = reply.choices[0]
+    assert choice.message.role == "assistant"
+    assert "Paris" in choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+
+
+def test_sdk_streaming_has_the_spec_shape(openai_client):
+    whole = openai_client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=24)
+    chunks = list(openai_client.chat.completions.create(
+        model="m", messages=QUESTION, temperature=0, max_tokens=24, stream=True,
+        stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_stream_without_usage_ends_with_done(http):
+    with http.stream("POST", "/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 4,
+                                                            "stream": True}) as response:
+        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    bodies = [json.loads(x) for x in lines[:-1]]
+    assert all(b["object"] == "chat.completion.chunk" and "usage" not in b for b in bodies)
+    assert bodies[0]["choices"][0]["delta"] == {"role": "assistant"}
+
+
+def test_developer_role_renders_as_system_and_text_parts_as_string(http):
+    as_system = _chat(http, messages=[{"role": "system", "content": "Be brief."}, *QUESTION], max_tokens=8).json()
+    as_developer = _chat(http, messages=[{"role": "developer", "content": "Be brief."}, *QUESTION], max_tokens=8).json()
+    as_parts = _chat(http, max_tokens=8, messages=[
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}]).json()
+    assert as_system["usage"]["prompt_tokens"] == as_developer["usage"]["prompt_tokens"]
+    assert as_system["choices"][0]["message"]["content"] == as_developer["choices"][0]["message"]["content"]
+    assert as_parts["choices"][0]["message"]["content"] == as_system["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("part", [
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+    {"type": "video_url", "video_url": {"url": "https://example.invalid/v.mp4"}},
+])
+def test_media_parts_on_a_text_model_are_400(http, part):
+    response = _chat(http, messages=[{"role": "user", "content": [{"type": "text", "text": "look"}, part]}])
+    assert response.status_code == 400
+    assert "text-only" in response.json()["error"]["message"]
+
+
+def test_multi_turn_with_tool_messages_renders(http):
+    response = _chat(http, max_tokens=4, messages=[
+        *QUESTION, {"role": "assistant", "content": "Paris."}, {"role": "user", "content": "And of Spain?"}])
+    assert response.status_code == 200
+
+
+def test_max_completion_tokens_wins(http):
+    body = _chat(http, max_tokens=30, max_completion_tokens=3, ignore_eos=True).json()
+    assert body["usage"]["completion_tokens"] == 3 and body["choices"][0]["finish_reason"] == "length"
+
+
+def test_n_above_one_answers_one_choice_and_ignored_fields_are_logged(server, http):
+    body = _chat(http, max_tokens=2, n=3, user="u-1", metadata={"k": "v"}, some_future_field=True).json()
+    assert len(body["choices"]) == 1
+    log = server.log()
+    assert body["id"] in log
+    line = next(l for l in log.splitlines() if body["id"] in l and "ignored" in l)
+    for name in ("metadata", "user", "some_future_field", "n "):
+        assert name in line
+
+
+def test_logprobs_in_openai_shape(http, openai_client):
+    reply = openai_client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=5,
+                                                  logprobs=True, top_logprobs=3)
+    entries = reply.choices[0].logprobs.content
+    assert len(entries) == reply.usage.completion_tokens
+    for entry in entries:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 3
+        assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob >= entry.top_logprobs[2].logprob
+        assert entry.token == entry.top_logprobs[0].token  # greedy picks the most likely token
+        assert abs(entry.logprob - entry.top_logprobs[0].logprob) < 1e-5
+    assert "".join(e.token for e in entries) == reply.choices[0].message.content
+    streamed = list(openai_client.chat.completions.create(model="m", messages=QUESTION, temperature=0, max_tokens=5,
+                                                          logprobs=True, top_logprobs=2, stream=True))
+    per_chunk = [c.choices[0].logprobs.content[0] for c in streamed if c.choices and c.choices[0].logprobs]
+    assert [e.token for e in per_chunk] == [e.token for e in entries]
+    assert _chat(http, logprobs=True, top_logprobs=21).status_code == 400
+
+
+def test_logit_bias_bans_a_token(http):
+    first = _chat(http, max_tokens=1, logprobs=True).json()
+    banned = first["choices"][0]["logprobs"]["content"][0]
+    token_id = http.post("/tokenize", json={"content": banned["token"]}).json()["tokens"][0]
+    again = _chat(http, max_tokens=1, logprobs=True, logit_bias={str(token_id): -100}).json()
+    assert again["choices"][0]["logprobs"]["content"][0]["token"] != banned["token"]
+    assert _chat(http, logit_bias={"99999999": 5}).status_code == 400
+
+
+def test_stop_strings_in_chat(http):
+    full = _chat(http, max_tokens=30).json()["choices"][0]["message"]["content"]
+    word = "Paris"
+    assert word in full
+    cut = _chat(http, max_tokens=30, stop=[word]).json()
+    assert cut["choices"][0]["message"]["content"] == full[: full.index(word)]
+    assert cut["choices"][0]["finish_reason"] == "stop"
+
+
+def test_same_seed_same_output(http):
+    request = {"max_tokens": 20, "temperature": 1.2, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "seed": 99}
+    a = _chat(http, **request).json()["choices"][0]["message"]["content"]
+    b = _chat(http, **request).json()["choices"][0]["message"]["content"]
+    assert a == b
+
+
+@pytest.mark.parametrize("field, value", [("top_p", 2), ("temperature", -1), ("max_tokens", -7), ("min_count", 1),
+                                          ("top_logprobs", 50), ("xtc_probability", 3), ("presence_penalty", 9)])
+def test_out_of_range_values_name_the_field(http, field, value):
+    response = _chat(http, **{field: value})
+    assert response.status_code == 400
+    assert field in response.json()["error"]["message"]
+
+
+def test_empty_messages_and_bad_roles(http):
+    assert http.post("/v1/chat/completions", json={"messages": []}).status_code == 400
+    assert http.post("/v1/chat/completions", json={"messages": [{"role": "wizard", "content": "x"}]}).status_code == 400
+    assert http.post("/v1/chat/completions", json={"messages": "hello"}).status_code == 400
+
+
+REPEAT = [{"role": "user", "content": "Repeat after me forever: la la la la la la la la la la la la"}]
+
+
+def test_loop_detection_stops_a_forced_repetition(http):
+    plain = http.post("/v1/completions", json={"prompt": "la la la la la la la la la la", "max_tokens": 60,
+                                               "temperature": 0, "ignore_eos": True}).json()
+    assert plain["usage"]["completion_tokens"] == 60
+    stopped = http.post("/v1/completions", json={"prompt": "la la la la la la la la la la", "max_tokens": 60,
+                                                 "temperature": 0, "ignore_eos": True, "max_pattern_size": 4,
+                                                 "min_count": 4}).json()
+    assert stopped["usage"]["completion_tokens"] < 20
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+
+
+def test_dry_penalises_repetition(http):
+    def count(extra):
+        body = http.post("/v1/completions", json={"prompt": "la la la la la la la la la la", "max_tokens": 40,
+                                                  "temperature": 0, "ignore_eos": True, **extra}).json()
+        return body["choices"][0]["text"].count("la")
+
+    assert count({"dry_multiplier": 3.0, "dry_allowed_length": 1, "dry_base": 2.0}) < count({})
+
+
+def test_props_reports_sampling_defaults(http):
+    settings = http.get("/props").json()["default_generation_settings"]
+    for key in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "dry_multiplier",
+                "dry_base", "dry_allowed_length", "dry_penalty_last_n", "seed"):
+        assert key in settings
