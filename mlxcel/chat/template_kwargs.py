@@ -1,0 +1,73 @@
+"""Chat-template kwargs: the server-wide defaults and the per-request shapes.
+
+A request names them in one of three shapes, first match winning:
+
+1. ``chat_template_kwargs`` at the top level (llama.cpp);
+2. ``extra_body.chat_template_kwargs`` (vLLM / OpenAI SDK users who send ``extra_body``
+   literally);
+3. ``preserve_thinking`` alone (DashScope), nested in ``extra_body`` or, as the OpenAI
+   SDK flattens ``extra_body``, at the top level.
+
+The winner is merged over the server defaults: request keys win, other defaults stay,
+unknown keys pass through to the template untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PRESERVE_THINKING = "preserve_thinking"
+
+
+def resolve_template_kwargs(body: dict[str, Any], server_defaults: dict[str, Any]) -> dict[str, Any]:
+    """The kwargs to render this request's template with. ValueError on a malformed shape."""
+    return {**server_defaults, **_request_kwargs(body)}
+
+
+def _request_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    top = body.get("chat_template_kwargs")
+    if top is not None:
+        return _object(top, "chat_template_kwargs")
+    extra = body.get("extra_body")
+    if not isinstance(extra, dict):
+        extra = {}
+    nested = extra.get("chat_template_kwargs")
+    if nested is not None:
+        return _object(nested, "extra_body.chat_template_kwargs")
+    for where, holder in (("extra_body.", extra), ("", body)):
+        value = holder.get(PRESERVE_THINKING)
+        if value is not None:
+            if not isinstance(value, bool):
+                raise ValueError(f"{where}{PRESERVE_THINKING} must be a boolean")
+            return {PRESERVE_THINKING: value}
+    return {}
+
+
+def _object(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object")
+    return dict(value)
+
+
+def parse_kwargs_json(text: str) -> dict[str, Any]:
+    """``--chat-template-kwargs`` / ``LLAMA_ARG_CHAT_TEMPLATE_KWARGS``: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--chat-template-kwargs is not valid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--chat-template-kwargs must be a JSON object, not {_json_kind(value)}")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
