@@ -26,3 +26,20 @@ def openai_client(server):
     from openai import OpenAI
 
     return OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def qwen():
+    """Qwen2.5-Coder-0.5B: the model with a tool-calling template and FIM tokens."""
+    proc = ServerProcess("-c", "8192", "-np", "2", model="qwen2.5-coder-0.5b-instruct")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def qwen_client(qwen):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{qwen.base_url}/v1", api_key="unused", max_retries=0, timeout=300)

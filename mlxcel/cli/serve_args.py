@@ -218,8 +218,19 @@ def _tool_call_parser(name: str | None) -> str | None:
     return name
 
 
+def _check_loop_env() -> None:
+    from mlxcel.engine.loop_detection import LOOP_ENV_VAR, parse_loop_env
+
+    if os.environ.get(LOOP_ENV_VAR, "").strip():
+        try:
+            parse_loop_env(os.environ[LOOP_ENV_VAR])
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     _check_model(args.model)
+    _check_loop_env()
     if args.ubatch_size > args.batch_size:
         args.ubatch_size = args.batch_size
     threads = args.threads or max(1, os.cpu_count() or 1)

@@ -94,6 +94,7 @@ class Slot:
         if request.reasoning_budget is not None:
             self.budget = ReasoningBudget(request.reasoning_budget, request.reasoning_open_at_start)
             if self.budget.exhausted():
+                self.budget.done = True
                 self.forced_tokens = list(request.reasoning_close_tokens)
         self.state = SlotState.PREFILL
 

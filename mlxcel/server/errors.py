@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.template import TemplateError
 
 log = logging.getLogger("mlxcel.server")
 
@@ -60,6 +61,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
         return exc.response()
+
+    @app.exception_handler(TemplateError)
+    async def _template_error(_request: Request, exc: TemplateError) -> JSONResponse:
+        return invalid_request(str(exc), code="template_error").response()
 
     @app.exception_handler(ChatInputError)
     async def _chat_input_error(_request: Request, exc: ChatInputError) -> JSONResponse:

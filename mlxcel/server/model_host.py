@@ -45,6 +45,7 @@ class ModelHost:
         self.chat_template: str | None = None  # the template source in force
         self.template = None  # mlxcel.chat.template.ChatTemplate
         self.tool_parser_cls = None  # the tool-call format of the template, if any
+        self.model_family: str | None = None  # general.architecture
         self.created = int(time.time())
         self.error: str | None = None
 
@@ -91,6 +92,7 @@ class ModelHost:
             on_failure(self.error)
             return
         self.runtime, self.tokenizer, self.engine = runtime, tokenizer, engine
+        self.model_family = runtime.metadata("general.architecture")
         self.state = HostState.READY
         log.info(
             "model %s loaded in %.1fs: %s, context %d (%d per slot x %d slots)",

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
-from mlxcel.config import ServerConfig
+from mlxcel.engine.loop_detection import LOOP_ENV_VAR, LOOP_FIELDS, resolve_loop_policy
 from mlxcel.engine.request import GenerationRequest, Priority
 from mlxcel.engine.sampling import SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.protocol.sampling_fields import SamplingFields
 from mlxcel.server.errors import invalid_request
+
+if TYPE_CHECKING:
+    from mlxcel.server.model_host import ModelHost
 
 MAX_PROMPTS = 64
 
@@ -135,16 +140,24 @@ def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
         )
 
 
+def resolve_loop_detection(fields: SamplingFields, model_family: str | None) -> tuple[int, int, int] | None:
+    request_fields = {name: getattr(fields, name) for name in LOOP_FIELDS}
+    try:
+        return resolve_loop_policy(request_fields, os.environ.get(LOOP_ENV_VAR), model_family)
+    except ValueError as exc:
+        raise invalid_request(str(exc)) from None
+
+
 def build_requests(
-    config: ServerConfig,
-    tokenizer: Tokenizer,
-    n_ctx_slot: int,
+    host: ModelHost,
     http_request: Request,
     fields: SamplingFields,
     prompts: list[list[int]],
     max_tokens: int | None,
 ) -> list[GenerationRequest]:
+    config, tokenizer, n_ctx_slot = host.config, host.tokenizer, host.slot_context
     sampling = resolve_sampling(fields, config.sampling, tokenizer)
+    loop_detection = resolve_loop_detection(fields, host.model_family)
     cache_prompt = fields.extra_cache_prompt()
     priority = Priority.from_header(http_request.headers.get("x-priority"))
     requests = []
@@ -160,6 +173,7 @@ def build_requests(
                 ignore_eos=fields.ignore_eos,
                 priority=priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,
+                loop_detection=loop_detection,
             )
         )
     return requests

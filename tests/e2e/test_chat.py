@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+QUESTION = [{"role": "user", "content": "What is 2+2?"}]
 
 
 def _chat(http, **body):
@@ -18,7 +18,7 @@ def test_sdk_chat_completion(openai_client):
     assert reply.object == "chat.completion"
     choice = reply.choices[0]
     assert choice.message.role == "assistant"
-    assert "Paris" in choice.message.content
+    assert "4" in choice.message.content
     assert choice.finish_reason in ("stop", "length")
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
 
@@ -51,7 +51,7 @@ def test_developer_role_renders_as_system_and_text_parts_as_string(http):
     as_developer = _chat(http, messages=[{"role": "developer", "content": "Be brief."}, *QUESTION], max_tokens=8).json()
     as_parts = _chat(http, max_tokens=8, messages=[
         {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
-        {"role": "user", "content": [{"type": "text", "text": "What is the capital of France?"}]}]).json()
+        {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}]).json()
     assert as_system["usage"]["prompt_tokens"] == as_developer["usage"]["prompt_tokens"]
     assert as_system["choices"][0]["message"]["content"] == as_developer["choices"][0]["message"]["content"]
     assert as_parts["choices"][0]["message"]["content"] == as_system["choices"][0]["message"]["content"]
@@ -119,7 +119,7 @@ def test_logit_bias_bans_a_token(http):
 
 def test_stop_strings_in_chat(http):
     full = _chat(http, max_tokens=30).json()["choices"][0]["message"]["content"]
-    word = "Paris"
+    word = "problem"
     assert word in full
     cut = _chat(http, max_tokens=30, stop=[word]).json()
     assert cut["choices"][0]["message"]["content"] == full[: full.index(word)]
@@ -147,27 +147,29 @@ def test_empty_messages_and_bad_roles(http):
     assert http.post("/v1/chat/completions", json={"messages": "hello"}).status_code == 400
 
 
-REPEAT = [{"role": "user", "content": "Repeat after me forever: la la la la la la la la la la la la"}]
+# SmolLM2 answers this with "L'Étoile, la Marseillaise, la femme au roi, la femme au roi, ..." forever
+LOOPING = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def test_loop_detection_stops_a_forced_repetition(http):
-    plain = http.post("/v1/completions", json={"prompt": "la la la la la la la la la la", "max_tokens": 60,
-                                               "temperature": 0, "ignore_eos": True}).json()
-    assert plain["usage"]["completion_tokens"] == 60
-    stopped = http.post("/v1/completions", json={"prompt": "la la la la la la la la la la", "max_tokens": 60,
-                                                 "temperature": 0, "ignore_eos": True, "max_pattern_size": 4,
-                                                 "min_count": 4}).json()
-    assert stopped["usage"]["completion_tokens"] < 20
+    plain = _chat(http, messages=LOOPING, max_tokens=80).json()
+    assert plain["usage"]["completion_tokens"] == 80 and plain["choices"][0]["finish_reason"] == "length"
+    stopped = _chat(http, messages=LOOPING, max_tokens=80, max_pattern_size=8, min_count=3).json()
+    assert stopped["usage"]["completion_tokens"] < 40
     assert stopped["choices"][0]["finish_reason"] == "stop"
+    text = stopped["choices"][0]["message"]["content"]
+    assert plain["choices"][0]["message"]["content"].startswith(text)
+    assert text.count("la femme au roi") == 3
+    # an explicit max_pattern_size 0 forces detection off
+    assert _chat(http, messages=LOOPING, max_tokens=80, max_pattern_size=0).json()["usage"]["completion_tokens"] == 80
 
 
 def test_dry_penalises_repetition(http):
     def count(extra):
-        body = http.post("/v1/completions", json={"prompt": "la la la la la la la la la la", "max_tokens": 40,
-                                                  "temperature": 0, "ignore_eos": True, **extra}).json()
-        return body["choices"][0]["text"].count("la")
+        body = _chat(http, messages=LOOPING, max_tokens=80, ignore_eos=True, **extra).json()
+        return body["choices"][0]["message"]["content"].count("la femme au roi")
 
-    assert count({"dry_multiplier": 3.0, "dry_allowed_length": 1, "dry_base": 2.0}) < count({})
+    assert count({"dry_multiplier": 2.0, "dry_allowed_length": 2, "dry_base": 1.75}) < count({})
 
 
 def test_props_reports_sampling_defaults(http):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -67,14 +66,3 @@ def test_negative_k_rejected():
 def test_bytes_of():
     assert bytes_of("é".encode()) == [0xC3, 0xA9]
     assert bytes_of(b"") == []
-
-
-def test_fast_enough_on_a_large_vocabulary():
-    """Measured ~0.18 ms at 152k with k=20 here; the bound is loose."""
-    logits = (np.random.default_rng(3).standard_normal(151_936) * 3).astype(np.float32)
-    times = []
-    for _ in range(30):
-        start = time.perf_counter()
-        token_logprobs(logits, 5, 20)
-        times.append(time.perf_counter() - start)
-    assert sorted(times)[len(times) // 2] < 0.005

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -65,15 +64,3 @@ def test_scratch_buffer_gives_the_same_answer():
     logits = np.random.default_rng(2).standard_normal(2048).astype(np.float32)
     scratch = np.empty_like(logits)
     assert np.array_equal(p_less_keep_mask(logits, 0.8), p_less_keep_mask(logits, 0.8, scratch))
-
-
-def test_fast_enough_on_a_large_vocabulary():
-    """Measured ~0.13 ms at 152k here; the bound is loose for loaded CI machines."""
-    logits = (np.random.default_rng(3).standard_normal(151_936) * 3).astype(np.float32)
-    scratch = np.empty_like(logits)
-    times = []
-    for _ in range(30):
-        start = time.perf_counter()
-        p_less_keep_mask(logits, 0.8, scratch)
-        times.append(time.perf_counter() - start)
-    assert sorted(times)[len(times) // 2] < 0.005

@@ -90,7 +90,7 @@ async def chat_completions(request: Request):
         kwargs,
     )
     max_tokens = next((v for v in (body.max_completion_tokens, body.max_tokens, body.n_predict) if v is not None), None)
-    (generation,) = build_requests(host.config, tokenizer, host.slot_context, request, body, [prepared.tokens], max_tokens)
+    (generation,) = build_requests(host, request, body, [prepared.tokens], max_tokens)
     if body.logprobs:
         generation.logprobs = body.top_logprobs or 0
     budget = body.thinking_budget if body.thinking_budget is not None else body.thinking_budget_tokens

@@ -33,7 +33,7 @@ async def create_completion(request: Request):
     check_text_response_format(body.response_format)
     prompts = tokenize_prompts(tokenizer, body.prompt)
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
-    requests = build_requests(host.config, tokenizer, host.slot_context, request, body, prompts, max_tokens)
+    requests = build_requests(host, request, body, prompts, max_tokens)
     group = GenerationGroup(engine, requests)
     group.submit()
     completion_id = f"cmpl-{uuid.uuid4().hex}"

@@ -63,7 +63,7 @@ async def native_completion(request: Request):
         raise invalid_request("response_format is not supported on /completion; use /v1/chat/completions")
     prompts = tokenize_prompts(tokenizer, body.prompt)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
-    requests = build_requests(host.config, tokenizer, host.slot_context, request, body, prompts, max_tokens)
+    requests = build_requests(host, request, body, prompts, max_tokens)
     group = GenerationGroup(engine, requests)
     group.submit()
     if body.stream:

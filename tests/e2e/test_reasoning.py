@@ -1,0 +1,144 @@
+"""Reasoning on a tiny random-weight model with a real Qwen3 thinking template whose
+generation prompt opens <think> (as Qwen3.5+/R1-style templates do). The weights are
+random: what is tested is the template, the split, the budget and the streaming."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fixtures.think_model import qwen3_template, write_think_model
+from tests.server_process import ServerProcess
+
+HI = [{"role": "user", "content": "Hello there"}]
+# random weights echo the last prompt token greedily ("\n" here): sample, seeded, instead
+SAMPLED = {"temperature": 1.0, "seed": 7, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "ignore_eos": True}
+
+
+REFUSING = "{%- if messages[0].content == 'please refuse' %}{{ raise_exception('refused by the template') }}{%- endif %}\n"
+
+
+@pytest.fixture(scope="module")
+def think(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("think")
+    model = write_think_model(folder / "think.gguf")
+    opening = REFUSING + qwen3_template().replace(
+        "{%- if enable_thinking is defined and enable_thinking is false %}",
+        "{%- if not (enable_thinking is defined and enable_thinking is false) %}\n"
+        "        {{- '<think>\\n' }}\n    {%- else %}",
+    )
+    assert opening != qwen3_template()
+    (folder / "opening.jinja").write_text(opening)
+    proc = ServerProcess("-c", "1024", "-np", "2", "--chat-template", str(folder / "opening.jinja"),
+                         model=str(model))
+    try:
+        proc.folder = folder
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+def test_server_wide_template_kwargs_merge_under_the_request(think):
+    """--chat-template-kwargs (here through its environment variable) sets defaults a
+    request's chat_template_kwargs override key by key."""
+    proc = ServerProcess("-c", "512", "-np", "1", "--chat-template-file", str(think.folder / "opening.jinja"),
+                         model=str(think.folder / "think.gguf"),
+                         env={"LLAMA_ARG_CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false, "unrelated": 1}'})
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            default = _chat(client, max_tokens=4)
+            overridden = _chat(client, max_tokens=4, chat_template_kwargs={"enable_thinking": True})
+    finally:
+        proc.stop()
+    assert "reasoning_content" not in default["choices"][0]["message"]
+    assert overridden["choices"][0]["message"].get("reasoning_content")
+    assert overridden["usage"]["prompt_tokens"] < default["usage"]["prompt_tokens"]
+
+
+def _chat(client, **body):
+    response = client.post("/v1/chat/completions", json={"messages": HI, **SAMPLED, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _stream(client, **body):
+    with client.stream("POST", "/v1/chat/completions", json={
+        "messages": HI, **SAMPLED, "stream": True, **body
+    }) as response:
+        return [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+
+
+def test_reasoning_goes_to_reasoning_content(think):
+    with think.client() as client:
+        body = _chat(client, max_tokens=12)
+        chunks = _stream(client, max_tokens=12)
+    message = body["choices"][0]["message"]
+    assert message["content"] == "" and message["reasoning_content"]
+    assert message["reasoning_only"] is True
+    assert body["choices"][0]["finish_reason"] == "length"
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == message["reasoning_content"]
+    assert not any(d.get("content") for d in deltas)
+    assert deltas[-1] == {"reasoning_only": True}
+
+
+@pytest.mark.parametrize("shape", [
+    {"chat_template_kwargs": {"enable_thinking": False}},
+    {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
+    {"enable_thinking": False},
+    {"reasoning_effort": "none"},
+])
+def test_thinking_can_be_turned_off(think, shape):
+    with think.client() as client:
+        on = _chat(client, max_tokens=6)
+        off = _chat(client, max_tokens=6, **shape)
+    # the closed "<think>\n\n</think>\n\n" block replaces the open one
+    assert off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"]
+    message = off["choices"][0]["message"]
+    assert message["content"] and "reasoning_content" not in message and "reasoning_only" not in message
+
+
+@pytest.mark.parametrize("field", ["thinking_budget", "thinking_budget_tokens"])
+def test_thinking_budget_closes_reasoning(think, field):
+    with think.client() as client:
+        body = _chat(client, max_tokens=16, **{field: 4})
+        chunks = _stream(client, max_tokens=16, **{field: 4})
+        zero = _chat(client, max_tokens=8, **{field: 0})
+    message = body["choices"][0]["message"]
+    assert message["reasoning_content"] and message["content"]
+    assert "<think>" not in message["content"] and "</think>" not in message["content"]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == message["reasoning_content"]
+    assert "".join(d.get("content", "") for d in deltas) == message["content"]
+    assert "reasoning_content" not in zero["choices"][0]["message"]
+    assert zero["choices"][0]["message"]["content"]
+
+
+def test_template_that_raises_is_a_400(think):
+    with think.client() as client:
+        response = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "please refuse"}]})
+        assert response.status_code == 400
+        assert response.json()["error"]["message"] == "refused by the template"
+        assert client.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 1}).status_code == 200
+
+
+def test_preserve_thinking_keeps_prior_reasoning(http):
+    """On SmolLM2 (ChatML): prior <think> blocks are stripped unless preserve_thinking."""
+    history = [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "<think>The user asks about France; its capital is Paris.</think>Paris."},
+        {"role": "user", "content": "And of Spain?"},
+    ]
+
+    def prompt_tokens(**extra):
+        body = {"messages": history, "max_tokens": 1, **extra}
+        return http.post("/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
+
+    stripped = prompt_tokens()
+    for shape in ({"chat_template_kwargs": {"preserve_thinking": True}},
+                  {"extra_body": {"chat_template_kwargs": {"preserve_thinking": True}}},
+                  {"extra_body": {"preserve_thinking": True}}):
+        assert prompt_tokens(**shape) > stripped + 10
+    assert prompt_tokens(chat_template_kwargs={"preserve_thinking": False}) == stripped
