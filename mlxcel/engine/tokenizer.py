@@ -28,6 +28,11 @@ class Tokenizer:
         )
         self._pieces = [self._piece(t, special=False) for t in range(self.n_vocab)]
 
+    @property
+    def vocab(self) -> llama_cpp.llama_vocab_p:
+        """The llama.cpp vocabulary (read-only; lives as long as its model)."""
+        return self._vocab
+
     def _piece(self, token: int, *, special: bool) -> bytes:
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)

@@ -1,0 +1,35 @@
+"""The errors of the structured-output layer. All of them are the caller's fault (an
+HTTP 400), and none of their messages repeat the schema."""
+
+from __future__ import annotations
+
+
+class StructuredOutputError(ValueError):
+    """Base class: the request's response format cannot be honoured."""
+
+
+class ResponseFormatError(StructuredOutputError):
+    """The response_format object itself is malformed (unknown type, no schema)."""
+
+
+class UnsupportedTokenizerError(StructuredOutputError):
+    """The model's vocabulary cannot drive the grammar engine (e.g. WordPiece)."""
+
+
+class SchemaLimitError(StructuredOutputError):
+    """The schema exceeds a size, nesting or $ref limit; checked before compiling."""
+
+
+class SchemaError(StructuredOutputError):
+    """The grammar engine rejected the schema; `reason` says why (truncated)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid JSON schema: {reason}")
+
+
+class GrammarTimeoutError(SchemaError):
+    """Compiling the schema took longer than allowed."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"schema compilation took longer than {timeout_s:g} s")

@@ -1,0 +1,203 @@
+"""From a request's `response_format` to a compiled, per-request `Constraint`.
+
+`ResponseFormat.parse` checks the wire object's shape and the schema limits, and
+`grammar_spec()` turns it into a llguidance grammar (cheap, no compilation).
+`compile_constraint` then builds the matcher on a small worker pool with a time
+bound, so a hostile schema costs a worker, never the engine thread or a handler
+forever; llguidance's own parser limits bound the work inside the worker as well.
+Call it on the HTTP side, before the request reaches the engine, so a bad schema is
+a 400 before generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from llguidance import LLMatcher, LLParserLimits, LLTokenizer
+
+from mlxcel.structured.constraint import Constraint
+from mlxcel.structured.errors import GrammarTimeoutError, ResponseFormatError, SchemaError
+from mlxcel.structured.limits import check_schema
+
+DEFAULT_COMPILE_TIMEOUT_S = 3.0
+MAX_REASON_CHARS = 200
+
+# Between JSON tokens: nothing, one space, or a newline and up to 20 spaces/tabs of
+# indentation. Unbounded whitespace lets small models loop on newlines forever.
+JSON_WHITESPACE = r"(?: |\n[ \t]{0,20})?"
+
+GrammarKind = Literal["json_schema", "json_object"]
+
+
+@dataclass(frozen=True)
+class GrammarLimits:
+    """llguidance's parser limits, tighter than its defaults where memory is concerned.
+    Fuel is llguidance's unit of lexer work (~14-50k per ms)."""
+
+    max_items_in_row: int = 2_000
+    initial_lexer_fuel: int = 1_000_000  # building the lexer, once (~20 ms)
+    step_lexer_fuel: int = 200_000  # one mask computation (~15 ms at worst)
+    step_max_items: int = 50_000  # Earley items per mask computation
+    max_lexer_states: int = 50_000  # ~1-2 kB each
+    max_grammar_size: int = 200_000
+
+    def to_llguidance(self) -> LLParserLimits:
+        return LLParserLimits(
+            max_items_in_row=self.max_items_in_row,
+            initial_lexer_fuel=self.initial_lexer_fuel,
+            step_lexer_fuel=self.step_lexer_fuel,
+            step_max_items=self.step_max_items,
+            max_lexer_states=self.max_lexer_states,
+            max_grammar_size=self.max_grammar_size,
+            verbose_errors=False,  # verbose errors print grammar and state
+        )
+
+
+DEFAULT_LIMITS = GrammarLimits()
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A grammar ready to compile: llguidance's serialized grammar and where it came from."""
+
+    kind: GrammarKind
+    grammar: str
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """`response_format` as Chat Completions sends it. The flattened shape of the
+    Responses API `text.format` and Anthropic `output_config` ({"type": "json_schema",
+    "schema": ...}) is accepted too. `name` and `strict` change nothing."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+    strict: bool | None = None
+
+    @classmethod
+    def parse(cls, value: Mapping[str, Any] | None) -> ResponseFormat:
+        """Validate the wire object (and the schema's limits); raise ResponseFormatError
+        or SchemaLimitError."""
+        if value is None:
+            return cls()
+        if not isinstance(value, Mapping):
+            raise ResponseFormatError("response_format must be an object")
+        kind = value.get("type", "text")
+        if kind in ("text", None):
+            return cls()
+        if kind == "json_object":
+            return cls(type="json_object")
+        if kind != "json_schema":
+            raise ResponseFormatError(
+                "response_format.type must be one of 'text', 'json_object', 'json_schema'"
+            )
+        wrapper = value.get("json_schema", value)
+        if not isinstance(wrapper, Mapping):
+            raise ResponseFormatError("response_format.json_schema must be an object")
+        schema = wrapper.get("schema")
+        if schema is None:
+            raise ResponseFormatError("response_format.json_schema.schema is required")
+        if not isinstance(schema, dict):
+            raise ResponseFormatError("response_format.json_schema.schema must be an object")
+        name, strict = wrapper.get("name"), wrapper.get("strict")
+        if name is not None and not isinstance(name, str):
+            raise ResponseFormatError("response_format.json_schema.name must be a string")
+        if strict is not None and not isinstance(strict, bool):
+            raise ResponseFormatError("response_format.json_schema.strict must be a boolean")
+        check_schema(schema)
+        return cls(type="json_schema", schema=schema, name=name, strict=strict)
+
+    @property
+    def constrained(self) -> bool:
+        return self.type != "text"
+
+    def grammar_spec(self) -> GrammarSpec | None:
+        """The grammar to compile, or None for unconstrained text."""
+        if self.type == "json_object":
+            return GrammarSpec("json_object", json_schema_grammar({"type": "object"}))
+        if self.type == "json_schema":
+            assert self.schema is not None
+            return GrammarSpec("json_schema", json_schema_grammar(self.schema), self.name)
+        return None
+
+
+def json_schema_grammar(schema: dict[str, Any]) -> str:
+    """llguidance's grammar for a JSON schema, with our JSON layout options (they
+    override any `x-guidance` options the schema carries)."""
+    options = {"whitespace_flexible": True, "whitespace_pattern": JSON_WHITESPACE, "lenient": False}
+    try:
+        return LLMatcher.grammar_from_json_schema(schema, overrides=options)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(_reason(str(exc))) from None
+
+
+def compile_constraint(
+    spec: GrammarSpec,
+    lltokenizer: LLTokenizer,
+    timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
+    limits: GrammarLimits = DEFAULT_LIMITS,
+) -> Constraint:
+    """Compile on the worker pool and wait at most `timeout_s`; raise SchemaError with
+    the engine's reason, or GrammarTimeoutError."""
+    future = _pool().submit(_compile, spec, lltokenizer, limits)
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        future.cancel()  # a compile already running finishes within llguidance's limits
+        raise GrammarTimeoutError(timeout_s) from None
+
+
+async def compile_constraint_async(
+    spec: GrammarSpec,
+    lltokenizer: LLTokenizer,
+    timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S,
+    limits: GrammarLimits = DEFAULT_LIMITS,
+) -> Constraint:
+    """`compile_constraint` for an asyncio handler: the event loop never blocks."""
+    future = _pool().submit(_compile, spec, lltokenizer, limits)
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+    except asyncio.TimeoutError:
+        raise GrammarTimeoutError(timeout_s) from None
+
+
+def _compile(spec: GrammarSpec, lltokenizer: LLTokenizer, limits: GrammarLimits) -> Constraint:
+    """Build the matcher (llguidance drops the GIL meanwhile) and compute its first
+    mask, which surfaces unsatisfiable schemas and pays the lexer's first-step cost."""
+    matcher = LLMatcher(lltokenizer, spec.grammar, log_level=0, limits=limits.to_llguidance())
+    if not matcher.is_error():
+        scratch = np.empty((lltokenizer.vocab_size + 31) // 32, dtype=np.int32)
+        matcher.unsafe_compute_mask_ptr(scratch.ctypes.data, scratch.nbytes)
+    if matcher.is_error():
+        raise SchemaError(_reason(matcher.get_error()))
+    return Constraint(matcher, lltokenizer.vocab_size)
+
+
+def _reason(message: str) -> str:
+    """One line, without llguidance's debug marker, short enough not to carry the schema."""
+    text = " ".join(message.replace("<non-verbose/>", " ").split())
+    if len(text) > MAX_REASON_CHARS:
+        text = text[: MAX_REASON_CHARS - 3] + "..."
+    return text or "rejected by the grammar compiler"
+
+
+_pool_lock = threading.Lock()
+_pool_instance: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool_instance
+    with _pool_lock:
+        if _pool_instance is None:
+            _pool_instance = concurrent.futures.ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="mlxcel-grammar"
+            )
+        return _pool_instance
