@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
+from mlxcel.structured.constraint import BatchMasker, apply_mask
 from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
 from mlxcel.engine.p_less import apply_p_less
@@ -67,6 +68,7 @@ class Engine:
         self.waiting = PrefillQueue()
         self.stats = EngineStats()
         self._batch = TokenBatch(runtime.n_batch)
+        self._masker = BatchMasker(tokenizer.n_vocab, len(self.slots))
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._admission = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
@@ -123,6 +125,7 @@ class Engine:
             log.exception("engine thread crashed")
             self._fail_everything("internal engine error")
         finally:
+            self._masker.close()
             while True:
                 try:
                     command = self._inbox.get_nowait()
@@ -219,7 +222,12 @@ class Engine:
             in_batch.append(slot)
             self.stats.prefill_chunks += 1
 
-        rc = self.runtime.decode(batch.seal())
+        constrained = [s for s in in_batch if s.batch_index >= 0 and s.request.constraint is not None]
+        masks = self._masker.fill_async([s.request.constraint for s in constrained]) if constrained else None
+        rc = self.runtime.decode(batch.seal())  # the masks fill meanwhile: both release the GIL
+        if masks is not None:
+            for slot, row in zip(constrained, masks.result()):
+                slot.mask_row = row
         if rc != 0:
             log.error("llama_decode returned %d for a batch of %d tokens", rc, batch.size)
             for slot in in_batch:
@@ -240,10 +248,16 @@ class Engine:
         request = slot.request
         index, slot.batch_index = slot.batch_index, -1
         logprob, top = None, None
-        if request.logprobs is not None or request.sampling.p_less:
+        constraint = request.constraint
+        if constraint is not None and constraint.error:
+            self._finish(slot, FinishReason.ERROR, error=f"structured output: {constraint.error}")
+            return
+        if request.logprobs is not None or request.sampling.p_less or constraint is not None:
             logits = logits_row(self.runtime.ctx, index, self.tokenizer.n_vocab)
             if request.logprobs is not None:
                 raw = logits.copy()
+            if constraint is not None:
+                apply_mask(logits, slot.mask_row)
             if request.sampling.p_less and not request.sampling.greedy:
                 apply_p_less(logits, request.sampling.temperature)
         if slot.forced_tokens:
@@ -253,6 +267,9 @@ class Engine:
             token = slot.sampler.sample(self.runtime.ctx, index)
         if request.logprobs is not None:
             logprob, top = token_logprobs(raw, token, request.logprobs)
+        if constraint is not None and not constraint.accept(token):
+            self._finish(slot, FinishReason.ERROR, error=f"structured output rejected token {token}")
+            return
         self._accept_token(slot, token, logprob, top)
 
     def _accept_token(
@@ -274,6 +291,8 @@ class Engine:
         request.emit(TokenEvent(token=token, text=text, logprob=logprob, top_logprobs=top))
         if stop_word is not None:
             self._finish(slot, FinishReason.STOP, stop_word=stop_word)
+        elif request.constraint is not None and request.constraint.is_finished():
+            self._finish(slot, FinishReason.STOP)
         elif slot.loop_detector is not None and slot.loop_detector.observe(token):
             self._finish(slot, FinishReason.STOP)
         elif 0 <= request.max_tokens <= slot.n_generated:

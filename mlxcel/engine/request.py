@@ -7,6 +7,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from mlxcel.engine.sampling import SamplingParams
 
@@ -108,5 +109,6 @@ class GenerationRequest:
     reasoning_budget: int | None = None
     reasoning_close_tokens: list[int] = field(default_factory=list)
     reasoning_open_at_start: bool = False
+    constraint: Any = None  # mlxcel.structured.Constraint: every token keeps the output valid
     id: int = field(default_factory=lambda: next(_request_ids))
     created: float = field(default_factory=time.monotonic)

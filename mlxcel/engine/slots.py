@@ -61,6 +61,7 @@ class Slot:
     loop_detector: object | None = None  # engine.loop_detection.LoopDetector when enabled
     forced_tokens: list[int] = field(default_factory=list)  # emitted next instead of sampling
     budget: ReasoningBudget | None = None
+    mask_row: object | None = None  # this step's structured-output mask (numpy int32 row)
     n_reused: int = 0  # prompt tokens taken from the slot's previous contents
     n_generated: int = 0
     next_token: int = -1  # sampled, not yet decoded

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template import TemplateError
+from mlxcel.structured.errors import StructuredOutputError
 
 log = logging.getLogger("mlxcel.server")
 
@@ -61,6 +62,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
         return exc.response()
+
+    @app.exception_handler(StructuredOutputError)
+    async def _structured_output_error(_request: Request, exc: StructuredOutputError) -> JSONResponse:
+        return invalid_request(str(exc), code="invalid_response_format").response()
 
     @app.exception_handler(TemplateError)
     async def _template_error(_request: Request, exc: TemplateError) -> JSONResponse:

@@ -77,6 +77,7 @@ class ModelHost:
             )
             tokenizer = Tokenizer(runtime.vocab)
             self._load_chat_support(runtime, tokenizer)
+            self._prepare_structured_output(tokenizer)
             if cfg.warmup:
                 runtime.warm_up(tokenizer.bos if tokenizer.bos >= 0 else 0)
             engine = Engine(
@@ -103,6 +104,16 @@ class ModelHost:
             runtime.n_ctx_seq,
             cfg.parallel,
         )
+
+    @staticmethod
+    def _prepare_structured_output(tokenizer: Tokenizer) -> None:
+        """Build the grammar tokenizer now, not on the first constrained request."""
+        from mlxcel.structured import StructuredOutputError, grammar_tokenizer
+
+        try:
+            grammar_tokenizer(tokenizer)
+        except StructuredOutputError as exc:
+            log.warning("structured output is unavailable for this model: %s", exc)
 
     def _load_chat_support(self, runtime: LlamaRuntime, tokenizer: Tokenizer) -> None:
         from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template

@@ -118,17 +118,6 @@ def _tokenize_one(tokenizer: Tokenizer, prompt) -> list[int]:
     return tokens
 
 
-def check_text_response_format(response_format: dict | None) -> None:
-    if response_format is None:
-        return
-    kind = response_format.get("type")
-    if kind == "text":
-        return
-    if kind in ("json_schema", "json_object"):
-        raise invalid_request(f"response_format type {kind!r} is not supported by this server yet")
-    raise invalid_request(f"response_format: unknown type {kind!r}")
-
-
 def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
     if len(tokens) >= n_ctx_slot:
         raise invalid_request(

@@ -31,13 +31,13 @@ matters with `ignore_eos`: its ban on EOG would otherwise leave no allowed token
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
 import sys
 from collections.abc import Sequence
 
-import llama_cpp
 import numpy as np
 from llguidance import LLExecutor, LLMatcher
+
+from mlxcel.engine.llama_runtime import logits_row  # noqa: F401  (re-exported)
 
 if sys.byteorder != "little":  # the bit order of apply_mask assumes it
     raise ImportError("mlxcel.structured needs a little-endian machine")
@@ -134,15 +134,6 @@ def apply_mask(logits: np.ndarray, bitmask_row: np.ndarray) -> None:
     _check_rows(bitmask_row, mask_words(n_vocab))
     banned = np.unpackbits(np.invert(bitmask_row).view(np.uint8), count=n_vocab, bitorder="little")
     np.copyto(logits, -np.inf, where=banned.view(np.bool_))
-
-
-def logits_row(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int) -> np.ndarray:
-    """A writable numpy view of the logits llama_sampler_sample will read for this
-    batch output; valid until the next llama_decode on the context."""
-    pointer = llama_cpp.llama_get_logits_ith(ctx, batch_index)
-    if not pointer:
-        raise ValueError(f"no logits for batch index {batch_index}")
-    return np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
 
 
 def _check_rows(row: np.ndarray, n_words: int) -> None:

@@ -156,7 +156,7 @@ def test_non_streaming_client_disconnect_frees_the_slot(one_slot):
 
 
 def test_disconnect_while_queued_removes_the_request(one_slot):
-    holder, _ = _occupy(one_slot, n_predict=60)
+    holder, _ = _occupy(one_slot, n_predict=400)
     with one_slot.client() as client:
         with pytest.raises(httpx.ReadTimeout):
             client.post("/completion", json={"prompt": "never runs", "n_predict": 1000, "ignore_eos": True},

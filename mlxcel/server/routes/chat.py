@@ -18,10 +18,11 @@ from mlxcel.engine.request import FinishEvent, FinishReason, TokenEvent
 from mlxcel.protocol.openai_chat import ChatCompletionRequest, chat_body, chat_message, chunk_body
 from mlxcel.protocol.openai_completions import usage_body
 from mlxcel.server.chat_logprobs import LogprobFormatter
-from mlxcel.server.errors import server_error
+from mlxcel.server.errors import invalid_request, server_error
 from mlxcel.server.generation import GenerationGroup
 from mlxcel.server.json_body import read_json_object, validate
-from mlxcel.server.request_builder import build_requests, check_text_response_format
+from mlxcel.server.request_builder import build_requests
+from mlxcel.server.structured_output import compile_response_format
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -71,7 +72,7 @@ async def chat_completions(request: Request):
     data = await read_json_object(request, host.config.max_body_bytes)
     body = validate(ChatCompletionRequest, data)
     engine, tokenizer = host.require_ready()
-    check_text_response_format(body.response_format)
+    constraint = await compile_response_format(tokenizer, body.response_format)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     kwargs = resolve_template_kwargs(data, host.config.chat_template_kwargs)
     if body.enable_thinking is not None:
@@ -91,6 +92,9 @@ async def chat_completions(request: Request):
     )
     max_tokens = next((v for v in (body.max_completion_tokens, body.max_tokens, body.n_predict) if v is not None), None)
     (generation,) = build_requests(host, request, body, [prepared.tokens], max_tokens)
+    if constraint is not None and prepared.plan.forced:
+        raise invalid_request("a forced tool_choice cannot be combined with a constraining response_format")
+    generation.constraint = constraint
     if body.logprobs:
         generation.logprobs = body.top_logprobs or 0
     budget = body.thinking_budget if body.thinking_budget is not None else body.thinking_budget_tokens

@@ -14,7 +14,8 @@ from mlxcel.protocol.openai_completions import CompletionRequest, completion_bod
 from mlxcel.server.errors import server_error
 from mlxcel.server.generation import GenerationGroup
 from mlxcel.server.json_body import read_json_object, validate
-from mlxcel.server.request_builder import build_requests, check_text_response_format, tokenize_prompts
+from mlxcel.server.request_builder import build_requests, tokenize_prompts
+from mlxcel.server.structured_output import compile_response_format
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -30,10 +31,11 @@ async def create_completion(request: Request):
     host = request.app.state.host
     body = validate(CompletionRequest, await read_json_object(request, host.config.max_body_bytes))
     engine, tokenizer = host.require_ready()
-    check_text_response_format(body.response_format)
     prompts = tokenize_prompts(tokenizer, body.prompt)
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
     requests = build_requests(host, request, body, prompts, max_tokens)
+    for generation in requests:
+        generation.constraint = await compile_response_format(tokenizer, body.response_format)
     group = GenerationGroup(engine, requests)
     group.submit()
     completion_id = f"cmpl-{uuid.uuid4().hex}"

@@ -1,0 +1,22 @@
+"""response_format on the HTTP side: parsed, checked and compiled off the event loop
+into the Constraint an engine request carries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.structured import ResponseFormat, compile_constraint_async, grammar_tokenizer
+
+
+def is_constraining(response_format: dict[str, Any] | None) -> bool:
+    return ResponseFormat.parse(response_format).constrained
+
+
+async def compile_response_format(tokenizer: Tokenizer, response_format: dict[str, Any] | None):
+    """A fresh Constraint for one generation, or None for unconstrained text. Raises a
+    StructuredOutputError (a 400) for a bad format or a schema that cannot compile."""
+    spec = ResponseFormat.parse(response_format).grammar_spec()
+    if spec is None:
+        return None
+    return await compile_constraint_async(spec, grammar_tokenizer(tokenizer))
