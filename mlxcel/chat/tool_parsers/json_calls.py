@@ -1,0 +1,307 @@
+"""Reading JSON tool-call objects, whole or as they stream.
+
+A call object looks like `{"name": N, "arguments": {...}}` (Llama says
+`"parameters"`). While it streams, `JsonCallReader` reports the name as soon as
+the head `{"name": "N", "arguments": ` is complete, then hands out the argument
+object's own text as it arrives, so the fragments concatenate to exactly the
+model's JSON. Objects in another shape (arguments first, string arguments) are
+read whole and judged once they close.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+ARGUMENT_KEYS = ("arguments", "parameters")
+HEAD_KEYS = ("name", "type", "id")  # string members that may come before the arguments
+
+_WHITESPACE = re.compile(r"\s*")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_DECODER = json.JSONDecoder()
+
+
+def skip_whitespace(text: str, i: int = 0) -> int:
+    return _WHITESPACE.match(text, i).end()  # type: ignore[union-attr]
+
+
+class BraceScanner:
+    """Follows JSON nesting through text fed piece by piece, skipping strings.
+
+    `scan` stops just past the bracket that brings the depth back to zero, or at
+    the first of `stop_chars` met outside a string: characters JSON never has
+    there, so the object is malformed and will not close."""
+
+    def __init__(self, depth: int = 0, stop_chars: str = "") -> None:
+        self.depth = depth
+        self.stop_chars = stop_chars
+        self.in_string = False
+        self.escaped = False
+
+    def scan(self, text: str, start: int = 0) -> int:
+        """Index just past the end of the value, the index of a stop character,
+        or -1 when neither has come yet."""
+        for i in range(start, len(text)):
+            c = text[i]
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif c == "\\":
+                    self.escaped = True
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth <= 0:
+                    return i + 1
+            elif c in self.stop_chars:
+                return i
+        return -1
+
+
+@dataclass
+class CallHead:
+    name: str
+    args_start: int  # index of the "{" that opens the arguments object
+
+
+MORE = "more"  # the head is not complete yet
+NO_HEAD = "no"  # this object does not start in the streamable shape
+
+
+def read_call_head(text: str) -> CallHead | str:
+    """Match `{"name": "N", "arguments": {` at the start of `text` ("type" and "id"
+    strings may come before the arguments too). Returns the head, MORE when `text`
+    may still grow into one, or NO_HEAD."""
+    i = skip_whitespace(text)
+    if i == len(text):
+        return MORE
+    if text[i] != "{":
+        return NO_HEAD
+    i += 1
+    name: str | None = None
+    while True:
+        i = skip_whitespace(text, i)
+        if i == len(text):
+            return MORE
+        if text[i] != '"':
+            return NO_HEAD
+        key, i = _read_string(text, i)
+        if key is None:
+            return MORE if i < 0 else NO_HEAD
+        i = skip_whitespace(text, i)
+        if i == len(text):
+            return MORE
+        if text[i] != ":":
+            return NO_HEAD
+        i = skip_whitespace(text, i + 1)
+        if i == len(text):
+            return MORE
+        if key in ARGUMENT_KEYS:
+            return CallHead(name, i) if name and text[i] == "{" else NO_HEAD
+        if key not in HEAD_KEYS or text[i] != '"':
+            return NO_HEAD
+        value, i = _read_string(text, i)
+        if value is None:
+            return MORE if i < 0 else NO_HEAD
+        if key == "name":
+            name = value
+        i = skip_whitespace(text, i)
+        if i == len(text):
+            return MORE
+        if text[i] != ",":
+            return NO_HEAD
+        i += 1
+
+
+def _read_string(text: str, i: int) -> tuple[str | None, int]:
+    """The JSON string at `i`: (value, end), (None, -1) if unterminated so far,
+    (None, i) if invalid."""
+    match = _STRING.match(text, i)
+    if match is None:
+        return None, -1
+    try:
+        return json.loads(match.group()), match.end()
+    except ValueError:
+        return None, i
+
+
+def object_members(text: str) -> dict[str, tuple[Any, str]] | None:
+    """The top-level members of a JSON object as {key: (value, value's own text)},
+    or None when `text` is not exactly one JSON object."""
+    text = text.strip()
+    try:
+        if not isinstance(json.loads(text), dict):
+            return None
+    except ValueError:
+        return None
+    members: dict[str, tuple[Any, str]] = {}
+    i = 1
+    while True:
+        i = skip_whitespace(text, i)
+        if text[i] == "}":
+            return members
+        key, i = _DECODER.raw_decode(text, i)
+        i = skip_whitespace(text, skip_whitespace(text, i) + 1)
+        value, end = _DECODER.raw_decode(text, i)
+        members[key] = (value, text[i:end])
+        i = skip_whitespace(text, end)
+        if text[i] == ",":
+            i += 1
+
+
+def array_items(text: str) -> list[tuple[Any, str]]:
+    """The elements of a JSON array as [(value, element's own text)]; [] when
+    `text` is not exactly one JSON array."""
+    text = text.strip()
+    try:
+        if not isinstance(json.loads(text), list):
+            return []
+    except ValueError:
+        return []
+    items: list[tuple[Any, str]] = []
+    i = skip_whitespace(text, 1)
+    while text[i] != "]":
+        value, end = _DECODER.raw_decode(text, i)
+        items.append((value, text[i:end]))
+        i = skip_whitespace(text, end)
+        if text[i] == ",":
+            i = skip_whitespace(text, i + 1)
+    return items
+
+
+def parse_call_object(text: str) -> tuple[str, str] | None:
+    """(name, arguments JSON text) from a complete call object, or None.
+    Object arguments keep their own text; string arguments are taken as given;
+    an OpenAI-style {"function": {...}} wrapper is looked through."""
+    members = object_members(text)
+    if members is None:
+        return None
+    if "name" not in members and isinstance(members.get("function", (None,))[0], dict):
+        return parse_call_object(members["function"][1])
+    name = members.get("name", (None,))[0]
+    if not isinstance(name, str) or not name:
+        return None
+    for key in ARGUMENT_KEYS:
+        if key in members:
+            value, raw = members[key]
+            if isinstance(value, dict):
+                return name, raw
+            if isinstance(value, str):
+                return name, value
+            if value is None:
+                return name, "{}"
+            return None
+    return name, "{}"
+
+
+@dataclass
+class ReadStep:
+    """What one `JsonCallReader.feed` learned."""
+
+    name: str | None = None  # set once, when the call is known
+    arguments: str = ""  # argument text released by this step
+    done: bool = False  # the object has ended; `rest` is the text after it
+    invalid: bool = False  # it ended and is no call; `raw` is its text
+    rest: str = ""
+    raw: str = ""
+
+
+class JsonCallReader:
+    """Reads one call object from text fed piece by piece, starting at its "{".
+
+    `accept_name` decides which names make a call (e.g. only declared tools for
+    formats without a wrapper). `stop_chars` end an object that will never close
+    (a missing brace before the closing tag). With `strict_head`, an object that
+    does not start like a call is given up at once, only its "{" consumed, so
+    untagged JSON that is no call is not held back until it closes."""
+
+    def __init__(
+        self, accept_name: Callable[[str], bool] | None = None, stop_chars: str = "<", strict_head: bool = False
+    ) -> None:
+        self.accept_name = accept_name or (lambda name: True)
+        self.stop_chars = stop_chars
+        self.strict_head = strict_head
+        self.text = ""
+        self.phase = "head"  # head -> args -> tail, or head -> whole
+        self.started = False  # a name has been handed out
+        self.scanner = BraceScanner(stop_chars=stop_chars)
+        self.pos = 0  # how far `text` has been scanned
+        self.args_sent = 0  # index in `text` up to which arguments were released
+
+    def feed(self, piece: str) -> ReadStep:
+        self.text += piece
+        step = ReadStep()
+        if self.phase == "head":
+            head = read_call_head(self.text)
+            if head == MORE:
+                return step
+            if isinstance(head, CallHead) and self.accept_name(head.name):
+                step.name = head.name
+                self.started = True
+                self.phase = "args"
+                self.pos = self.args_sent = head.args_start
+            elif head == NO_HEAD and self.strict_head:
+                start = self.text.index("{") + 1
+                step.invalid, step.raw, step.rest = True, self.text[:start], self.text[start:]
+                return step
+            else:
+                self.phase = "whole"
+        if self.phase == "args":
+            end = self.scanner.scan(self.text, self.pos)
+            upto = len(self.text) if end < 0 else end
+            step.arguments = self.text[self.args_sent : upto]
+            # released text is not needed again: keep only what follows it
+            self.text, self.pos, self.args_sent = self.text[upto:], 0, 0
+            if end < 0:
+                return step
+            self.phase = "tail"
+            self.scanner = BraceScanner(depth=1, stop_chars=self.stop_chars)
+        if self.phase == "tail":
+            end = self.scanner.scan(self.text, self.pos)
+            if end < 0:
+                self.pos = len(self.text)
+                return step
+            step.done, step.rest = True, self.text[end:]
+            return step
+        end = self.scanner.scan(self.text, self.pos)
+        if end < 0:
+            self.pos = len(self.text)
+            return step
+        parsed = parse_call_object(self.text[:end])
+        if parsed is not None and self.accept_name(parsed[0]):
+            step.name, step.arguments = parsed
+            self.started = True
+            step.done, step.rest = True, self.text[end:]
+        else:
+            step.invalid, step.raw, step.rest = True, self.text[:end], self.text[end:]
+        return step
+
+
+def call_object_schema(tools: list[dict], args_key: str = "arguments") -> dict:
+    """JSON Schema of one call object to any of `tools`."""
+    variants = []
+    for tool in tools:
+        function = tool.get("function", tool)
+        variants.append(
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": function["name"]},
+                    args_key: function.get("parameters") or {"type": "object"},
+                },
+                "required": ["name", args_key],
+            }
+        )
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def declared_names(tools: list[dict]) -> set[str]:
+    return {tool.get("function", tool).get("name") for tool in tools} - {None}
