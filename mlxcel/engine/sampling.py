@@ -65,6 +65,7 @@ class SamplerChain:
         context_size: int,
         banned_tokens: frozenset[int] = frozenset(),
     ) -> None:
+        self._ptr = None
         self.seed = params.resolved_seed()
         self._vocab = vocab
         self._context_size = context_size

@@ -75,6 +75,11 @@ class Tokenizer:
             capacity = -n
         raise TokenizeError("detokenization failed")
 
+    def is_marker(self, token: int) -> bool:
+        """A control or user-defined token: one the model emits whole, never spelt."""
+        attrs = llama_cpp.llama_vocab_get_attr(self._vocab, token)
+        return bool(attrs & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED))
+
     def is_eog(self, token: int) -> bool:
         return token in self.eog_tokens
 

@@ -20,3 +20,11 @@ async def compile_response_format(tokenizer: Tokenizer, response_format: dict[st
     if spec is None:
         return None
     return await compile_constraint_async(spec, grammar_tokenizer(tokenizer))
+
+
+async def compile_forced_tool_call(tokenizer: Tokenizer, call_grammar: dict[str, Any]):
+    """The Constraint that makes a forced tool_choice produce its call."""
+    from mlxcel.structured.tool_call_grammar import tool_call_grammar
+
+    spec = tool_call_grammar(tokenizer, call_grammar["prefix"], call_grammar["schema"], call_grammar["suffix"])
+    return await compile_constraint_async(spec, grammar_tokenizer(tokenizer))

@@ -32,7 +32,7 @@ MAX_REASON_CHARS = 200
 # indentation. Unbounded whitespace lets small models loop on newlines forever.
 JSON_WHITESPACE = r"(?: |\n[ \t]{0,20})?"
 
-GrammarKind = Literal["json_schema", "json_object"]
+GrammarKind = Literal["json_schema", "json_object", "tool_call"]
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,8 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
 
 def test_environment_variables_configure_the_server():
     proc = ServerProcess(env={"LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_CTX_SIZE": "1024", "LLAMA_ARG_ALIAS": "tiny",
-                              "LLAMA_ARG_TEMPERATURE": "0.25", "LLAMA_ARG_CACHE_PROMPT": "false"})
+                              "LLAMA_ARG_TEMPERATURE": "0.25", "LLAMA_ARG_CACHE_PROMPT": "false",
+                              "MLXCEL_TOOL_CALL_PARSER": "hermes"})
     try:
         proc.wait_ready()
         with proc.client() as client:
@@ -101,6 +102,7 @@ def test_environment_variables_configure_the_server():
     finally:
         proc.stop()
     assert health["model"] == "tiny"
+    assert health["tool_call_parser"] == "mlxcel"  # SmolLM2's template has no tools; the override does
     assert health["batch"]["max_batch_size"] == 2 and health["context_size"] == 512
     assert props["default_generation_settings"]["temperature"] == 0.25
     # the server-wide --no-cache-prompt wins over a request's cache_prompt: true

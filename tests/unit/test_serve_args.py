@@ -26,7 +26,8 @@ def test_environment_is_read_and_flags_win(monkeypatch):
     assert parse_serve_args([]).api_keys == ["a", "b"]
 
 
-@pytest.mark.parametrize("argv", [["-c", "-1"], ["--temp", "-0.5"], ["--min-p", "1.5"], ["-fa", "sometimes"],
+@pytest.mark.parametrize("argv", [["--tool-call-parser", "nonsense"], ["--chat-template-kwargs", "[1]"],
+                                  ["--chat-template-file", "/no/such.jinja"], ["-c", "-1"], ["--temp", "-0.5"], ["--min-p", "1.5"], ["-fa", "sometimes"],
                                   ["--threads", "x"], ["--bogus"]])
 def test_bad_values_raise_usage_error(argv):
     with pytest.raises(UsageError):
@@ -43,3 +44,9 @@ def test_unimplemented_llama_server_flags_are_split_off():
 
 def test_ubatch_is_capped_by_batch():
     assert parse_serve_args(["-b", "64", "-ub", "512"]).ubatch_size == 64
+
+
+def test_tool_parser_and_template_kwargs_options():
+    config = parse_serve_args(["--tool-call-parser", "hermes", "--chat-template-kwargs", '{"enable_thinking": false}'])
+    assert config.tool_call_parser == "hermes"
+    assert config.chat_template_kwargs == {"enable_thinking": False}

@@ -22,7 +22,8 @@ from mlxcel.server.errors import invalid_request, server_error
 from mlxcel.server.generation import GenerationGroup
 from mlxcel.server.json_body import read_json_object, validate
 from mlxcel.server.request_builder import build_requests
-from mlxcel.server.structured_output import compile_response_format
+from mlxcel.server.structured_output import compile_forced_tool_call, compile_response_format
+from mlxcel.structured.errors import StructuredOutputError
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -65,6 +66,27 @@ def _warn_ignored(data: dict, request_id: str, n: int) -> None:
         log.warning("request %s: accepted but ignored fields: %s", request_id, ", ".join(ignored))
 
 
+async def _forced_call_constraint(host, tokenizer, tools: list[dict], request_id: str):
+    """On JSON-wrapper formats a forced tool_choice is also a grammar, so the call comes.
+    Other formats (or schemas the grammar engine cannot express) get the instruction only."""
+    parser_cls = host.tool_parser_cls
+    if parser_cls is None or not parser_cls.json_wrapper:
+        return None
+    description = parser_cls(tools).call_grammar(tools)
+    if description is None:
+        return None
+    try:
+        return await compile_forced_tool_call(tokenizer, description)
+    except StructuredOutputError as exc:
+        log.warning("request %s: forced tool_choice left unconstrained: %s", request_id, exc)
+        return None
+
+
+def _check_forced(forced: bool, final: FinalChat, request_id: str) -> None:
+    if forced and not final.tool_calls:
+        log.warning("request %s: tool_choice forced a call but the generation ended without one", request_id)
+
+
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions")
 async def chat_completions(request: Request):
@@ -94,6 +116,8 @@ async def chat_completions(request: Request):
     (generation,) = build_requests(host, request, body, [prepared.tokens], max_tokens)
     if constraint is not None and prepared.plan.forced:
         raise invalid_request("a forced tool_choice cannot be combined with a constraining response_format")
+    if prepared.plan.forced:
+        constraint = await _forced_call_constraint(host, tokenizer, prepared.plan.tools, completion_id)
     generation.constraint = constraint
     if body.logprobs:
         generation.logprobs = body.top_logprobs or 0
@@ -103,6 +127,7 @@ async def chat_completions(request: Request):
         generation.reasoning_close_tokens = tokenizer.encode("</think>\n\n", add_special=False, parse_special=True)
         generation.reasoning_open_at_start = prepared.start_in_reasoning
     _warn_ignored(data, completion_id, body.n)
+    forced = prepared.plan.forced
     parser = ChatOutputParser(
         parse_reasoning=prepared.parse_reasoning,
         start_in_reasoning=prepared.start_in_reasoning,
@@ -117,7 +142,8 @@ async def chat_completions(request: Request):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventStreamResponse(
-            _stream(group, parser, logprobs, completion_id, created, host.model_id, include_usage, body.timings_per_token)
+            _stream(group, parser, logprobs, completion_id, created, host.model_id, include_usage,
+                    body.timings_per_token, forced)
         )
 
     (result,) = await group.collect(request)
@@ -126,6 +152,7 @@ async def chat_completions(request: Request):
         raise server_error(f"generation failed: {finish.error}")
     parser.feed(result.text)
     final, _ = parser.final()
+    _check_forced(prepared.plan.forced, final, completion_id)
     message = chat_message(final.content, final.reasoning or None, [_tool_call_json(c) for c in final.tool_calls])
     if _reasoning_only(final, finish):
         message["reasoning_only"] = True
@@ -148,6 +175,7 @@ async def _stream(
     model: str,
     include_usage: bool,
     timings_per_token: bool,
+    forced: bool,
 ) -> AsyncIterator[str]:
     def chunk(delta: dict, finish_reason: str | None = None, token_logprobs: dict | None = None, n: int = 0) -> str:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": token_logprobs}
@@ -181,6 +209,7 @@ async def _stream(
         tail = parser.feed(event.text)
         tail.extend(parser.finish())
         final, owed = parser.final()
+        _check_forced(forced, final, completion_id)
         delta = delta_json(tail, owed)
         if delta:
             yield chunk(delta, n=n_tokens)

@@ -45,8 +45,8 @@ def test_constrained_batch_generation(runtime):
     spec = ResponseFormat.parse({"type": "json_schema", "json_schema": {"schema": ANIMAL}}).grammar_spec()
     constraints = [compile_constraint(spec, lltokenizer) for _ in range(2)]
     samplers = [
-        SamplerChain(SamplingParams(temperature=0.0), tokenizer.n_vocab, 512),
-        SamplerChain(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=7), tokenizer.n_vocab, 512),
+        SamplerChain(SamplingParams(temperature=0.0), runtime.vocab, tokenizer.n_vocab, 512),
+        SamplerChain(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=7), runtime.vocab, tokenizer.n_vocab, 512),
     ]
     masker = BatchMasker(tokenizer.n_vocab, max_rows=2)
     batch = TokenBatch(runtime.n_batch)

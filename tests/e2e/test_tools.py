@@ -1,0 +1,135 @@
+"""Tool calling end to end on Qwen2.5-Coder-0.5B (Hermes <tool_call> format)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city name"}},
+            "required": ["city"],
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Get the current time in a timezone",
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]},
+    },
+}
+ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
+FORCED = ["required", {"type": "function", "function": {"name": "get_weather"}}]
+
+
+def _create(client, **kwargs):
+    return client.chat.completions.create(model="qwen", messages=kwargs.pop("messages", ASK), temperature=0,
+                                          max_tokens=kwargs.pop("max_tokens", 80), **kwargs)
+
+
+def test_auto_call_from_the_model(qwen_client):
+    reply = _create(qwen_client, tools=[WEATHER, TIME])
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather" and call.id
+    assert json.loads(call.function.arguments)["city"] == "Paris"
+    assert "<tool_call>" not in (choice.message.content or "") and "get_weather" not in (choice.message.content or "")
+
+
+@pytest.mark.parametrize("tool_choice", FORCED)
+def test_forced_choice_always_calls(qwen_client, tool_choice):
+    messages = [{"role": "user", "content": "Hello! How are you today?"}]  # nothing asks for a tool
+    reply = _create(qwen_client, messages=messages, tools=[WEATHER, TIME], tool_choice=tool_choice)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    if isinstance(tool_choice, dict):
+        assert call.function.name == "get_weather"
+    assert call.function.name in ("get_weather", "get_time")
+    assert isinstance(json.loads(call.function.arguments), dict)
+
+
+@pytest.mark.parametrize("tool_choice", [None, *FORCED])
+def test_streamed_call_matches_the_spec_shape(qwen_client, tool_choice):
+    extra = {"tool_choice": tool_choice} if tool_choice else {}
+    whole = _create(qwen_client, tools=[WEATHER, TIME], extra_body={"cache_prompt": False}, **extra)
+    chunks = list(_create(qwen_client, tools=[WEATHER, TIME], stream=True, extra_body={"cache_prompt": False},
+                          **extra))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    content = "".join(d.content or "" for d in deltas)
+    assert "<tool_call>" not in content and "</tool_call>" not in content
+    call_deltas = [tc for d in deltas for tc in (d.tool_calls or [])]
+    first = call_deltas[0]
+    assert first.index == 0 and first.id and first.type == "function"
+    assert first.function.name == "get_weather" and first.function.arguments == ""
+    arguments = "".join(tc.function.arguments or "" for tc in call_deltas[1:])
+    assert arguments == whole.choices[0].message.tool_calls[0].function.arguments
+    assert json.loads(arguments)["city"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_tool_result_round_trip(qwen_client):
+    first = _create(qwen_client, tools=[WEATHER], tool_choice="required")
+    call = first.choices[0].message.tool_calls[0]
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": call.function.name,
+                                                             "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 21, "sky": "sunny"})},
+    ]
+    # this 0.5B model calls the tool again when it may; "none" asks it for the answer
+    final = _create(qwen_client, messages=messages, tools=[WEATHER], tool_choice="none", max_tokens=60)
+    assert final.choices[0].finish_reason == "stop"
+    assert not final.choices[0].message.tool_calls
+    assert final.choices[0].message.content
+    assert "21" in final.choices[0].message.content or "sunny" in final.choices[0].message.content.lower()
+
+
+def test_tool_choice_none_renders_no_tools(qwen):
+    with qwen.client() as client:
+        def prompt_tokens(**extra):
+            body = {"messages": ASK, "max_tokens": 1, **extra}
+            return client.post("/v1/chat/completions", json=body).json()["usage"]["prompt_tokens"]
+
+        bare = prompt_tokens()
+        assert prompt_tokens(tools=[WEATHER], tool_choice="none") == bare
+        assert prompt_tokens(tools=[]) == bare
+        assert prompt_tokens(tools=[WEATHER]) > bare + 20
+
+
+@pytest.mark.parametrize("body, needle", [
+    ({"tool_choice": "required"}, "required"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "nope"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": ""}}}, "empty"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "retrieval", "function": {"name": "get_weather"}}}, "function"),
+    ({"tools": [WEATHER], "tool_choice": "required",
+      "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
+     "response_format"),
+])
+def test_tool_choice_errors(qwen, body, needle):
+    with qwen.client() as client:
+        response = client.post("/v1/chat/completions", json={"messages": ASK, **body})
+    assert response.status_code == 400
+    assert needle in response.json()["error"]["message"]
+
+
+def test_logprobs_keep_one_chunk_per_token_through_tool_markup(qwen):
+    with qwen.client() as client, client.stream("POST", "/v1/chat/completions", json={
+        "messages": ASK, "tools": [WEATHER], "tool_choice": "required", "temperature": 0, "max_tokens": 80,
+        "logprobs": True, "stream": True, "stream_options": {"include_usage": True}}) as response:
+        chunks = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    with_logprobs = [c for c in chunks if c["choices"] and c["choices"][0].get("logprobs")]
+    usage = chunks[-1]["usage"]
+    assert len(with_logprobs) == usage["completion_tokens"]
+    suppressed = [c for c in with_logprobs if c["choices"][0]["delta"] == {"content": ""}]
+    assert suppressed  # the <tool_call> markup tokens still carried their logprobs
