@@ -35,5 +35,12 @@ class ServerConfig:
     chat_template: str | None = None  # a file path, a template string, or "chatml"
     chat_template_kwargs: dict = field(default_factory=dict)
     tool_call_parser: str | None = None  # None: detected from the chat template
+    cache_ram_mib: int = 8192  # host prompt cache: -1 no limit, 0 off
+    cache_max_entries: int = 1024
+    cache_ttl_seconds: float = 3600.0
+    spec_type: str = "none"  # none | ngram-simple (prompt lookup)
+    spec_ngram_size: int = 3
+    spec_draft_max: int = 16
+    spec_draft_min: int = 2
     verbose: bool = False
     ignored_flags: list[str] = field(default_factory=list)

@@ -53,6 +53,15 @@ def _flash_attn(text: str) -> str:
     raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected on, off or auto)")
 
 
+def _spec_type(text: str) -> str:
+    value = text.strip().lower()
+    aliases = {"ngram": "ngram-simple", "prompt-lookup": "ngram-simple", "lookup": "ngram-simple", "": "none"}
+    value = aliases.get(value, value)
+    if value not in ("none", "ngram-simple"):
+        raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected none or ngram-simple)")
+    return value
+
+
 # (flags, dest, type, default, environment variable, help)
 _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("-m", "--model"), "model", str, DEFAULT_MODEL, "LLAMA_ARG_MODEL",
@@ -95,6 +104,20 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "JSON object of extra chat-template variables, e.g. '{\"enable_thinking\": false}'"),
     (("--tool-call-parser",), "tool_call_parser", str, None, "MLXCEL_TOOL_CALL_PARSER",
      "tool-call format (default: detected from the chat template)"),
+    (("-cram", "--cache-ram"), "cache_ram", _ranged(int, -1), 8192, "LLAMA_ARG_CACHE_RAM",
+     "host-RAM prompt cache size in MiB (-1: no limit, 0: off)"),
+    (("--cache-max-entries",), "cache_max_entries", _ranged(int, 1), 1024, "MLXCEL_CACHE_MAX_ENTRIES",
+     "most entries in the host-RAM prompt cache"),
+    (("--cache-ttl",), "cache_ttl", _ranged(float, 0.0), 3600.0, "MLXCEL_CACHE_TTL_SECS",
+     "seconds an unused prompt-cache entry lives (0: no expiry)"),
+    (("--spec-type",), "spec_type", _spec_type, "none", "LLAMA_ARG_SPEC_TYPE",
+     "speculative decoding: none, or ngram-simple (prompt lookup: drafts copied from the prompt and output)"),
+    (("--spec-ngram-simple-size-n",), "spec_ngram_size", _ranged(int, 1, 64), 3, "LLAMA_ARG_SPEC_NGRAM_SIMPLE_SIZE_N",
+     "prompt lookup: length of the n-gram searched for"),
+    (("--spec-draft-n-max",), "spec_draft_max", _ranged(int, 1, 256), 16, "LLAMA_ARG_SPEC_DRAFT_N_MAX",
+     "most tokens drafted per verify round"),
+    (("--spec-draft-n-min",), "spec_draft_min", _ranged(int, 1, 256), 2, "LLAMA_ARG_SPEC_DRAFT_N_MIN",
+     "fewer drafted tokens than this are not verified"),
     (("--queue-cap",), "queue_cap", _ranged(int, 0), 64, "MLXCEL_QUEUE_CAP",
      "requests that may wait for a slot; beyond it new requests get 503 server_busy"),
     (("--prefill-chunk",), "prefill_chunk", _ranged(int, 16), 256, "MLXCEL_PREFILL_CHUNK",
@@ -272,6 +295,13 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         chat_template=_chat_template_setting(args),
         chat_template_kwargs=_template_kwargs(args.chat_template_kwargs),
         tool_call_parser=_tool_call_parser(args.tool_call_parser),
+        cache_ram_mib=args.cache_ram,
+        cache_max_entries=args.cache_max_entries,
+        cache_ttl_seconds=args.cache_ttl,
+        spec_type=args.spec_type,
+        spec_ngram_size=args.spec_ngram_size,
+        spec_draft_max=args.spec_draft_max,
+        spec_draft_min=args.spec_draft_min,
         verbose=args.verbose,
         ignored_flags=ignored,
     )

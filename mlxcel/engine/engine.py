@@ -20,6 +20,8 @@ from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
+from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache
+from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, Timings, TokenEvent
 from mlxcel.engine.sampling import SamplerChain
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
@@ -42,6 +44,12 @@ class EngineConfig:
     queue_cap: int = 64  # requests waiting for a slot, beyond those running
     prefill_chunk: int = 256  # prompt tokens per step while other slots decode
     cache_prompt: bool = True  # reuse a slot's previous tokens as a prompt prefix
+    host_cache: HostPromptCache | None = None  # KV states saved beyond the slots
+    lookup_ngram: int = 0  # prompt-lookup speculation: n-gram size (0: off)
+    draft_max: int = 16  # most drafted tokens per verify round
+    draft_min: int = 2  # fewer drafted tokens than this are not worth a round
+
+MIN_DONATION_BLOCKS = 2  # smaller prefixes are cheaper to prefill than to restore
 
 
 @dataclass
@@ -171,6 +179,9 @@ class Engine:
             request = self.waiting.pop()
             reuse = self.config.cache_prompt and request.cache_prompt
             slot, n_common = self.slots.choose(request.prompt_tokens, reuse)
+            slot.cache_tier = "slot" if n_common else "miss"
+            if reuse and self.config.host_cache is not None:
+                n_common = self._use_host_cache(slot, request.prompt_tokens, n_common)
             self._prepare_memory(slot, request, n_common if reuse else 0)
             sampler = SamplerChain(
                 request.sampling,
@@ -181,7 +192,42 @@ class Engine:
             )
             loop = LoopDetector(*request.loop_detection) if request.loop_detection else None
             slot.begin(request, slot.n_past, sampler, loop)
+            if self.config.lookup_ngram > 0:
+                slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.draft_max, self.config.draft_min)
             self.stats.sequences_started += 1
+
+    def _use_host_cache(self, slot: Slot, prompt: list[int], n_common: int) -> int:
+        """Save what the slot would lose, then restore a longer cached prefix of the
+        prompt into it when the host cache has one. Returns the reusable length."""
+        cache = self.config.host_cache
+        self._donate(slot, keep=n_common)
+        found = cache.lookup(prompt)
+        if found is None or found[1] <= n_common + BLOCK_SIZE // 2:
+            return n_common
+        entry, n_shared = found
+        self.runtime.seq_clear(slot.id)
+        restored = self.runtime.restore_seq_state(slot.id, entry.state)
+        if not restored or (n_shared < len(entry.tokens) and not self.runtime.seq_remove(slot.id, n_shared, -1)):
+            self.runtime.seq_clear(slot.id)
+            slot.cached_tokens.clear()
+            return 0
+        slot.cached_tokens = entry.tokens[:n_shared]
+        slot.cache_tier = "exact" if n_shared >= len(prompt) // BLOCK_SIZE * BLOCK_SIZE else "block"
+        return n_shared
+
+    def _donate(self, slot: Slot, keep: int) -> None:
+        """Before a slot's tokens past `keep` are overwritten, save its whole-block
+        prefix to the host cache (unless it is there already)."""
+        aligned = len(slot.cached_tokens) // BLOCK_SIZE * BLOCK_SIZE
+        if aligned <= keep + BLOCK_SIZE or aligned < MIN_DONATION_BLOCKS * BLOCK_SIZE:
+            return
+        tokens = slot.cached_tokens[:aligned]
+        if self.config.host_cache.contains(tokens):
+            return
+        if len(slot.cached_tokens) > aligned and not self.runtime.seq_remove(slot.id, aligned, -1):
+            return  # this memory cannot cut a tail: nothing exact to save
+        del slot.cached_tokens[aligned:]
+        self.config.host_cache.insert(tokens, self.runtime.seq_state(slot.id))
 
     def _prepare_memory(self, slot: Slot, request: GenerationRequest, n_keep: int) -> None:
         """Cut the slot's memory back to the reusable prefix (at least one prompt
@@ -200,6 +246,10 @@ class Engine:
             if slot.state is SlotState.DECODE:
                 slot.batch_index = batch.add(slot.next_token, slot.n_past, slot.id, True)
                 slot.cached_tokens.append(slot.next_token)
+                slot.drafts = self._draft(slot, batch.room)
+                slot.draft_indices = [
+                    batch.add(token, slot.n_past + i, slot.id, True) for i, token in enumerate(slot.drafts)
+                ]
                 in_batch.append(slot)
         n_decode = len(in_batch)
         budget = batch.room if n_decode == 0 else min(batch.room, self.config.prefill_chunk)
@@ -241,17 +291,53 @@ class Engine:
             self.stats.decode_tokens += n_decode
 
         for slot in in_batch:
-            if slot.batch_index >= 0:
+            if slot.drafts:
+                self._verify(slot)
+            elif slot.batch_index >= 0:
                 self._sample(slot)
 
-    def _sample(self, slot: Slot) -> None:
+    def _draft(self, slot: Slot, room: int) -> list[int]:
+        """Prompt-lookup draft for a decoding slot, or [] when speculation cannot apply."""
+        request = slot.request
+        if slot.lookup is None or request.constraint is not None or slot.forced_tokens:
+            return []
+        if slot.budget is not None and not slot.budget.done:
+            return []
+        limit = min(room - len(self.slots), self.n_ctx_slot - slot.n_past - 2)
+        if request.max_tokens >= 0:
+            limit = min(limit, request.max_tokens - slot.n_generated - 1)
+        return slot.lookup.draft(slot.cached_tokens, limit) if limit > 0 else []
+
+    def _verify(self, slot: Slot) -> None:
+        """Sample at the slot's token and at each drafted one in order, keeping drafts
+        while they equal what was sampled; the rest of the drafted memory is cut."""
+        drafts, indices = slot.drafts, slot.draft_indices
+        slot.drafts, slot.draft_indices = [], []
+        accepted = 0
+        for i, token in enumerate([None, *drafts]):
+            if i:
+                slot.batch_index = indices[i - 1]
+            sampled = self._sample(slot)
+            if slot.request is None or slot.state is not SlotState.DECODE:
+                break  # finished
+            if i < len(drafts) and sampled == drafts[i]:
+                slot.cached_tokens.append(sampled)  # its memory was written by this batch
+                accepted += 1
+                continue
+            break
+        self.runtime.seq_remove(slot.id, len(slot.cached_tokens), -1)
+        slot.draft_rounds += 1
+        slot.draft_n += len(drafts)
+        slot.draft_accepted += accepted
+
+    def _sample(self, slot: Slot) -> int:
         request = slot.request
         index, slot.batch_index = slot.batch_index, -1
         logprob, top = None, None
         constraint = request.constraint
         if constraint is not None and constraint.error:
             self._finish(slot, FinishReason.ERROR, error=f"structured output: {constraint.error}")
-            return
+            return -1
         if request.logprobs is not None or request.sampling.p_less or constraint is not None:
             logits = logits_row(self.runtime.ctx, index, self.tokenizer.n_vocab)
             if request.logprobs is not None:
@@ -269,8 +355,9 @@ class Engine:
             logprob, top = token_logprobs(raw, token, request.logprobs)
         if constraint is not None and not constraint.accept(token):
             self._finish(slot, FinishReason.ERROR, error=f"structured output rejected token {token}")
-            return
+            return token
         self._accept_token(slot, token, logprob, top)
+        return token
 
     def _accept_token(
         self, slot: Slot, token: int, logprob: float | None = None, top: list[tuple[int, float]] | None = None
@@ -325,6 +412,11 @@ class Engine:
             prompt_ms=(first - slot.admitted_at) * 1e3,
             predicted_n=slot.n_generated,
             predicted_ms=(now - first) * 1e3,
+            draft_n=slot.draft_n,
+            draft_n_accepted=slot.draft_accepted,
+            draft_rounds=slot.draft_rounds,
+            draft_kind="prompt-lookup" if slot.draft_rounds else None,
+            cache_tier=slot.cache_tier,
         )
         seed = slot.sampler.seed if slot.sampler is not None else None
         if not (self.config.cache_prompt and request.cache_prompt):

@@ -39,6 +39,11 @@ class Timings:
     prompt_ms: float = 0.0
     predicted_n: int = 0
     predicted_ms: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    draft_rounds: int = 0
+    draft_kind: str | None = None
+    cache_tier: str = "miss"
 
     def to_dict(self) -> dict:
         def per_token(ms: float, n: int) -> float:
@@ -57,6 +62,19 @@ class Timings:
             "predicted_ms": self.predicted_ms,
             "predicted_per_token_ms": per_token(self.predicted_ms, self.predicted_n),
             "predicted_per_second": per_second(self.predicted_ms, self.predicted_n),
+            **self.draft_fields(),
+        }
+
+    def draft_fields(self) -> dict:
+        """The speculative-decoding counters, present only when a drafter verified at
+        least one round."""
+        if not self.draft_rounds:
+            return {}
+        return {
+            "draft_n": self.draft_n,
+            "draft_n_accepted": self.draft_n_accepted,
+            "draft_rounds": self.draft_rounds,
+            "draft_kind": self.draft_kind,
         }
 
 

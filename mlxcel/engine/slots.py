@@ -6,6 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.sampling import SamplerChain
 from mlxcel.engine.stop_strings import StopStringMatcher
@@ -62,6 +63,13 @@ class Slot:
     forced_tokens: list[int] = field(default_factory=list)  # emitted next instead of sampling
     budget: ReasoningBudget | None = None
     mask_row: object | None = None  # this step's structured-output mask (numpy int32 row)
+    cache_tier: str = "miss"  # where the reused prefix came from: slot, exact, block or miss
+    lookup: PromptLookup | None = None  # prompt-lookup drafting, when on
+    drafts: list[int] = field(default_factory=list)  # drafted this step, after next_token
+    draft_indices: list[int] = field(default_factory=list)
+    draft_n: int = 0
+    draft_accepted: int = 0
+    draft_rounds: int = 0
     n_reused: int = 0  # prompt tokens taken from the slot's previous contents
     n_generated: int = 0
     next_token: int = -1  # sampled, not yet decoded
@@ -90,6 +98,9 @@ class Slot:
         self.admitted_at = time.monotonic()
         self.first_token_at = 0.0
         self.loop_detector = loop_detector
+        self.lookup = None
+        self.drafts, self.draft_indices = [], []
+        self.draft_n = self.draft_accepted = self.draft_rounds = 0
         self.forced_tokens = []
         self.budget = None
         if request.reasoning_budget is not None:

@@ -14,6 +14,7 @@ import llama_cpp
 from mlxcel.config import ServerConfig
 from mlxcel.engine.engine import Engine, EngineConfig
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
+from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
 from mlxcel.server.errors import APIError
@@ -46,6 +47,7 @@ class ModelHost:
         self.template = None  # mlxcel.chat.template.ChatTemplate
         self.tool_parser_cls = None  # the tool-call format of the template, if any
         self.model_family: str | None = None  # general.architecture
+        self.host_cache = self._make_host_cache(config)
         self.created = int(time.time())
         self.error: str | None = None
 
@@ -83,7 +85,15 @@ class ModelHost:
             engine = Engine(
                 runtime,
                 tokenizer,
-                EngineConfig(queue_cap=cfg.queue_cap, prefill_chunk=cfg.prefill_chunk, cache_prompt=cfg.cache_prompt),
+                EngineConfig(
+                    queue_cap=cfg.queue_cap,
+                    prefill_chunk=cfg.prefill_chunk,
+                    cache_prompt=cfg.cache_prompt,
+                    host_cache=self.host_cache,
+                    lookup_ngram=cfg.spec_ngram_size if cfg.spec_type == "ngram-simple" else 0,
+                    draft_max=cfg.spec_draft_max,
+                    draft_min=cfg.spec_draft_min,
+                ),
             )
             engine.start()
         except Exception as exc:  # noqa: BLE001 - any failure here ends the server
@@ -104,6 +114,13 @@ class ModelHost:
             runtime.n_ctx_seq,
             cfg.parallel,
         )
+
+    @staticmethod
+    def _make_host_cache(config: ServerConfig) -> HostPromptCache | None:
+        if not config.cache_prompt or config.cache_ram_mib == 0:
+            return None
+        capacity = (1 << 62) if config.cache_ram_mib < 0 else config.cache_ram_mib * 1024 * 1024
+        return HostPromptCache(capacity, config.cache_max_entries, config.cache_ttl_seconds)
 
     @staticmethod
     def _prepare_structured_output(tokenizer: Tokenizer) -> None:

@@ -36,9 +36,9 @@ def test_bad_values_raise_usage_error(argv):
 
 def test_unimplemented_llama_server_flags_are_split_off():
     kept, ignored = split_llama_server_flags(
-        ["--jinja", "-c", "512", "-ctk", "q8_0", "--cache-ram=0", "--lora-scaled", "a.gguf:0.5", "-fa", "on",
+        ["--jinja", "-c", "512", "-ctk", "q8_0", "--cache-reuse=0", "--lora-scaled", "a.gguf:0.5", "-fa", "on",
          "--no-such-thing"])
-    assert ignored == ["--jinja", "-ctk", "--cache-ram", "--lora-scaled"]
+    assert ignored == ["--jinja", "-ctk", "--cache-reuse", "--lora-scaled"]
     assert kept == ["-c", "512", "-fa", "on", "--no-such-thing"]
 
 

@@ -106,7 +106,10 @@ async def chat_completions(request: Request):
     }
     finish = outcome.finish
     usage = usage_body(finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens)
-    return JSONResponse(chat_body(completion_id, created, host.model_id, choice, usage))
+    body = chat_body(completion_id, created, host.model_id, choice, usage)
+    if finish.timings.draft_rounds:
+        body["timings"] = finish.timings.to_dict()
+    return JSONResponse(body)
 
 
 def _delta_json(parsed: ParsedDelta, extra_calls: list[ToolCallDelta] = ()) -> dict:
@@ -144,7 +147,14 @@ async def _stream(
             delta = _delta_json(step.tail, step.owed)
             if delta:
                 yield chunk(delta, n=n_tokens)
-            yield chunk({"reasoning_only": True} if step.reasoning_only else {}, step.finish_reason, n=n_tokens)
+            finish_chunk = chunk_body(completion_id, created, model, [{
+                "index": 0, "delta": {"reasoning_only": True} if step.reasoning_only else {},
+                "finish_reason": step.finish_reason, "logprobs": None}])
+            if step.finish.timings.draft_rounds:
+                finish_chunk["timings"] = step.finish.timings.to_dict()
+            elif timings_per_token:
+                finish_chunk["timings"] = {"predicted_n": n_tokens}
+            yield sse_data(finish_chunk)
             if include_usage:
                 finish = step.finish
                 usage = usage_body(finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens)

@@ -1,0 +1,93 @@
+"""Prompt-lookup speculative decoding: drafts verified in one batch, greedy output
+unchanged, and the draft counters exactly where the spec puts them.
+
+The comparisons stay under 256 positions per sequence: below that, llama.cpp's CPU
+kernels give bit-identical logits for one token and for a verify batch; past 256
+KV cells they differ in the last bits by batch shape, so a near-tie can flip (the
+same split-computation effect as a prompt-cache hit)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.server_process import ServerProcess
+
+CODE = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n    return a * b\n"
+EDIT = [{"role": "user", "content": f"Rewrite this code, renaming add to plus:\n```python\n{CODE}```"}]
+
+
+def _spec_server(model, *args):
+    proc = ServerProcess("-c", "2048", "-np", "2", "--spec-type", "ngram-simple", "--spec-draft-n-max", "8", *args,
+                         model=model)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def smol_spec():
+    proc = _spec_server("smollm2-135m-instruct")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+def _chat(client, **extra):
+    body = {"messages": EDIT, "temperature": 0, "max_tokens": 90, "cache_prompt": False, **extra}
+    return client.post("/v1/chat/completions", json=body).json()
+
+
+def test_greedy_output_is_identical_with_and_without_speculation_smollm2(smol_spec, http):
+    plain = _chat(http)
+    with smol_spec.client() as client:
+        fast = _chat(client)
+    assert fast["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    assert fast["usage"]["prompt_tokens"] + fast["usage"]["completion_tokens"] < 256
+    timings = fast["timings"]
+    assert timings["draft_kind"] == "prompt-lookup"
+    assert timings["draft_rounds"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
+    assert "timings" not in plain  # no drafter, no timings object
+
+
+def test_greedy_output_is_identical_with_and_without_speculation_qwen(qwen):
+    proc = _spec_server("qwen2.5-coder-0.5b-instruct")
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            fast = _chat(client)
+    finally:
+        proc.stop()
+    with qwen.client() as client:
+        plain = _chat(client)
+    assert fast["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    assert fast["timings"]["draft_n_accepted"] > 0
+
+
+def test_draft_counters_only_on_the_finish_chunk_and_native_timings(smol_spec):
+    with smol_spec.client() as client:
+        with client.stream("POST", "/v1/chat/completions", json={
+            "messages": EDIT, "temperature": 0, "max_tokens": 60, "stream": True, "cache_prompt": False
+        }) as response:
+            chunks = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+        native = client.post("/completion", json={"prompt": CODE + CODE, "n_predict": 40, "temperature": 0,
+                                                  "cache_prompt": False}).json()
+    finishing = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(finishing) == 1 and finishing[0]["timings"]["draft_kind"] == "prompt-lookup"
+    assert all("timings" not in c for c in chunks if c not in finishing)
+    assert native["timings"]["draft_kind"] == "prompt-lookup" and native["timings"]["draft_rounds"] > 0
+
+
+def test_speculation_runs_alongside_other_slots(smol_spec):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(extra):
+        with smol_spec.client() as client:
+            return _chat(client, **extra)
+
+    with ThreadPoolExecutor(2) as pool:
+        edited, story = pool.map(run, [{}, {"messages": [{"role": "user", "content": "Tell me a story."}]}])
+    with smol_spec.client() as client:
+        alone = _chat(client)
+    assert edited["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
+    assert story["choices"][0]["message"]["content"]
