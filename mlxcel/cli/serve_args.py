@@ -112,6 +112,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "seconds an unused prompt-cache entry lives (0: no expiry)"),
     (("--spec-type",), "spec_type", _spec_type, "none", "LLAMA_ARG_SPEC_TYPE",
      "speculative decoding: none, or ngram-simple (prompt lookup: drafts copied from the prompt and output)"),
+    (("-md", "--model-draft", "--spec-draft-model"), "model_draft", str, None, "LLAMA_ARG_SPEC_DRAFT_MODEL",
+     "draft model for speculative decoding (catalog name or .gguf path; same vocabulary as --model)"),
     (("--spec-ngram-simple-size-n",), "spec_ngram_size", _ranged(int, 1, 64), 3, "LLAMA_ARG_SPEC_NGRAM_SIMPLE_SIZE_N",
      "prompt lookup: length of the n-gram searched for"),
     (("--spec-draft-n-max",), "spec_draft_max", _ranged(int, 1, 256), 16, "LLAMA_ARG_SPEC_DRAFT_N_MAX",
@@ -253,6 +255,8 @@ def _check_loop_env() -> None:
 
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     _check_model(args.model)
+    if args.model_draft:
+        _check_model(args.model_draft)
     _check_loop_env()
     if args.ubatch_size > args.batch_size:
         args.ubatch_size = args.batch_size
@@ -298,7 +302,8 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         cache_ram_mib=args.cache_ram,
         cache_max_entries=args.cache_max_entries,
         cache_ttl_seconds=args.cache_ttl,
-        spec_type=args.spec_type,
+        spec_type="draft" if args.model_draft else args.spec_type,
+        model_draft=args.model_draft,
         spec_ngram_size=args.spec_ngram_size,
         spec_draft_max=args.spec_draft_max,
         spec_draft_min=args.spec_draft_min,

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from mlxcel.engine.batch import TokenBatch
+from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.structured.constraint import BatchMasker, apply_mask
 from mlxcel.engine.logprobs import token_logprobs
@@ -46,6 +47,7 @@ class EngineConfig:
     cache_prompt: bool = True  # reuse a slot's previous tokens as a prompt prefix
     host_cache: HostPromptCache | None = None  # KV states saved beyond the slots
     lookup_ngram: int = 0  # prompt-lookup speculation: n-gram size (0: off)
+    drafter: DraftModel | None = None  # draft-model speculation (--model-draft)
     draft_max: int = 16  # most drafted tokens per verify round
     draft_min: int = 2  # fewer drafted tokens than this are not worth a round
 
@@ -299,14 +301,20 @@ class Engine:
     def _draft(self, slot: Slot, room: int) -> list[int]:
         """Prompt-lookup draft for a decoding slot, or [] when speculation cannot apply."""
         request = slot.request
-        if slot.lookup is None or request.constraint is not None or slot.forced_tokens:
+        drafter = self.config.drafter
+        if (slot.lookup is None and drafter is None) or request.constraint is not None or slot.forced_tokens:
             return []
         if slot.budget is not None and not slot.budget.done:
             return []
         limit = min(room - len(self.slots), self.n_ctx_slot - slot.n_past - 2)
         if request.max_tokens >= 0:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
-        return slot.lookup.draft(slot.cached_tokens, limit) if limit > 0 else []
+        limit = min(limit, self.config.draft_max)
+        if limit < self.config.draft_min:
+            return []
+        if drafter is not None:
+            return drafter.draft(slot.id, slot.cached_tokens, limit)
+        return slot.lookup.draft(slot.cached_tokens, limit)
 
     def _verify(self, slot: Slot) -> None:
         """Sample at the slot's token and at each drafted one in order, keeping drafts
@@ -415,7 +423,7 @@ class Engine:
             draft_n=slot.draft_n,
             draft_n_accepted=slot.draft_accepted,
             draft_rounds=slot.draft_rounds,
-            draft_kind="prompt-lookup" if slot.draft_rounds else None,
+            draft_kind=(("draft-model" if self.config.drafter else "prompt-lookup") if slot.draft_rounds else None),
             cache_tier=slot.cache_tier,
         )
         seed = slot.sampler.seed if slot.sampler is not None else None

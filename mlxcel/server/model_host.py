@@ -14,6 +14,7 @@ import llama_cpp
 from mlxcel.config import ServerConfig
 from mlxcel.engine.engine import Engine, EngineConfig
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
+from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
@@ -82,6 +83,7 @@ class ModelHost:
             self._prepare_structured_output(tokenizer)
             if cfg.warmup:
                 runtime.warm_up(tokenizer.bos if tokenizer.bos >= 0 else 0)
+            drafter = self._load_drafter(cfg, tokenizer, runtime.n_ctx) if cfg.model_draft else None
             engine = Engine(
                 runtime,
                 tokenizer,
@@ -91,6 +93,7 @@ class ModelHost:
                     cache_prompt=cfg.cache_prompt,
                     host_cache=self.host_cache,
                     lookup_ngram=cfg.spec_ngram_size if cfg.spec_type == "ngram-simple" else 0,
+                    drafter=drafter,
                     draft_max=cfg.spec_draft_max,
                     draft_min=cfg.spec_draft_min,
                 ),
@@ -114,6 +117,29 @@ class ModelHost:
             runtime.n_ctx_seq,
             cfg.parallel,
         )
+
+    @staticmethod
+    def _load_drafter(cfg: ServerConfig, tokenizer: Tokenizer, n_ctx: int) -> DraftModel:
+        from mlxcel.models.pull import resolve_model
+
+        path = resolve_model(cfg.model_draft, log=lambda line: log.info("%s", line))
+        runtime = LlamaRuntime(
+            RuntimeConfig(
+                model_path=path,
+                n_ctx=n_ctx,
+                n_parallel=cfg.parallel,
+                n_batch=cfg.batch_size,
+                n_ubatch=cfg.ubatch_size,
+                n_threads=cfg.threads,
+                n_threads_batch=cfg.threads_batch,
+                flash_attn=_FLASH_ATTN[cfg.flash_attn],
+            )
+        )
+        draft_vocab = int(llama_cpp.llama_vocab_n_tokens(runtime.vocab))
+        if draft_vocab != tokenizer.n_vocab:
+            runtime.close()
+            raise ValueError(f"--model-draft {cfg.model_draft} has {draft_vocab} tokens, the model {tokenizer.n_vocab}")
+        return DraftModel(runtime, tokenizer.n_vocab)
 
     @staticmethod
     def _make_host_cache(config: ServerConfig) -> HostPromptCache | None:

@@ -91,3 +91,30 @@ def test_speculation_runs_alongside_other_slots(smol_spec):
         alone = _chat(client)
     assert edited["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
     assert story["choices"][0]["message"]["content"]
+
+
+def test_draft_model_speculation(http):
+    """A draft model with the same vocabulary (here the model itself, so every draft
+    is accepted): greedy output unchanged, counters of kind draft-model."""
+    proc = ServerProcess("-c", "2048", "-np", "1", "--model-draft", "smollm2-135m-instruct", "--spec-draft-n-max", "6")
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            fast = _chat(client)
+    finally:
+        proc.stop()
+    plain = _chat(http)
+    assert fast["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    timings = fast["timings"]
+    assert timings["draft_kind"] == "draft-model" and timings["draft_rounds"] > 0
+    # a model agrees with itself: only the round that ends the generation loses drafts
+    assert timings["draft_n"] - timings["draft_n_accepted"] <= 6
+
+
+def test_draft_model_must_share_the_vocabulary():
+    proc = ServerProcess("-c", "1024", "-np", "1", "--model-draft", "qwen2.5-coder-0.5b-instruct")
+    try:
+        with pytest.raises(RuntimeError, match="tokens"):
+            proc.wait_ready(timeout=120)
+    finally:
+        proc.stop()
