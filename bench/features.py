@@ -1,0 +1,177 @@
+"""Feature benchmarks, one server at a time, reported as ratios:
+
+  cache       TTFT of a request whose 1,500-token prefix a slot processed before four
+              unrelated requests overwrote every slot: mlxcel (host-RAM prompt cache)
+              against llama-server with its --cache-ram on (default) and off.
+  lookup      decode tokens/s on an editing task (rewrite a ~400-token function with
+              one change): mlxcel with prompt lookup against mlxcel plain, and
+              llama-server with and without its ngram-simple speculation.
+  structured  decode tokens/s with a json_schema against without, on mlxcel.
+
+    .venv/bin/python bench/features.py [--only cache,lookup,structured] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from reference import ensure_llama_server  # noqa: E402
+from servers import Server, free_port, supports_flag  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def start(name: str, argv: list[str], log_dir: Path) -> Server:
+    port = free_port()
+    server = Server(name, [*argv, "--host", "127.0.0.1", "--port", str(port)], port, log_dir / f"{name}.log")
+    server.start()
+    server.wait_healthy()
+    return server
+
+
+def streamed(client: httpx.Client, url: str, body: dict) -> tuple[float, list[float], dict]:
+    """(time to first token, arrival time of each token chunk, final chunk)."""
+    sent = time.perf_counter()
+    arrivals: list[float] = []
+    final: dict = {}
+    with client.stream("POST", url, json={**body, "stream": True}) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data:") or line.endswith("[DONE]"):
+                continue
+            chunk = json.loads(line[5:])
+            text = chunk.get("content")
+            if text is None and chunk.get("choices"):
+                text = (chunk["choices"][0].get("delta") or {}).get("content")
+            if text:
+                arrivals.append(time.perf_counter())
+            if chunk.get("stop") or (chunk.get("choices") and chunk["choices"][0].get("finish_reason")):
+                final = chunk
+    return (arrivals[0] - sent if arrivals else float("nan")), arrivals, final
+
+
+def decode_rate(arrivals: list[float]) -> float:
+    return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+
+
+def words(seed: str, n: int) -> str:
+    return " ".join(f"{seed}{i % 97} item{i}" for i in range(n))
+
+
+# -- scenarios ------------------------------------------------------------------------
+
+def cache_ttft(url: str, rounds: int) -> list[float]:
+    samples = []
+    with httpx.Client(timeout=600, trust_env=False) as client:
+        for r in range(rounds + 1):  # round 0 warms up
+            prefix = f"Document {r}: " + words(f"d{r}w", 700)
+            client.post(f"{url}/completion", json={"prompt": prefix + " Question one?", "n_predict": 1,
+                                                   "temperature": 0})
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda i: client.post(f"{url}/completion", json={
+                    "prompt": words(f"u{r}x{i}", 150), "n_predict": 4, "temperature": 0}), range(4)))
+            ttft, _, _ = streamed(client, f"{url}/completion", {"prompt": prefix + " Question two?",
+                                                                "n_predict": 1, "temperature": 0})
+            if r:
+                samples.append(ttft)
+    return samples
+
+
+FUNCTION = "\n".join(
+    f"    value_{i} = compute_step(value_{i - 1}, factor={i}, label='step {i}')  # update the running value"
+    for i in range(1, 22)
+)
+EDIT_PROMPT = ("<|im_start|>user\nRewrite this function with one change: rename compute_step to apply_step. "
+               "Return the whole function.\n```python\ndef pipeline(value_0):\n" + FUNCTION +
+               "\n    return value_21\n```<|im_end|>\n<|im_start|>assistant\n```python\ndef pipeline(value_0):\n")
+
+
+def lookup_decode(url: str, rounds: int) -> list[float]:
+    samples = []
+    with httpx.Client(timeout=600, trust_env=False) as client:
+        for r in range(rounds + 1):
+            _, arrivals, _ = streamed(client, f"{url}/completion", {
+                "prompt": EDIT_PROMPT, "n_predict": 400, "temperature": 0, "cache_prompt": False})
+            if r:
+                samples.append(decode_rate(arrivals))
+    return samples
+
+
+SCHEMA = {"type": "object", "properties": {"story": {"type": "string", "minLength": 3000}}, "required": ["story"]}
+
+
+def structured_decode(url: str, rounds: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"json_schema": [], "plain": []}
+    messages = [{"role": "user", "content": "Write a long story about a lighthouse keeper, as JSON."}]
+    with httpx.Client(timeout=600, trust_env=False) as client:
+        for r in range(rounds + 1):
+            for kind in ("json_schema", "plain"):
+                body = {"messages": messages, "max_tokens": 200, "temperature": 0.7, "seed": r,
+                        "cache_prompt": False, "ignore_eos": True}
+                if kind == "json_schema":
+                    body["response_format"] = {"type": "json_schema", "json_schema": {"name": "s", "schema": SCHEMA}}
+                _, arrivals, _ = streamed(client, f"{url}/v1/chat/completions", body)
+                if r:
+                    out[kind].append(decode_rate(arrivals))
+    return out
+
+
+# -- driver ---------------------------------------------------------------------------
+
+def run_variant(name: str, argv: list[str], log_dir: Path, fn, rounds: int):
+    server = start(name, argv, log_dir)
+    try:
+        return fn(server.url, rounds)
+    finally:
+        server.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="cache,lookup,structured")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
+    args = ap.parse_args()
+    ref = str(ensure_llama_server())
+    common = ["-m", str(MODEL), "-c", "8192", "-np", "4", "-t", str(args.threads)]
+    mlxcel = [str(ROOT / ".venv/bin/mlxcel"), "serve", *common]
+    llama = [ref, *common] + (["--no-webui"] if supports_flag(ref, "--no-webui") else [])
+    med = statistics.median
+    only = set(args.only.split(","))
+    if "cache" in only:
+        a = med(run_variant("mlxcel", mlxcel, args.log_dir, cache_ttft, args.rounds))
+        b = med(run_variant("llama-server", llama, args.log_dir, cache_ttft, args.rounds))
+        c = med(run_variant("llama-server-nocache", [*llama, "--cache-ram", "0"], args.log_dir, cache_ttft,
+                            args.rounds))
+        print(f"cache TTFT s: mlxcel {a:.3f}  llama-server {b:.3f}  llama-server --cache-ram 0 {c:.3f}")
+        print(f"  ratio mlxcel/llama-server {a / b:.3f}  mlxcel/llama-server(no cache-ram) {a / c:.3f}  target <= 0.5")
+    if "lookup" in only:
+        plain = med(run_variant("mlxcel", mlxcel, args.log_dir, lookup_decode, args.rounds))
+        spec = med(run_variant("mlxcel-lookup", [*mlxcel, "--spec-type", "ngram-simple"], args.log_dir,
+                               lookup_decode, args.rounds))
+        ref_plain = med(run_variant("llama-server", llama, args.log_dir, lookup_decode, args.rounds))
+        ref_spec = med(run_variant("llama-server-lookup", [*llama, "--spec-type", "ngram-simple"], args.log_dir,
+                                   lookup_decode, args.rounds))
+        print(f"editing decode tok/s: mlxcel plain {plain:.1f}  lookup {spec:.1f}  "
+              f"llama-server plain {ref_plain:.1f}  ngram-simple {ref_spec:.1f}")
+        print(f"  ratio mlxcel lookup/plain {spec / plain:.3f} (target >= 1.5)  "
+              f"mlxcel lookup / llama-server ngram-simple {spec / ref_spec:.3f}")
+    if "structured" in only:
+        rates = run_variant("mlxcel", mlxcel, args.log_dir, structured_decode, args.rounds)
+        a, b = med(rates["json_schema"]), med(rates["plain"])
+        print(f"structured decode tok/s: json_schema {a:.1f}  plain {b:.1f}  ratio {a / b:.3f} (target >= 0.85)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
