@@ -29,6 +29,21 @@ _FLASH_ATTN = {
 }
 
 
+def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int) -> RuntimeConfig:
+    return RuntimeConfig(
+        model_path=path,
+        n_ctx=n_ctx,
+        n_parallel=cfg.parallel,
+        n_batch=cfg.batch_size,
+        n_ubatch=cfg.ubatch_size,
+        n_threads=cfg.threads,
+        n_threads_batch=cfg.threads_batch,
+        flash_attn=_FLASH_ATTN[cfg.flash_attn],
+        n_gpu_layers=cfg.n_gpu_layers,
+        use_mmap=cfg.use_mmap,
+    )
+
+
 class HostState(str, enum.Enum):
     LOADING = "loading"
     READY = "ready"
@@ -64,20 +79,7 @@ class ModelHost:
             started = time.monotonic()
             self.model_path = resolve_model(self.config.model, log=lambda line: log.info("%s", line))
             cfg = self.config
-            runtime = LlamaRuntime(
-                RuntimeConfig(
-                    model_path=self.model_path,
-                    n_ctx=cfg.ctx_size,
-                    n_parallel=cfg.parallel,
-                    n_batch=cfg.batch_size,
-                    n_ubatch=cfg.ubatch_size,
-                    n_threads=cfg.threads,
-                    n_threads_batch=cfg.threads_batch,
-                    flash_attn=_FLASH_ATTN[cfg.flash_attn],
-                    n_gpu_layers=cfg.n_gpu_layers,
-                    use_mmap=cfg.use_mmap,
-                )
-            )
+            runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, cfg.ctx_size))
             tokenizer = Tokenizer(runtime.vocab)
             self._load_chat_support(runtime, tokenizer)
             self._prepare_structured_output(tokenizer)
@@ -123,18 +125,7 @@ class ModelHost:
         from mlxcel.models.pull import resolve_model
 
         path = resolve_model(cfg.model_draft, log=lambda line: log.info("%s", line))
-        runtime = LlamaRuntime(
-            RuntimeConfig(
-                model_path=path,
-                n_ctx=n_ctx,
-                n_parallel=cfg.parallel,
-                n_batch=cfg.batch_size,
-                n_ubatch=cfg.ubatch_size,
-                n_threads=cfg.threads,
-                n_threads_batch=cfg.threads_batch,
-                flash_attn=_FLASH_ATTN[cfg.flash_attn],
-            )
-        )
+        runtime = LlamaRuntime(_runtime_config(cfg, path, n_ctx))
         draft_vocab = int(llama_cpp.llama_vocab_n_tokens(runtime.vocab))
         if draft_vocab != tokenizer.n_vocab:
             runtime.close()
