@@ -14,7 +14,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.server.auth import APIKeyMiddleware
 from mlxcel.server.errors import install_error_handlers
 from mlxcel.server.model_host import ModelHost
-from mlxcel.server.routes import chat, completions, info, native
+from mlxcel.server.routes import anthropic, chat, completions, info, native
 
 log = logging.getLogger("mlxcel.server")
 
@@ -34,6 +34,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     install_error_handlers(app)
     app.include_router(info.router)
     app.include_router(chat.router)
+    app.include_router(anthropic.router)
     app.include_router(completions.router)
     app.include_router(native.router)
     if config.metrics:
