@@ -14,7 +14,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.server.auth import APIKeyMiddleware
 from mlxcel.server.errors import install_error_handlers
 from mlxcel.server.model_host import ModelHost
-from mlxcel.server.routes import cache, chat, completions, info, native
+from mlxcel.server.routes import anthropic, cache, chat, completions, info, native
 
 log = logging.getLogger("mlxcel.server")
 
@@ -35,6 +35,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app.include_router(info.router)
     app.include_router(cache.router)
     app.include_router(chat.router)
+    app.include_router(anthropic.router)
     app.include_router(completions.router)
     app.include_router(native.router)
     if config.metrics:

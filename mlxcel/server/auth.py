@@ -1,5 +1,6 @@
-"""API-key check: `Authorization: Bearer KEY` or the raw key in the same header.
-GET /health and GET / stay open; keys are compared in constant time."""
+"""API-key check: `Authorization: Bearer KEY`, the raw key in the same header, or
+`x-api-key: KEY` as Anthropic clients send it. GET /health and GET / stay open; keys
+are compared in constant time. Anthropic routes get Anthropic's error shape."""
 
 from __future__ import annotations
 
@@ -8,11 +9,30 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mlxcel.server.errors import anthropic_error_body, is_anthropic_path
+
 OPEN_PATHS = frozenset({"/health", "/"})
 
 
-def _error(message: str, kind: str) -> bytes:
+def _error(path: str, message: str, kind: str) -> bytes:
+    if is_anthropic_path(path):
+        return json.dumps(anthropic_error_body("authentication_error", message)).encode()
     return json.dumps({"error": {"message": message, "type": kind, "code": kind}}).encode()
+
+
+def _presented(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+    """The keys a request presents: Authorization (Bearer or raw), then x-api-key."""
+    found: dict[bytes, bytes] = {}
+    for name, value in headers:
+        if name in (b"authorization", b"x-api-key") and name not in found:
+            found[name] = value.strip()
+    keys = []
+    if found.get(b"authorization"):
+        header = found[b"authorization"]
+        keys.append(header[7:].strip() if header[:7].lower() == b"bearer " else header)
+    if found.get(b"x-api-key"):
+        keys.append(found[b"x-api-key"])
+    return keys
 
 
 class APIKeyMiddleware:
@@ -27,26 +47,22 @@ class APIKeyMiddleware:
         return matched
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or path in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        header = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                header = value.strip()
-                break
-        if not header:
-            await self._reject(send, "Missing API key: send it as 'Authorization: Bearer <key>'", "missing_api_key")
+        presented = _presented(scope["headers"])
+        if not presented:
+            message = "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+            await self._reject(send, _error(path, message, "missing_api_key"))
             return
-        token = header[7:].strip() if header[:7].lower() == b"bearer " else header
-        if not self._accepts(token):
-            await self._reject(send, "Invalid API key", "invalid_api_key")
+        if not any([self._accepts(key) for key in presented]):  # a list: every presented key is compared
+            await self._reject(send, _error(path, "Invalid API key", "invalid_api_key"))
             return
         await self.app(scope, receive, send)
 
     @staticmethod
-    async def _reject(send: Send, message: str, kind: str) -> None:
-        body = _error(message, kind)
+    async def _reject(send: Send, body: bytes) -> None:
         await send(
             {
                 "type": "http.response.start",

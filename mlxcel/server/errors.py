@@ -1,5 +1,5 @@
-"""API errors in the spec's (OpenAI) shape, and the handlers that render every
-failure of every route that way."""
+"""API errors, and the handlers that render every failure of every route: in the
+spec's (OpenAI) shape, or in Anthropic's on the Anthropic routes."""
 
 from __future__ import annotations
 
@@ -16,6 +16,21 @@ from mlxcel.structured.errors import StructuredOutputError
 
 log = logging.getLogger("mlxcel.server")
 
+ANTHROPIC_PREFIXES = ("/v1/messages", "/messages")
+# Anthropic's error type for an HTTP status; a busy server is Anthropic's 529
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                   403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                   429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
+OVERLOADED_STATUS = 529
+
+
+def is_anthropic_path(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in ANTHROPIC_PREFIXES)
+
+
+def anthropic_error_body(kind: str, message: str) -> dict:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, type: str, code: str | int | None = None, **extra) -> None:
@@ -31,6 +46,17 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status)
+
+    def anthropic_status(self) -> int:
+        return OVERLOADED_STATUS if self.type == "server_busy" else self.status
+
+    def anthropic_body(self) -> dict:
+        status = self.anthropic_status()
+        kind = ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+        return anthropic_error_body(kind, self.message)
+
+    def anthropic_response(self) -> JSONResponse:
+        return JSONResponse(self.anthropic_body(), status_code=self.anthropic_status())
 
 
 def invalid_request(message: str, code: str | None = None, **extra) -> APIError:
@@ -58,34 +84,39 @@ def describe_validation_errors(errors: list[dict]) -> str:
     return "invalid request: " + ("; ".join(parts) or "malformed body")
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(APIError)
-    async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
-
-    @app.exception_handler(StructuredOutputError)
-    async def _structured_output_error(_request: Request, exc: StructuredOutputError) -> JSONResponse:
-        return invalid_request(str(exc), code="invalid_response_format").response()
-
-    @app.exception_handler(TemplateError)
-    async def _template_error(_request: Request, exc: TemplateError) -> JSONResponse:
-        return invalid_request(str(exc), code="template_error").response()
-
-    @app.exception_handler(ChatInputError)
-    async def _chat_input_error(_request: Request, exc: ChatInputError) -> JSONResponse:
-        return invalid_request(exc.message, code=exc.code).response()
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return invalid_request(describe_validation_errors(exc.errors())).response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+def as_api_error(exc: Exception) -> APIError:
+    """Every failure a route can raise, as the APIError it is shown as."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, StructuredOutputError):
+        return invalid_request(str(exc), code="invalid_response_format")
+    if isinstance(exc, TemplateError):
+        return invalid_request(str(exc), code="template_error")
+    if isinstance(exc, ChatInputError):
+        return invalid_request(exc.message, code=exc.code)
+    if isinstance(exc, RequestValidationError):
+        return invalid_request(describe_validation_errors(exc.errors()))
+    if isinstance(exc, StarletteHTTPException):
         kinds = {404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error"}
         kind = kinds.get(exc.status_code, "invalid_request_error" if exc.status_code < 500 else "server_error")
-        return APIError(exc.status_code, str(exc.detail), kind).response()
+        return APIError(exc.status_code, str(exc.detail), kind)
+    return server_error(f"internal server error: {type(exc).__name__}")
+
+
+def render_error(request: Request, exc: Exception) -> JSONResponse:
+    error = as_api_error(exc)
+    return error.anthropic_response() if is_anthropic_path(request.url.path) else error.response()
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def _known(request: Request, exc: Exception) -> JSONResponse:
+        return render_error(request, exc)
+
+    for kind in (APIError, StructuredOutputError, TemplateError, ChatInputError, RequestValidationError,
+                 StarletteHTTPException):
+        app.add_exception_handler(kind, _known)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return server_error(f"internal server error: {type(exc).__name__}").response()
+        return render_error(request, exc)

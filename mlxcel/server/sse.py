@@ -3,17 +3,54 @@ streams, so an abandoned generation is cancelled at once, not at its next token.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
+from typing import TypeVar
 
 import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+Item = TypeVar("Item")
+
 
 def sse_data(payload: dict | str) -> str:
     text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return f"data: {text}\n\n"
+
+
+def sse_event(name: str, payload: dict) -> str:
+    """A named event (`event: NAME`), as Anthropic's streams frame theirs."""
+    return f"event: {name}\n{sse_data(payload)}"
+
+
+async def with_heartbeat(source: AsyncIterator[Item], interval: float) -> AsyncIterator[Item | None]:
+    """The items of `source`, and None each time `interval` seconds pass without one
+    (a timer on the pending item, not a poll). Closing this closes `source`."""
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(source.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            item, pending = pending, None
+            try:
+                value = item.result()
+            except StopAsyncIteration:
+                return
+            yield value
+    finally:
+        with anyio.CancelScope(shield=True):  # closing runs even in a cancelled scope
+            if pending is not None:
+                pending.cancel()  # thrown into the source, which closes on it
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await pending
+            await source.aclose()
 
 
 class EventStreamResponse(Response):

@@ -1,0 +1,92 @@
+"""Wire models of the Anthropic Messages API (/v1/messages, /v1/messages/count_tokens).
+
+Content blocks stay plain dicts here; their translation (anthropic_translation)
+checks each one and names the block it rejects."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mlxcel.protocol.sampling_fields import SamplingFields
+
+ContentBlock = dict[str, Any]
+
+
+class AnthropicMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+    @field_validator("content")
+    @classmethod
+    def _typed_blocks(cls, value: str | list[ContentBlock]) -> str | list[ContentBlock]:
+        if isinstance(value, list) and any(not isinstance(block.get("type"), str) for block in value):
+            raise ValueError("every content block needs a string 'type'")
+        return value
+
+
+class AnthropicTool(BaseModel):
+    """A client tool has `input_schema`; server tools (web_search ...) do not."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=256)
+    type: str | None = None
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+
+
+class ThinkingConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = Field(default=None, ge=0)
+
+
+class CountTokensRequest(SamplingFields):
+    """What decides the prompt: shared by count_tokens and messages."""
+
+    model: str | None = None
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[ContentBlock] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: dict[str, Any] | None = None
+    thinking: ThinkingConfig | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int = Field(ge=1)
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    output_config: dict[str, Any] | None = None
+    output_format: dict[str, Any] | None = None  # the structured-outputs beta's spelling
+    response_format: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("stop_sequences")
+    @classmethod
+    def _check_stop_sequences(cls, value: list[str] | None) -> list[str]:
+        return SamplingFields._check_stop(value)
+
+    def engine_fields(self) -> SamplingFields:
+        """The sampling fields the engine gets: `stop_sequences` is Anthropic's `stop`."""
+        return self.model_copy(update={"stop": self.stop_sequences or []})
+
+
+def usage_body(input_tokens: int, output_tokens: int) -> dict:
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens}
+
+
+def message_body(id: str, model: str, content: list[dict], stop_reason: str | None, stop_sequence: str | None,
+                 usage: dict) -> dict:
+    return {
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": usage,
+    }

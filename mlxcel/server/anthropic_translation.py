@@ -1,0 +1,248 @@
+"""Anthropic Messages at the edge of a chat turn: the request translated into a
+`ChatTurnSpec` (normalised messages, OpenAI-shaped tools and tool_choice, thinking,
+structured output) and the parsed output back into content blocks and a stop reason."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from mlxcel.chat.deltas import ToolCall
+from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.output import FinalChat
+from mlxcel.chat.template_kwargs import resolve_template_kwargs
+from mlxcel.engine.request import FinishReason
+from mlxcel.protocol.anthropic import AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest
+from mlxcel.server.chat_turn import ChatOutcome, ChatTurnSpec
+from mlxcel.server.errors import invalid_request
+
+log = logging.getLogger("mlxcel.anthropic")
+
+MEDIA_BLOCK_TYPES = {"image", "document"}
+
+
+# --- request -----------------------------------------------------------------
+
+def _media_error(kind: str, where: str) -> ChatInputError:
+    return ChatInputError(f"{where}: {kind} input is not supported: the loaded model is text-only",
+                          code="unsupported_content_type")
+
+
+def _is_server_tool_block(kind: str) -> bool:
+    """server_tool_use, web_search_tool_result, mcp_tool_use ...: blocks of tools this
+    server never runs (they are dropped from requests), so history drops them too."""
+    return kind not in ("tool_use", "tool_result") and kind.endswith(("_tool_use", "_tool_result"))
+
+
+def _text_of(block: dict, where: str) -> str:
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text", "")
+        if not isinstance(text, str):
+            raise ChatInputError(f"{where}.text must be a string")
+        return text
+    if kind in MEDIA_BLOCK_TYPES:
+        raise _media_error(kind, where)
+    raise ChatInputError(f"{where}: content block type {kind!r} is not allowed here")
+
+
+def system_text(system: str | list[dict] | None) -> str | None:
+    if system is None or isinstance(system, str):
+        return system or None
+    return "\n".join(_text_of(block, f"system[{i}]") for i, block in enumerate(system)) or None
+
+
+def _tool_result_text(block: dict, where: str) -> str:
+    content = block.get("content")
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
+        raise ChatInputError(f"{where}.content must be a string or an array of content blocks")
+    return "\n".join(_text_of(part, f"{where}.content[{i}]") for i, part in enumerate(content))
+
+
+def _user_messages(blocks: list[dict], where: str, tool_names: dict[str, str]) -> list[dict]:
+    """Tool results become `tool` messages (first, as templates expect them right
+    after the calls); the rest of the turn is one user message."""
+    results, texts = [], []
+    for i, block in enumerate(blocks):
+        at = f"{where}.content[{i}]"
+        kind = block["type"]
+        if kind == "tool_result":
+            call_id = block.get("tool_use_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise ChatInputError(f"{at}.tool_use_id is required")
+            result = {"role": "tool", "tool_call_id": call_id, "content": _tool_result_text(block, at)}
+            if call_id in tool_names:
+                result["name"] = tool_names[call_id]
+            results.append(result)
+        elif not _is_server_tool_block(kind):
+            texts.append(_text_of(block, at))
+    if texts or not results:
+        results.append({"role": "user", "content": "\n".join(texts)})
+    return results
+
+
+def _assistant_message(blocks: list[dict], where: str, tool_names: dict[str, str]) -> dict:
+    texts, thoughts, calls = [], [], []
+    for i, block in enumerate(blocks):
+        at = f"{where}.content[{i}]"
+        kind = block["type"]
+        if kind == "thinking":
+            thoughts.append(str(block.get("thinking", "")))
+        elif kind == "tool_use":
+            call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
+            if not isinstance(name, str) or not name:
+                raise ChatInputError(f"{at}.name is required")
+            if not isinstance(arguments, dict):
+                raise ChatInputError(f"{at}.input must be an object")
+            call_id = call_id if isinstance(call_id, str) and call_id else f"toolu_{len(tool_names)}"
+            tool_names[call_id] = name
+            calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+        elif kind != "redacted_thinking" and not _is_server_tool_block(kind):
+            texts.append(_text_of(block, at))
+    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
+    if thoughts:
+        message["reasoning_content"] = "\n".join(thoughts)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def chat_messages(system: str | list[dict] | None, messages: list[AnthropicMessage]) -> list[dict]:
+    """Anthropic's system and messages as the normalised chat messages templates read."""
+    result: list[dict] = []
+    instructions = system_text(system)
+    if instructions:
+        result.append({"role": "system", "content": instructions})
+    tool_names: dict[str, str] = {}  # tool_use id -> function name, for the results
+    for n, message in enumerate(messages):
+        where = f"messages[{n}]"
+        if isinstance(message.content, str):
+            result.append({"role": message.role, "content": message.content})
+        elif message.role == "user":
+            result.extend(_user_messages(message.content, where, tool_names))
+        else:
+            result.append(_assistant_message(message.content, where, tool_names))
+    return result
+
+
+def chat_tools(tools: list[AnthropicTool] | None) -> list[dict]:
+    """Client tools in the OpenAI function shape; server tools (no input_schema) dropped."""
+    kept = []
+    for tool in tools or []:
+        if tool.input_schema is None:
+            continue
+        function = {"name": tool.name, "parameters": tool.input_schema}
+        if tool.description:
+            function["description"] = tool.description
+        kept.append({"type": "function", "function": function})
+    return kept
+
+
+def chat_tool_choice(choice: dict | None, tools: list[dict]) -> Any:
+    """auto / any / tool / none onto the chat rules: any is "required", tool is named."""
+    if choice is None:
+        return None
+    kind = choice.get("type")
+    if kind in ("auto", "none"):
+        return kind
+    if kind == "any":
+        if not tools:
+            raise ChatInputError("tool_choice {'type': 'any'} needs at least one tool with an input_schema")
+        return "required"
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice.get("name") or ""}}
+    raise ChatInputError("tool_choice.type must be one of 'auto', 'any', 'tool', 'none'")
+
+
+def template_kwargs(data: dict, body: CountTokensRequest, server_defaults: dict) -> dict:
+    try:
+        kwargs = resolve_template_kwargs(data, server_defaults)
+    except ValueError as exc:
+        raise invalid_request(str(exc)) from None
+    if body.thinking is not None:
+        kwargs["enable_thinking"] = body.thinking.type != "disabled"
+    return kwargs
+
+
+def thinking_budget(body: CountTokensRequest) -> int | None:
+    thinking = body.thinking
+    return thinking.budget_tokens if thinking is not None and thinking.type == "enabled" else None
+
+
+def response_format(body: MessagesRequest) -> dict | None:
+    """output_config.format (or the beta's output_format) is a flattened json_schema
+    response_format; an OpenAI-style response_format is honoured too."""
+    config_format = (body.output_config or {}).get("format")
+    return config_format or body.output_format or body.response_format
+
+
+def turn_spec(data: dict, body: CountTokensRequest, server_template_kwargs: dict) -> ChatTurnSpec:
+    """The chat turn a request asks for; a count_tokens body gives the same prompt."""
+    tools = chat_tools(body.tools)
+    spec = ChatTurnSpec(
+        messages=chat_messages(body.system, body.messages),
+        sampling=body,
+        tools=tools,
+        tool_choice=chat_tool_choice(body.tool_choice, tools),
+        template_kwargs=template_kwargs(data, body, server_template_kwargs),
+        thinking_budget=thinking_budget(body),
+    )
+    if isinstance(body, MessagesRequest):
+        spec.sampling = body.engine_fields()
+        spec.max_tokens = body.max_tokens
+        spec.response_format = response_format(body)
+    return spec
+
+
+# --- response ----------------------------------------------------------------
+
+def tool_use_id(call_id: str) -> str:
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+def tool_input(arguments: str) -> dict:
+    """A call's JSON arguments as the input object (empty when they are not one)."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        log.warning("tool call arguments are not a JSON object: %r", arguments[:200])
+        return {}
+    return value
+
+
+def thinking_signature(thinking: str) -> str:
+    """Anthropic signs thinking blocks; here the field is only a stable digest."""
+    return hashlib.sha256(thinking.encode("utf-8")).hexdigest()
+
+
+def tool_use_block(call: ToolCall) -> dict:
+    return {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": tool_input(call.arguments)}
+
+
+def content_blocks(final: FinalChat) -> list[dict]:
+    """thinking, text, tool_use: whitespace-only text makes no block (as in streams)."""
+    blocks = []
+    if final.reasoning.strip():
+        signature = thinking_signature(final.reasoning)
+        blocks.append({"type": "thinking", "thinking": final.reasoning, "signature": signature})
+    if final.content.strip():
+        blocks.append({"type": "text", "text": final.content})
+    blocks.extend(tool_use_block(call) for call in final.tool_calls)
+    return blocks
+
+
+def stop_reason(outcome: ChatOutcome) -> tuple[str, str | None]:
+    """(stop_reason, stop_sequence)."""
+    if outcome.final.tool_calls:
+        return "tool_use", None
+    if outcome.finish.reason is FinishReason.LENGTH:
+        return "max_tokens", None
+    if outcome.finish.stop_word is not None:
+        return "stop_sequence", outcome.finish.stop_word
+    return "end_turn", None

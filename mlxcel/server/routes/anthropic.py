@@ -1,0 +1,91 @@
+"""POST /v1/messages and /v1/messages/count_tokens (and the same without /v1): the
+Anthropic Messages API on a chat turn. Failures on these paths are rendered in
+Anthropic's error shape by the global handlers (errors.render_error)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from mlxcel.engine.request import FinishReason
+from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest, message_body, usage_body
+from mlxcel.server.anthropic_stream import MessageStream
+from mlxcel.server.anthropic_translation import content_blocks, stop_reason, turn_spec
+from mlxcel.server.chat_turn import ChatOutcome, ChatTurn
+from mlxcel.server.errors import as_api_error, server_error
+from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.sse import EventStreamResponse, with_heartbeat
+
+router = APIRouter()
+log = logging.getLogger("mlxcel.anthropic")
+
+PING_INTERVAL_S = 5.0  # a ping event whenever no other event came for this long
+# fields a request may carry that change nothing here (named in one warning line)
+IGNORED_FIELDS = {"metadata", "container", "service_tier", "stop", "mcp_servers", "context_management",
+                  "inference_geo", "user"}
+HONORED_FIELDS = set(MessagesRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt"}
+
+
+def _warn_ignored(data: dict, request_id: str) -> None:
+    ignored = sorted(k for k in data if k in IGNORED_FIELDS or k not in HONORED_FIELDS)
+    if ignored:
+        log.warning("request %s: accepted but ignored fields: %s", request_id, ", ".join(ignored))
+
+
+@router.post("/v1/messages")
+@router.post("/messages")
+async def create_message(request: Request):
+    host = request.app.state.host
+    data = await read_json_object(request, host.config.max_body_bytes)
+    body = validate(MessagesRequest, data)
+    host.require_ready()
+    message_id = f"msg_{uuid.uuid4().hex}"
+    turn = ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), message_id)
+    await turn.build(request)
+    _warn_ignored(data, message_id)
+    turn.submit()
+    if body.stream:
+        return EventStreamResponse(_stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)))
+    outcome = await turn.run(request)
+    reason, sequence = stop_reason(outcome)
+    usage = usage_body(outcome.finish.prompt_tokens, outcome.finish.completion_tokens)
+    return JSONResponse(message_body(message_id, host.model_id, content_blocks(outcome.final), reason, sequence,
+                                     usage))
+
+
+@router.post("/v1/messages/count_tokens")
+@router.post("/messages/count_tokens")
+async def count_tokens(request: Request):
+    host = request.app.state.host
+    data = await read_json_object(request, host.config.max_body_bytes)
+    body = validate(CountTokensRequest, data)
+    host.require_ready()
+    turn = ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), "count_tokens")
+    return JSONResponse({"input_tokens": turn.prompt_tokens})
+
+
+async def _stream(turn: ChatTurn, writer: MessageStream) -> AsyncIterator[str]:
+    for event in writer.start():
+        yield event
+    try:
+        async with contextlib.aclosing(with_heartbeat(turn.stream(), PING_INTERVAL_S)) as steps:
+            async for step in steps:
+                if step is None:
+                    yield writer.ping()
+                    continue
+                if not isinstance(step, ChatOutcome):
+                    events = writer.feed(step.delta)
+                elif step.finish.reason is FinishReason.ERROR:
+                    events = [writer.error(server_error(f"generation failed: {step.finish.error}"))]
+                else:
+                    events = writer.finish(step)
+                for event in events:
+                    yield event
+    except Exception as exc:  # noqa: BLE001 - the stream has begun: the failure is its last event
+        log.exception("request %s: the stream failed", writer.message_id)
+        yield writer.error(as_api_error(exc))
