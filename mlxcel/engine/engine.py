@@ -21,7 +21,8 @@ from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
-from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache
+from mlxcel.engine.prompt_cache import HostPromptCache
+from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, Timings, TokenEvent
 from mlxcel.engine.sampling import SamplerChain
@@ -51,8 +52,6 @@ class EngineConfig:
     draft_max: int = 16  # most drafted tokens per verify round
     draft_min: int = 2  # fewer drafted tokens than this are not worth a round
 
-MIN_DONATION_BLOCKS = 2  # smaller prefixes are cheaper to prefill than to restore
-
 
 @dataclass
 class _Submit:
@@ -79,6 +78,7 @@ class Engine:
         self.stats = EngineStats()
         self._batch = TokenBatch(runtime.n_batch)
         self._masker = BatchMasker(tokenizer.n_vocab, len(self.slots))
+        self._memory = SlotMemory(runtime, config.host_cache)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._admission = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
@@ -181,10 +181,7 @@ class Engine:
             request = self.waiting.pop()
             reuse = self.config.cache_prompt and request.cache_prompt
             slot, n_common = self.slots.choose(request.prompt_tokens, reuse)
-            slot.cache_tier = "slot" if n_common else "miss"
-            if reuse and self.config.host_cache is not None:
-                n_common = self._use_host_cache(slot, request.prompt_tokens, n_common)
-            self._prepare_memory(slot, request, n_common if reuse else 0)
+            self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse)
             sampler = SamplerChain(
                 request.sampling,
                 self.runtime.vocab,
@@ -197,48 +194,6 @@ class Engine:
             if self.config.lookup_ngram > 0:
                 slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.draft_max, self.config.draft_min)
             self.stats.sequences_started += 1
-
-    def _use_host_cache(self, slot: Slot, prompt: list[int], n_common: int) -> int:
-        """Save what the slot would lose, then restore a longer cached prefix of the
-        prompt into it when the host cache has one. Returns the reusable length."""
-        cache = self.config.host_cache
-        self._donate(slot, keep=n_common)
-        found = cache.lookup(prompt)
-        if found is None or found[1] <= n_common + BLOCK_SIZE // 2:
-            return n_common
-        entry, n_shared = found
-        self.runtime.seq_clear(slot.id)
-        restored = self.runtime.restore_seq_state(slot.id, entry.state)
-        if not restored or (n_shared < len(entry.tokens) and not self.runtime.seq_remove(slot.id, n_shared, -1)):
-            self.runtime.seq_clear(slot.id)
-            slot.cached_tokens.clear()
-            return 0
-        slot.cached_tokens = entry.tokens[:n_shared]
-        slot.cache_tier = "exact" if n_shared >= len(prompt) // BLOCK_SIZE * BLOCK_SIZE else "block"
-        return n_shared
-
-    def _donate(self, slot: Slot, keep: int) -> None:
-        """Before a slot's tokens past `keep` are overwritten, save its whole-block
-        prefix to the host cache (unless it is there already)."""
-        aligned = len(slot.cached_tokens) // BLOCK_SIZE * BLOCK_SIZE
-        if aligned <= keep + BLOCK_SIZE or aligned < MIN_DONATION_BLOCKS * BLOCK_SIZE:
-            return
-        tokens = slot.cached_tokens[:aligned]
-        if self.config.host_cache.contains(tokens):
-            return
-        if len(slot.cached_tokens) > aligned and not self.runtime.seq_remove(slot.id, aligned, -1):
-            return  # this memory cannot cut a tail: nothing exact to save
-        del slot.cached_tokens[aligned:]
-        self.config.host_cache.insert(tokens, self.runtime.seq_state(slot.id))
-
-    def _prepare_memory(self, slot: Slot, request: GenerationRequest, n_keep: int) -> None:
-        """Cut the slot's memory back to the reusable prefix (at least one prompt
-        token is always decoded again so its logits exist)."""
-        n_keep = min(n_keep, len(request.prompt_tokens) - 1)
-        if n_keep <= 0 or not self.runtime.seq_remove(slot.id, n_keep, -1):
-            self.runtime.seq_clear(slot.id)
-            n_keep = 0
-        del slot.cached_tokens[n_keep:]
 
     def _step(self) -> None:
         batch = self._batch
