@@ -3,7 +3,8 @@
 Formats whose call bodies are not JSON (XML-like tags, Gemma's loose objects) give
 each argument as a piece of text. A parameter the schema types as a string keeps
 that text exactly; other types are read as JSON, then as loose literals (Python's
-`True`/`None`, single-quoted dicts), and fall back to the text itself.
+`True`/`None`, single-quoted dicts, and `TRUE`/`NONE` in any case where the schema
+admits a boolean or null), and fall back to the text itself.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ _LOOSE_LITERALS: dict[str, Any] = {
     "true": True,
     "false": False,
     "null": None,
+}
+# words read in any case, when the schema admits their type
+_TYPED_WORDS: dict[str, dict[str, Any]] = {
+    "boolean": {"true": True, "false": False},
+    "null": {"null": None, "none": None},
 }
 
 
@@ -87,30 +93,30 @@ def _fits(value: Any, types: set[str]) -> bool:
     return kind in types or (kind == "integer" and "number" in types)
 
 
-def _read_literal(text: str) -> tuple[bool, Any]:
+def _read_literal(text: str, types: set[str]) -> tuple[bool, Any]:
     """(True, value) when `text` reads as JSON or as a loose literal."""
     stripped = text.strip()
     if not stripped:
         return False, None
+    for kind, words in _TYPED_WORDS.items():
+        if kind in types and stripped.lower() in words:
+            return True, words[stripped.lower()]
     try:
-        return True, json.loads(stripped)
+        value = json.loads(stripped)
     except ValueError:
-        pass
-    if stripped in _LOOSE_LITERALS:
-        return True, _LOOSE_LITERALS[stripped]
-    if stripped[0] in "[{('\"" or stripped[0].isdigit() or stripped[0] in "+-.":
+        if stripped in _LOOSE_LITERALS:
+            return True, _LOOSE_LITERALS[stripped]
+        if not (stripped[0] in "[{('\"+-." or stripped[0].isdigit()):
+            return False, None
         try:
             value = ast.literal_eval(stripped)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return False, None
-        if isinstance(value, tuple):
-            value = list(value)
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError):
-            return False, None
-        return True, value
-    return False, None
+    try:
+        # through JSON and back: tuples become lists; sets, NaN and infinities are refused
+        return True, json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        return False, None
 
 
 def coerce_value(raw: str, schema: dict | None) -> Any:
@@ -118,7 +124,7 @@ def coerce_value(raw: str, schema: dict | None) -> Any:
     types = schema_types(schema)
     if types == {"string"}:
         return raw
-    ok, value = _read_literal(raw)
+    ok, value = _read_literal(raw, types)
     if not ok:
         return raw
     if not types:
@@ -135,3 +141,8 @@ def coerce_value(raw: str, schema: dict | None) -> Any:
 def arguments_json(values: dict) -> str:
     """Compact JSON text of a call's arguments, non-ASCII kept as is."""
     return json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_member(key: str, value: Any) -> str:
+    """`"key": value`, spaced, as arguments JSON built member by member writes it."""
+    return f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"

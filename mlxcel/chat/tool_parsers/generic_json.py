@@ -15,7 +15,8 @@ import re
 from mlxcel.chat.deltas import ParsedOutput, ToolCall, new_call_id
 from mlxcel.chat.tool_parsers.base import register
 from mlxcel.chat.tool_parsers.buffered_parser import BufferedToolParser
-from mlxcel.chat.tool_parsers.json_calls import array_items, object_members, parse_call_object
+from mlxcel.chat.tool_parsers.json_calls import parse_call_object
+from mlxcel.chat.tool_parsers.json_spans import Malformed, loads_or_none, raw_elements, raw_members
 
 _FENCED = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)\r?\n?[ \t]*```", re.DOTALL)
 
@@ -34,14 +35,16 @@ class GenericJsonParser(BufferedToolParser):
         fenced = _FENCED.fullmatch(body)
         if fenced:
             body = fenced.group(1).strip()
-        members = object_members(body)
-        if members is None:
+        try:
+            members = raw_members(body)
+        except Malformed:
             return ParsedOutput(content=text)
-        if isinstance(members.get("response", (None,))[0], str) and len(members) == 1:
-            return ParsedOutput(content=members["response"][0])
+        response = loads_or_none(members.get("response", "null"))
+        if isinstance(response, str) and len(members) == 1:
+            return ParsedOutput(content=response)
         if "tool_calls" in members or "tool_call" in members:
-            value, raw = members.get("tool_calls") or members["tool_call"]
-            items = [raw] if isinstance(value, dict) else [r for _, r in array_items(raw)]
+            raw = members.get("tool_calls") or members["tool_call"]
+            items = [raw] if raw.startswith("{") else raw_elements(raw) if raw.startswith("[") else []
         else:
             items = [body]
         calls = [call for call in map(parse_call_object, items) if call and self.is_declared(call[0])]

@@ -14,56 +14,18 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from mlxcel.chat.tool_parsers.json_spans import BraceScanner, Malformed, loads_or_none, raw_members
 
 ARGUMENT_KEYS = ("arguments", "parameters")
 HEAD_KEYS = ("name", "type", "id")  # string members that may come before the arguments
 
 _WHITESPACE = re.compile(r"\s*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_DECODER = json.JSONDecoder()
 
 
 def skip_whitespace(text: str, i: int = 0) -> int:
     return _WHITESPACE.match(text, i).end()  # type: ignore[union-attr]
-
-
-class BraceScanner:
-    """Follows JSON nesting through text fed piece by piece, skipping strings.
-
-    `scan` stops just past the bracket that brings the depth back to zero, or at
-    the first of `stop_chars` met outside a string: characters JSON never has
-    there, so the object is malformed and will not close."""
-
-    def __init__(self, depth: int = 0, stop_chars: str = "") -> None:
-        self.depth = depth
-        self.stop_chars = stop_chars
-        self.in_string = False
-        self.escaped = False
-
-    def scan(self, text: str, start: int = 0) -> int:
-        """Index just past the end of the value, the index of a stop character,
-        or -1 when neither has come yet."""
-        for i in range(start, len(text)):
-            c = text[i]
-            if self.in_string:
-                if self.escaped:
-                    self.escaped = False
-                elif c == "\\":
-                    self.escaped = True
-                elif c == '"':
-                    self.in_string = False
-            elif c == '"':
-                self.in_string = True
-            elif c in "{[":
-                self.depth += 1
-            elif c in "}]":
-                self.depth -= 1
-                if self.depth <= 0:
-                    return i + 1
-            elif c in self.stop_chars:
-                return i
-        return -1
 
 
 @dataclass
@@ -133,67 +95,24 @@ def _read_string(text: str, i: int) -> tuple[str | None, int]:
         return None, i
 
 
-def object_members(text: str) -> dict[str, tuple[Any, str]] | None:
-    """The top-level members of a JSON object as {key: (value, value's own text)},
-    or None when `text` is not exactly one JSON object."""
-    text = text.strip()
-    try:
-        if not isinstance(json.loads(text), dict):
-            return None
-    except ValueError:
-        return None
-    members: dict[str, tuple[Any, str]] = {}
-    i = 1
-    while True:
-        i = skip_whitespace(text, i)
-        if text[i] == "}":
-            return members
-        key, i = _DECODER.raw_decode(text, i)
-        i = skip_whitespace(text, skip_whitespace(text, i) + 1)
-        value, end = _DECODER.raw_decode(text, i)
-        members[key] = (value, text[i:end])
-        i = skip_whitespace(text, end)
-        if text[i] == ",":
-            i += 1
-
-
-def array_items(text: str) -> list[tuple[Any, str]]:
-    """The elements of a JSON array as [(value, element's own text)]; [] when
-    `text` is not exactly one JSON array."""
-    text = text.strip()
-    try:
-        if not isinstance(json.loads(text), list):
-            return []
-    except ValueError:
-        return []
-    items: list[tuple[Any, str]] = []
-    i = skip_whitespace(text, 1)
-    while text[i] != "]":
-        value, end = _DECODER.raw_decode(text, i)
-        items.append((value, text[i:end]))
-        i = skip_whitespace(text, end)
-        if text[i] == ",":
-            i = skip_whitespace(text, i + 1)
-    return items
-
-
 def parse_call_object(text: str) -> tuple[str, str] | None:
     """(name, arguments JSON text) from a complete call object, or None.
     Object arguments keep their own text; string arguments are taken as given;
     an OpenAI-style {"function": {...}} wrapper is looked through."""
-    members = object_members(text)
-    if members is None:
+    try:
+        members = raw_members(text.strip())
+    except Malformed:
         return None
-    if "name" not in members and isinstance(members.get("function", (None,))[0], dict):
-        return parse_call_object(members["function"][1])
-    name = members.get("name", (None,))[0]
+    if "name" not in members and members.get("function", "").startswith("{"):
+        return parse_call_object(members["function"])
+    name = loads_or_none(members.get("name", "null"))
     if not isinstance(name, str) or not name:
         return None
     for key in ARGUMENT_KEYS:
         if key in members:
-            value, raw = members[key]
+            value = json.loads(members[key])
             if isinstance(value, dict):
-                return name, raw
+                return name, members[key]
             if isinstance(value, str):
                 return name, value
             if value is None:

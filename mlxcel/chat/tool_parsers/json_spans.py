@@ -8,10 +8,12 @@ re-serialised values.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 _DECODER = json.JSONDecoder()
 _CLOSERS = {"{": "}", "[": "]"}
+T = TypeVar("T")
 
 
 class Malformed(ValueError):
@@ -22,6 +24,47 @@ class Malformed(ValueError):
         self.at = at
 
 
+class BraceScanner:
+    """Follows JSON nesting through text fed piece by piece, skipping strings.
+
+    `scan` stops just past the bracket that closes the outermost one (`depth` of
+    them may be open already), or at the first of `stop_chars` met outside a
+    string: characters JSON never has there, so the value will not close. A closing
+    bracket of the wrong kind still closes; `mismatch` keeps where the first was."""
+
+    def __init__(self, depth: int = 0, stop_chars: str = "") -> None:
+        self.closers = [""] * depth  # what each open bracket wants; "" when not seen
+        self.stop_chars = stop_chars
+        self.in_string = self.escaped = False
+        self.mismatch: int | None = None
+
+    def scan(self, text: str, start: int = 0) -> int:
+        """Index just past the end of the value, the index of a stop character,
+        or -1 when neither has come yet."""
+        for i in range(start, len(text)):
+            ch = text[i]
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif ch == "\\":
+                    self.escaped = True
+                elif ch == '"':
+                    self.in_string = False
+            elif ch == '"':
+                self.in_string = True
+            elif ch in _CLOSERS:
+                self.closers.append(_CLOSERS[ch])
+            elif ch in "}]":
+                wanted = self.closers.pop() if self.closers else ""
+                if wanted not in ("", ch) and self.mismatch is None:
+                    self.mismatch = i
+                if not self.closers:
+                    return i + 1
+            elif ch in self.stop_chars:
+                return i
+        return -1
+
+
 class ValueEnd:
     """Finds where the JSON object or array opening at `start` ends, in a text that
     only grows: each `scan` carries on from where the last one stopped."""
@@ -29,10 +72,8 @@ class ValueEnd:
     def __init__(self, start: int) -> None:
         self.start = start
         self._i = start
-        self._stack: list[str] = []
-        self._in_string = self._escaped = False
+        self._scanner = BraceScanner()
         self._end: int | None = None
-        self._malformed: int | None = None
 
     def scan(self, text: str) -> int | None:
         """The index just past the value, or None while the text ends before it closes.
@@ -42,31 +83,15 @@ class ValueEnd:
         if self._end is not None:
             return self._end
         if self._i == self.start and self.start < len(text) and text[self.start] not in _CLOSERS:
-            self._malformed = self.start
-        if self._malformed is not None:
-            raise Malformed(self._malformed)
-        for i in range(self._i, len(text)):
-            ch = text[i]
-            if self._in_string:
-                if self._escaped:
-                    self._escaped = False
-                elif ch == "\\":
-                    self._escaped = True
-                elif ch == '"':
-                    self._in_string = False
-            elif ch == '"':
-                self._in_string = True
-            elif ch in _CLOSERS:
-                self._stack.append(_CLOSERS[ch])
-            elif ch in "}]":
-                if not self._stack or self._stack.pop() != ch:
-                    self._malformed = i
-                    raise Malformed(i)
-                if not self._stack:
-                    self._end = i + 1
-                    return self._end
+            raise Malformed(self.start)
+        end = self._scanner.scan(text, self._i)
+        if self._scanner.mismatch is not None:
+            raise Malformed(self._scanner.mismatch)
         self._i = len(text)
-        return None
+        if end < 0:
+            return None
+        self._end = end
+        return end
 
 
 def value_end(text: str, start: int) -> int | None:
@@ -96,48 +121,43 @@ def _raw_value(text: str, i: int) -> tuple[str, int]:
     return text[i:end], end
 
 
-def raw_members(text: str) -> dict[str, str]:
-    """The members of the JSON object `text`, each value as its own raw text."""
-    members: dict[str, str] = {}
-    i = _expect(text, 0, "{")
-    if text[_skip_ws(text, i) : _skip_ws(text, i) + 1] == "}":
+def _raw_member(text: str, i: int) -> tuple[tuple[str, str], int]:
+    key_text, i = _raw_value(text, i)
+    key = json.loads(key_text)
+    if not isinstance(key, str):
+        raise Malformed(i)
+    value, i = _raw_value(text, _expect(text, i, ":"))
+    return (key, value), i
+
+
+def _raw_parts(text: str, opener: str, closer: str, read_part: Callable[[str, int], tuple[T, int]]) -> list[T]:
+    """The parts of the JSON object or array `text`, each read by `read_part`."""
+    parts: list[T] = []
+    i = _expect(text, 0, opener)
+    if text[_skip_ws(text, i) : _skip_ws(text, i) + 1] == closer:
         i = _skip_ws(text, i) + 1
     else:
         while True:
-            key_text, i = _raw_value(text, i)
-            key = json.loads(key_text)
-            if not isinstance(key, str):
-                raise Malformed(i)
-            i = _expect(text, i, ":")
-            members[key], i = _raw_value(text, i)
+            part, i = read_part(text, i)
+            parts.append(part)
             i = _skip_ws(text, i)
-            if text[i : i + 1] == "}":
+            if text[i : i + 1] == closer:
                 i += 1
                 break
             i = _expect(text, i, ",")
     if _skip_ws(text, i) != len(text):
         raise Malformed(i)
-    return members
+    return parts
+
+
+def raw_members(text: str) -> dict[str, str]:
+    """The members of the JSON object `text`, each value as its own raw text."""
+    return dict(_raw_parts(text, "{", "}", _raw_member))
 
 
 def raw_elements(text: str) -> list[str]:
     """The elements of the JSON array `text`, each as its own raw text."""
-    elements: list[str] = []
-    i = _expect(text, 0, "[")
-    if text[_skip_ws(text, i) : _skip_ws(text, i) + 1] == "]":
-        i = _skip_ws(text, i) + 1
-    else:
-        while True:
-            element, i = _raw_value(text, i)
-            elements.append(element)
-            i = _skip_ws(text, i)
-            if text[i : i + 1] == "]":
-                i += 1
-                break
-            i = _expect(text, i, ",")
-    if _skip_ws(text, i) != len(text):
-        raise Malformed(i)
-    return elements
+    return _raw_parts(text, "[", "]", _raw_value)
 
 
 def loads_or_none(text: str) -> Any:

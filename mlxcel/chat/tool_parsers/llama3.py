@@ -32,7 +32,6 @@ class Llama3Parser(StreamMachineParser):
     def __init__(self, tools: list[dict] | None = None) -> None:
         super().__init__(tools)
         self.state = "start"
-        self.held = ""
         self.tagged = False  # calls follow <|python_tag|>
         self.reader: JsonCallReader | None = None
 
@@ -87,18 +86,13 @@ class Llama3Parser(StreamMachineParser):
         assert self.reader is not None
         if not self.buf:
             return False
-        step = self.reader.feed(self.buf)
-        self.buf = ""
-        if step.name is not None:
-            self.start_call(step.name)
-            self.held = ""
-        self.emit_arguments(step.arguments)
+        step = self.feed_call_reader(self.reader)
         if step.invalid:
             self.emit_content(self.held + step.raw)
-            self.reader, self.held, self.buf, self.state = None, "", step.rest, "content"
+            self.reader, self.held, self.state = None, "", "content"
             return True
         if step.done:
-            self.reader, self.buf, self.state = None, step.rest, "after"
+            self.reader, self.state = None, "after"
             return True
         return False
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 
 from mlxcel.chat.tool_parsers.base import register
-from mlxcel.chat.tool_parsers.json_calls import BraceScanner, JsonCallReader
+from mlxcel.chat.tool_parsers.json_calls import JsonCallReader
+from mlxcel.chat.tool_parsers.json_spans import BraceScanner
 from mlxcel.chat.tool_parsers.stream_machine import StreamMachineParser
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
@@ -32,7 +33,6 @@ class MistralParser(StreamMachineParser):
     def __init__(self, tools: list[dict] | None = None) -> None:
         super().__init__(tools)
         self.state = "content"
-        self.held = ""  # text of a call that may not become one
         self.reader: JsonCallReader | None = None
         self.scanner: BraceScanner | None = None
         self.in_list = False
@@ -93,17 +93,12 @@ class MistralParser(StreamMachineParser):
         assert self.reader is not None
         if not self.buf:
             return False
-        step = self.reader.feed(self.buf)
-        self.buf = ""
-        if step.name is not None:
-            self.start_call(step.name)
-            self.held = ""
-        self.emit_arguments(step.arguments)
+        step = self.feed_call_reader(self.reader)
         if step.invalid:
-            self.reader, self.buf = None, step.rest
+            self.reader = None
             return self._release(step.raw)
         if step.done:
-            self.reader, self.buf, self.state = None, step.rest, "after_item"
+            self.reader, self.state = None, "after_item"
             return True
         return False
 

@@ -8,7 +8,7 @@
     </function>
     </tool_call>
 
-Values are coerced against the tool's schema (xml_values) and the arguments JSON
+Values are coerced against the tool's schema (coercion) and the arguments JSON
 is built key by key as each value completes. A JSON body inside `<tool_call>` is
 read as in Hermes, and a `<function=` block without the outer tag is accepted.
 """

@@ -10,11 +10,16 @@ where it was split (the test harness checks that).
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Protocol
 
 from mlxcel.chat.deltas import ParsedDelta, ParsedOutput, ToolCall, ToolCallDelta, new_call_id
 from mlxcel.chat.markers import find_first, partial_marker_length
 from mlxcel.chat.tool_parsers.base import ToolCallParser
-from mlxcel.chat.tool_parsers.json_calls import declared_names, skip_whitespace
+from mlxcel.chat.tool_parsers.json_calls import ReadStep, declared_names, skip_whitespace
+
+
+class CallReader(Protocol):
+    def feed(self, piece: str) -> ReadStep: ...
 
 
 class StreamMachineParser(ToolCallParser):
@@ -25,6 +30,7 @@ class StreamMachineParser(ToolCallParser):
         self._out = ParsedDelta()
         self._calls = 0
         self.trim_content = False  # drop whitespace before content that follows a call
+        self.held = ""  # text read for a call that may not become one
 
     # -- the interface ------------------------------------------------------
 
@@ -77,6 +83,19 @@ class StreamMachineParser(ToolCallParser):
     def emit_call(self, name: str, arguments: str) -> None:
         self.start_call(name)
         self.emit_arguments(arguments)
+
+    def feed_call_reader(self, reader: CallReader) -> ReadStep:
+        """Hand all of `buf` to the reader of the call being read; `buf` keeps only
+        what follows the call once it has ended. When the reader knows the name the
+        call starts (what was `held` for it is then no content), and the argument
+        text it releases is sent on."""
+        step = reader.feed(self.buf)
+        self.buf = step.rest
+        if step.name is not None:
+            self.start_call(step.name)
+            self.held = ""
+        self.emit_arguments(step.arguments)
+        return step
 
     def content_until(self, markers: tuple[str, ...]) -> tuple[int, str | None]:
         """Release `buf` as content up to the first marker, keeping back a possible

@@ -14,9 +14,9 @@ import re
 from typing import ClassVar
 
 from mlxcel.chat.markers import find_first
+from mlxcel.chat.tool_parsers.coercion import coerce_value, json_member, property_schema
 from mlxcel.chat.tool_parsers.json_calls import JsonCallReader, ReadStep, skip_whitespace
 from mlxcel.chat.tool_parsers.stream_machine import StreamMachineParser
-from mlxcel.chat.tool_parsers.xml_values import coerce_parameter, json_member, parameter_schema
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FUNCTION, END_FUNCTION = "<function=", "</function>"
@@ -112,7 +112,7 @@ class XmlFunctionReader:
 
     def _add_member(self, step: ReadStep, raw_value: str) -> None:
         tool = self.parser.tool_schema(self.name)
-        value = coerce_parameter(raw_value, parameter_schema(tool, self.key))
+        value = coerce_value(raw_value, property_schema(tool, self.key))
         step.arguments += (", " if self.members else "") + json_member(self.key, value)
         self.members += 1
 
@@ -132,7 +132,6 @@ class ToolCallTagParser(StreamMachineParser):
         super().__init__(tools)
         self.state = "content"
         self.reader: JsonCallReader | XmlFunctionReader | None = None
-        self.held = ""  # text consumed for a call that may not become one
         self.wrapped = False  # inside <tool_call>
         self.closer: str | None = None  # what may close the current call's block
         self.raw_scanned = 0
@@ -184,24 +183,18 @@ class ToolCallTagParser(StreamMachineParser):
         assert self.reader is not None
         if not self.buf and not self.final:
             return False
-        step = self.reader.feed(self.buf)
-        self.buf = ""
-        if step.name is not None:
-            self.start_call(step.name)
-            self.held = ""
-        self.emit_arguments(step.arguments)
+        step = self.feed_call_reader(self.reader)
         if step.done:
-            self.reader, self.buf = None, step.rest
-            self.state = "after_call"
+            self.reader, self.state = None, "after_call"
             return True
         if step.invalid:
             self.reader = None
             if self.wrapped:
                 self.held += step.raw
-                self.buf, self.state = step.rest, "raw"
+                self.state = "raw"
             else:
                 self.emit_content(self.held + step.raw)
-                self.buf, self.state = step.rest, "content"
+                self.state = "content"
             return True
         return False
 

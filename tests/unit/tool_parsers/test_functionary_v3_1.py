@@ -1,6 +1,6 @@
 from mlxcel.chat.tool_parsers.functionary_v3_1 import FunctionaryV31Parser
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.common import TOOLS, args
+from tests.unit.tool_parsers.tools import TOOLS, args
 
 P = FunctionaryV31Parser
 

@@ -1,6 +1,6 @@
 from mlxcel.chat.tool_parsers.generic_json import GenericJsonParser
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.common import TOOLS, feed_pieces
+from tests.unit.tool_parsers.tools import TOOLS, feed_pieces
 
 P = GenericJsonParser
 

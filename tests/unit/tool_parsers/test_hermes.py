@@ -1,7 +1,7 @@
 from mlxcel.chat.tool_parsers.hermes import HermesParser
 from mlxcel.chat.tool_parsers.json_calls import JsonCallReader
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.common import TOOLS, args, feed_pieces
+from tests.unit.tool_parsers.tools import TOOLS, args, feed_pieces
 
 P = HermesParser
 

@@ -1,6 +1,6 @@
 from mlxcel.chat.tool_parsers.kimi_k2 import KimiK2Parser
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.common import TOOLS, args
+from tests.unit.tool_parsers.tools import TOOLS, args
 
 P = KimiK2Parser
 B, E = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"

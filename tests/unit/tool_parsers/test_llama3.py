@@ -1,6 +1,6 @@
 from mlxcel.chat.tool_parsers.llama3 import Llama3Parser
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.common import TOOLS, args, feed_pieces, tool
+from tests.unit.tool_parsers.tools import TOOLS, args, feed_pieces, tool
 
 P = Llama3Parser
 

@@ -1,6 +1,6 @@
 from mlxcel.chat.tool_parsers.mistral import MistralParser
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.common import TOOLS, args, feed_pieces
+from tests.unit.tool_parsers.tools import TOOLS, args, feed_pieces
 
 P = MistralParser
 

@@ -1,9 +1,9 @@
 import json
 
+from mlxcel.chat.tool_parsers.coercion import coerce_value as coerce_parameter, schema_types
 from mlxcel.chat.tool_parsers.qwen3_coder import Qwen3CoderParser
-from mlxcel.chat.tool_parsers.xml_values import coerce_parameter, schema_types
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.common import TOOLS, args, feed_pieces, tool
+from tests.unit.tool_parsers.tools import TOOLS, args, feed_pieces, tool
 
 P = Qwen3CoderParser
 
