@@ -54,12 +54,17 @@ class OutputBuilder:
         self._items: list[_Item] = []
         self._current: _Item | None = None  # the open reasoning or message item
         self._calls: dict[int, _Item] = {}  # open function calls by tool-call index
+        self._pending_logprobs: list[dict] = []  # tokens whose text is not out yet
 
     # -- feeding ------------------------------------------------------------------
 
     def feed(self, delta: ParsedDelta, logprobs: list[dict] | None = None) -> list[dict]:
+        """`logprobs`: the entries of the tokens this delta came from; they go with
+        the message text (held back until text comes; reasoning tokens have none)."""
         events: list[dict] = []
+        self._pending_logprobs.extend(logprobs or [])
         if delta.reasoning:
+            self._pending_logprobs.clear()
             item = self._open("reasoning", events)
             item.text += delta.reasoning
             events.append(self.event("response.reasoning_text.delta", item_id=item.id, output_index=item.index,
@@ -67,9 +72,10 @@ class OutputBuilder:
         if delta.content:
             item = self._open("message", events)
             item.text += delta.content
-            item.logprobs.extend(logprobs or [])
+            entries, self._pending_logprobs = self._pending_logprobs, []
+            item.logprobs.extend(entries)
             events.append(self.event("response.output_text.delta", item_id=item.id, output_index=item.index,
-                                     content_index=0, delta=delta.content, logprobs=logprobs or []))
+                                     content_index=0, delta=delta.content, logprobs=entries))
         for call in delta.tool_calls:
             events.extend(self._call_delta(call))
         return events
@@ -127,6 +133,10 @@ class OutputBuilder:
         for index, item in sorted(self._calls.items()):
             if index < len(calls):
                 item.name, item.text = calls[index].name, calls[index].arguments
+        messages = [i for i in self._items if i.kind == "message"]
+        if messages and messages[-1].body is None:  # tokens with no text of their own (an end token)
+            messages[-1].logprobs.extend(self._pending_logprobs)
+        self._pending_logprobs = []
         open_items = [i for i in self._items if i.body is None]
         for item in open_items:
             events.extend(self._close(item, "completed" if item.kind == "function_call" else item_status))

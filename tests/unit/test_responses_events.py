@@ -71,3 +71,15 @@ def test_empty_generation_still_has_a_message_and_incomplete_marks_it():
 def test_sse_frames_name_the_event():
     assert sse_event({"type": "response.created", "sequence_number": 0}) == (
         'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n')
+
+
+def test_logprobs_of_held_back_and_reasoning_tokens():
+    builder = OutputBuilder(EventSequence())
+    lp = [{"token": t, "logprob": -1.0, "bytes": [], "top_logprobs": []} for t in "abcde"]
+    builder.feed(ParsedDelta(reasoning="r"), [lp[0]])  # reasoning tokens carry none
+    builder.feed(ParsedDelta(), [lp[1]])  # held back
+    events = builder.feed(ParsedDelta(content="x"), [lp[2]])
+    assert events[-1]["logprobs"] == [lp[1], lp[2]]
+    builder.feed(ParsedDelta(), [lp[3]])  # e.g. an end token with no text
+    builder.finish([], "completed")
+    assert builder.output[1]["content"][0]["logprobs"] == lp[1:4]

@@ -121,3 +121,43 @@ def test_admission_caps_jobs_and_bytes_with_429():
     first.move(JobStatus.FAILED)
     assert jobs.get("a") is None and len(jobs) == 1
     jobs.admit("c", 1, {})
+
+
+def _run(background: bool, store: bool = True, max_bytes: int = 3000):
+    from types import SimpleNamespace
+
+    from mlxcel.protocol.responses import ResponsesRequest
+    from mlxcel.responses.response_run import ResponseRun
+    from mlxcel.responses.state import ResponsesState
+
+    state = ResponsesState(ResponsesLimits(store_max_bytes=max_bytes), prompt_cache=True)
+    host = SimpleNamespace(model_id="m", config=SimpleNamespace(chat_template_kwargs={}))
+    run = ResponseRun(state, host, {}, ResponsesRequest(input="hi", background=background, store=store), None)
+    run.history = [{"role": "user", "content": "hi"}]
+    return state, run
+
+
+def _finished(run, text: str) -> dict:
+    from mlxcel.protocol.responses import message_item
+
+    return {**run.snapshot("completed"), "output": [message_item("msg_1", text)]}
+
+
+def test_a_background_result_over_the_byte_budget_leaves_a_failed_object():
+    state, run = _run(background=True)
+    recorded = run.record(_finished(run, "x" * 5000))
+    assert recorded["status"] == "failed" and recorded["output"] == []
+    assert recorded["error"]["code"] == "server_error" and recorded["background"] is True
+    assert state.records.find(run.id).body == recorded
+    state, run = _run(background=True)
+    small = _finished(run, "ok")
+    assert run.record(small) is small and state.records.find(run.id).body is small
+
+
+def test_store_false_background_results_are_ephemeral_and_foreground_ones_are_not_kept():
+    state, run = _run(background=True, store=False)
+    run.record(_finished(run, "ok"))
+    assert run.id in state.records.ephemeral and run.id not in state.records.responses
+    state, run = _run(background=False, store=False)
+    run.record(_finished(run, "ok"))
+    assert state.records.find(run.id) is None
