@@ -3,8 +3,8 @@ typed SSE events that describe it, each with the next sequence_number.
 
 Reasoning streams in a reasoning item ahead of the message; content in a message
 item with one output_text part; each tool call in its own function_call item, its
-arguments as response.function_call_arguments.delta as the parser streams them. The
-non-streaming path feeds the whole parse through the same builder, so both paths
+arguments as response.function_call_arguments.delta as the parser streams them.
+Streamed, whole and background responses all run through this builder, so they
 produce the same items.
 """
 
@@ -175,11 +175,3 @@ class OutputBuilder:
         """The finished items, in output order."""
         return [item.body for item in self._items if item.body is not None]
 
-
-def whole_output_deltas(content: str, reasoning: str, calls: list[ToolCall]) -> list[ParsedDelta]:
-    """A finished parse as the deltas a stream of it would have carried."""
-    deltas = [ParsedDelta(reasoning=reasoning), ParsedDelta(content=content)]
-    for index, call in enumerate(calls):
-        deltas.append(ParsedDelta(tool_calls=[ToolCallDelta(index, id=call.id, name=call.name),
-                                              ToolCallDelta(index, arguments=call.arguments)]))
-    return deltas

@@ -136,6 +136,7 @@ class _MessageBuilder:
             message = self._assistant(can_merge=False)
             message["content"] = text
             return
+        self.pending_reasoning = ""  # reasoning belongs to the assistant turn right after it
         self.messages.append({"role": role, "content": text})
 
     def function_call(self, item: dict, where: str) -> None:

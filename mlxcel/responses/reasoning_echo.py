@@ -34,7 +34,8 @@ class ReasoningEcho:
         """Remember the reasoning of the assistant turns of a response's output."""
         if not self.enabled or not any(item.get("type") == "reasoning" for item in output):
             return
-        for message in items_to_messages(output, "output"):
+        turns = [item for item in output if item.get("type") != "compaction"]
+        for message in items_to_messages(turns, "output"):
             reasoning = message.get("reasoning_content")
             if message["role"] == "assistant" and reasoning:
                 self._store.put(turn_key(message), reasoning, len(reasoning.encode("utf-8")))

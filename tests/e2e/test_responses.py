@@ -209,3 +209,20 @@ def test_top_logprobs_come_with_the_text(openai_client):
     assert "".join(lp.token for lp in part.logprobs) == part.text
     assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
     assert response.top_logprobs == 2
+
+
+def test_a_streaming_response_in_progress_can_be_cancelled(server, http):
+    body = {"input": "Write a long story.", "stream": True, "max_output_tokens": 600, "ignore_eos": True}
+    with server.client() as client, client.stream("POST", "/v1/responses", json=body) as response:
+        events = []
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(json.loads(line[6:]))
+            if events[-1]["type"] == "response.output_text.delta" and len(events) == 6:
+                cancelled = http.post(f"/v1/responses/{events[0]['response']['id']}/cancel").json()
+                assert cancelled["status"] == "cancelled"
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.incomplete" and final["status"] == "cancelled"
+    assert final["usage"]["output_tokens"] < 600
+    assert http.get(f"/v1/responses/{final['id']}").json()["status"] == "cancelled"

@@ -141,3 +141,11 @@ def test_reasoning_echo_restores_a_turn_replayed_without_its_reasoning():
     off = ReasoningEcho(max_bytes=1000, enabled=False)
     off.remember(output)
     assert off.lookup(replayed[1]) is None
+
+
+def test_reasoning_echo_skips_a_compaction_item_in_the_output():
+    echo = ReasoningEcho(max_bytes=1000)
+    echo.remember([{"type": "compaction", "encrypted_content": encode_capsule(Capsule("s", []))},
+                   {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "think"}]},
+                   {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}])
+    assert echo.lookup({"role": "assistant", "content": "ok"}) == "think"
