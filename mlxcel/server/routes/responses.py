@@ -5,6 +5,7 @@ POST /v1/responses/compact and POST /v1/responses/input_tokens; each also withou
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -35,6 +36,8 @@ from mlxcel.server.sse import EventStreamResponse
 from mlxcel.server.structured_output import compile_response_format
 
 router = APIRouter()
+log = logging.getLogger("mlxcel.responses")
+HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body"}
 
 
 def _state(request: Request) -> ResponsesState:
@@ -55,6 +58,9 @@ async def create_response(request: Request):
     host, data, body = await _read(request, ResponsesRequest)
     state = _state(request)
     run = ResponseRun(state, host, data, body, request)
+    ignored = sorted(k for k in data if k not in HONORED_FIELDS)
+    if ignored:
+        log.warning("response %s: accepted but ignored fields: %s", run.id, ", ".join(ignored))
     if body.background:
         return await _create_background(run)
     run.translate()
