@@ -8,6 +8,22 @@ from mlxcel.engine.sampling import SamplingParams
 
 
 @dataclass
+class ResponsesLimits:
+    """The Responses API's in-memory stores and background jobs (0 disables, as
+    each flag's help says); the reasoning echo store's byte cap."""
+
+    store_max_entries: int = 1024
+    store_max_bytes: int = 256 * 1024 * 1024
+    store_ttl_secs: int = 3600
+    background_max_jobs: int = 64
+    background_ephemeral_ttl_secs: int = 600
+    conversation_max_entries: int = 256
+    conversation_max_bytes: int = 64 * 1024 * 1024
+    conversation_ttl_secs: int = 3600
+    reasoning_echo_max_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass
 class ServerConfig:
     model: str
     alias: str | None = None
@@ -43,5 +59,6 @@ class ServerConfig:
     spec_ngram_size: int = 3
     spec_draft_max: int = 16
     spec_draft_min: int = 2
+    responses: ResponsesLimits = field(default_factory=ResponsesLimits)
     verbose: bool = False
     ignored_flags: list[str] = field(default_factory=list)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
-from mlxcel.config import ServerConfig
+from mlxcel.config import ResponsesLimits, ServerConfig
 from mlxcel.engine.sampling import DEFAULT_SEED, SamplingParams
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 
@@ -126,7 +126,26 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "prompt tokens prefilled per step while other slots are decoding"),
     (("--max-body-bytes",), "max_body_bytes", _ranged(int, 1024), 32 * 1024 * 1024, "MLXCEL_MAX_BODY_BYTES",
      "largest request body accepted"),
+    (("--responses-store-max-entries",), "responses_store_max_entries", _ranged(int, 0), 1024,
+     "LLAMA_ARG_RESPONSES_STORE_MAX_ENTRIES", "stored Responses API responses (0: storage off)"),
+    (("--responses-store-max-bytes",), "responses_store_max_bytes", _ranged(int, 0), 256 * 1024 * 1024,
+     "MLXCEL_RESPONSES_STORE_MAX_BYTES", "rough JSON bytes stored responses may hold (0: evicted at once)"),
+    (("--responses-store-ttl-secs",), "responses_store_ttl_secs", _ranged(int, 0), 3600,
+     "LLAMA_ARG_RESPONSES_STORE_TTL_SECS", "seconds a stored response is kept (0: no expiry)"),
+    (("--responses-background-max-jobs",), "responses_background_max_jobs", _ranged(int, 0), 64,
+     "MLXCEL_RESPONSES_BACKGROUND_MAX_JOBS", "background responses active at once (0: background mode off)"),
+    (("--responses-background-ephemeral-ttl-secs",), "responses_background_ephemeral_ttl_secs", _ranged(int, 1),
+     600, "MLXCEL_RESPONSES_BACKGROUND_EPHEMERAL_TTL_SECS",
+     "seconds the final object of a background request with store: false can be polled"),
+    (("--conversation-store-max-entries",), "conversation_store_max_entries", _ranged(int, 0), 256,
+     "LLAMA_ARG_CONVERSATION_STORE_MAX_ENTRIES", "conversation transcripts kept (0: conversations off)"),
+    (("--conversation-store-max-bytes",), "conversation_store_max_bytes", _ranged(int, 0), 64 * 1024 * 1024,
+     "MLXCEL_CONVERSATION_STORE_MAX_BYTES", "rough JSON bytes transcripts may hold (0: evicted at once)"),
+    (("--conversation-store-ttl-secs",), "conversation_store_ttl_secs", _ranged(int, 0), 3600,
+     "LLAMA_ARG_CONVERSATION_STORE_TTL_SECS", "seconds a conversation transcript is kept (0: no expiry)"),
 ]
+
+REASONING_ECHO_ENV = "MLXCEL_REASONING_ECHO_MAX_BYTES"
 
 # (positive flags, negative flags, dest, default, environment variable, help)
 _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = [
@@ -253,6 +272,23 @@ def _check_loop_env() -> None:
             raise UsageError(str(exc)) from None
 
 
+def _responses_limits(args: argparse.Namespace) -> ResponsesLimits:
+    echo_bytes = ResponsesLimits.reasoning_echo_max_bytes
+    if os.environ.get(REASONING_ECHO_ENV, "").strip():
+        echo_bytes = _env_value(REASONING_ECHO_ENV, _ranged(int, 0))
+    return ResponsesLimits(
+        store_max_entries=args.responses_store_max_entries,
+        store_max_bytes=args.responses_store_max_bytes,
+        store_ttl_secs=args.responses_store_ttl_secs,
+        background_max_jobs=args.responses_background_max_jobs,
+        background_ephemeral_ttl_secs=args.responses_background_ephemeral_ttl_secs,
+        conversation_max_entries=args.conversation_store_max_entries,
+        conversation_max_bytes=args.conversation_store_max_bytes,
+        conversation_ttl_secs=args.conversation_store_ttl_secs,
+        reasoning_echo_max_bytes=echo_bytes,
+    )
+
+
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     _check_model(args.model)
     if args.model_draft:
@@ -307,6 +343,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         spec_ngram_size=args.spec_ngram_size,
         spec_draft_max=args.spec_draft_max,
         spec_draft_min=args.spec_draft_min,
+        responses=_responses_limits(args),
         verbose=args.verbose,
         ignored_flags=ignored,
     )

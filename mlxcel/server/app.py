@@ -14,7 +14,8 @@ from mlxcel.config import ServerConfig
 from mlxcel.server.auth import APIKeyMiddleware
 from mlxcel.server.errors import install_error_handlers
 from mlxcel.server.model_host import ModelHost
-from mlxcel.server.routes import anthropic, cache, chat, completions, info, native
+from mlxcel.responses.state import ResponsesState
+from mlxcel.server.routes import anthropic, cache, chat, completions, info, native, responses
 
 log = logging.getLogger("mlxcel.server")
 
@@ -31,6 +32,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.host = host
     app.state.config = config
+    app.state.responses = ResponsesState(config.responses, config.cache_prompt)
     install_error_handlers(app)
     app.include_router(info.router)
     app.include_router(cache.router)
@@ -38,6 +40,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app.include_router(anthropic.router)
     app.include_router(completions.router)
     app.include_router(native.router)
+    app.include_router(responses.router)
     if config.metrics:
         from mlxcel.observability import metrics
 

@@ -122,6 +122,11 @@ class ChatTurn:
         self.generation = generation
         return self
 
+    def cancel(self) -> None:
+        """Stop the generation; its stream or run then ends with FinishReason.CANCELLED."""
+        if self._group is not None:
+            self._group.cancel()
+
     async def _forced_call_constraint(self):
         """On JSON-wrapper formats a forced tool_choice is also a grammar, so the call
         comes; other formats (or schemas the grammar engine cannot express) get the

@@ -50,3 +50,37 @@ def test_tool_parser_and_template_kwargs_options():
     config = parse_serve_args(["--tool-call-parser", "hermes", "--chat-template-kwargs", '{"enable_thinking": false}'])
     assert config.tool_call_parser == "hermes"
     assert config.chat_template_kwargs == {"enable_thinking": False}
+
+
+def test_responses_store_flags_and_environment(monkeypatch):
+    defaults = parse_serve_args([]).responses
+    assert (defaults.store_max_entries, defaults.store_max_bytes, defaults.store_ttl_secs) == (1024, 268435456, 3600)
+    assert (defaults.background_max_jobs, defaults.background_ephemeral_ttl_secs) == (64, 600)
+    assert (defaults.conversation_max_entries, defaults.conversation_max_bytes) == (256, 67108864)
+    assert defaults.conversation_ttl_secs == 3600 and defaults.reasoning_echo_max_bytes == 16 * 1024 * 1024
+    monkeypatch.setenv("LLAMA_ARG_RESPONSES_STORE_MAX_ENTRIES", "0")
+    monkeypatch.setenv("MLXCEL_RESPONSES_STORE_MAX_BYTES", "1000")
+    monkeypatch.setenv("LLAMA_ARG_RESPONSES_STORE_TTL_SECS", "5")
+    monkeypatch.setenv("MLXCEL_RESPONSES_BACKGROUND_MAX_JOBS", "2")
+    monkeypatch.setenv("MLXCEL_RESPONSES_BACKGROUND_EPHEMERAL_TTL_SECS", "9")
+    monkeypatch.setenv("LLAMA_ARG_CONVERSATION_STORE_MAX_ENTRIES", "3")
+    monkeypatch.setenv("MLXCEL_CONVERSATION_STORE_MAX_BYTES", "0")
+    monkeypatch.setenv("LLAMA_ARG_CONVERSATION_STORE_TTL_SECS", "0")
+    monkeypatch.setenv("MLXCEL_REASONING_ECHO_MAX_BYTES", "0")
+    limits = parse_serve_args(["--responses-store-max-entries", "7"]).responses
+    assert (limits.store_max_entries, limits.store_max_bytes, limits.store_ttl_secs) == (7, 1000, 5)
+    assert (limits.background_max_jobs, limits.background_ephemeral_ttl_secs) == (2, 9)
+    assert (limits.conversation_max_entries, limits.conversation_max_bytes, limits.conversation_ttl_secs) == (3, 0, 0)
+    assert limits.reasoning_echo_max_bytes == 0
+
+
+@pytest.mark.parametrize("argv, env", [
+    (["--responses-background-ephemeral-ttl-secs", "0"], {}),
+    (["--responses-store-max-entries", "-1"], {}),
+    ([], {"MLXCEL_REASONING_ECHO_MAX_BYTES": "lots"}),
+])
+def test_bad_responses_limits_fail(monkeypatch, argv, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(UsageError):
+        parse_serve_args(argv)

@@ -1,0 +1,154 @@
+"""Background responses: jobs on the server's event loop.
+
+queued (admitted; compaction and the wait for a slot happen here) → in_progress (the
+model produced its first token) → completed / incomplete / failed / cancelled. Only
+the cancel route cancels a job; a client that goes away changes nothing. Admission is
+bounded by a job count and a rough byte budget shared with the response store: past
+either, create answers 429 rate_limit_exceeded. Active jobs are outside the store's
+TTL and LRU; a finished job's object moves to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mlxcel.server.errors import APIError
+
+if TYPE_CHECKING:
+    from mlxcel.responses.response_run import ResponseRun
+
+log = logging.getLogger("mlxcel.responses")
+
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINAL = {JobStatus.COMPLETED, JobStatus.INCOMPLETE, JobStatus.FAILED, JobStatus.CANCELLED}
+MOVES = {
+    JobStatus.QUEUED: {JobStatus.IN_PROGRESS, *FINAL},
+    JobStatus.IN_PROGRESS: FINAL,
+}
+
+
+@dataclass
+class Job:
+    id: str
+    size: int  # rough bytes, counted against the store's byte budget while active
+    body: dict  # the response object as polling shows it (output [] until the end)
+    status: JobStatus = JobStatus.QUEUED
+    task: asyncio.Task | None = None
+    on_final: list[Callable[[Job], None]] = field(default_factory=list)
+
+    def move(self, status: JobStatus, body: dict | None = None) -> bool:
+        """Take a legal step of the state machine (False, and nothing changes, otherwise)."""
+        if status not in MOVES.get(self.status, ()):
+            return False
+        self.status = status
+        self.body = body if body is not None else {**self.body, "status": status.value}
+        if status in FINAL:
+            for callback in self.on_final:
+                callback(self)
+        return True
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL
+
+
+def rate_limited(message: str) -> APIError:
+    return APIError(429, message, "rate_limit_error", "rate_limit_exceeded")
+
+
+class BackgroundJobs:
+    def __init__(self, max_jobs: int, max_bytes: int) -> None:
+        self.max_jobs = max_jobs
+        self.max_bytes = max_bytes
+        self._active: dict[str, Job] = {}
+
+    @property
+    def active_bytes(self) -> int:
+        return sum(job.size for job in self._active.values())
+
+    def admit(self, job_id: str, size: int, body: dict) -> Job:
+        if len(self._active) >= self.max_jobs:
+            raise rate_limited(f"{self.max_jobs} background responses are already active; retry when one finishes")
+        if self.active_bytes + size > self.max_bytes:
+            raise rate_limited("active background responses fill the response store's byte budget; "
+                               "retry when one finishes")
+        job = Job(job_id, size, body)
+        job.on_final.append(lambda j: self._active.pop(j.id, None))
+        self._active[job_id] = job
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        return self._active.get(job_id)
+
+    def start(self, job: Job, work: Coroutine[Any, Any, None]) -> None:
+        job.task = asyncio.get_running_loop().create_task(work, name=f"response-job-{job.id}")
+        job.task.add_done_callback(lambda task: _log_crash(job, task))
+
+    def cancel(self, job: Job, body: dict) -> bool:
+        """Cancelled now (polling sees it at once); the task stops at its next await."""
+        if not job.move(JobStatus.CANCELLED, body):
+            return False
+        if job.task is not None:
+            job.task.cancel()
+        return True
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+
+def _log_crash(job: Job, task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background response %s crashed: %r", job.id, task.exception())
+
+
+def _generated(event: dict) -> bool:
+    """The model has produced output (the compaction item comes before generation)."""
+    if event["type"] == "response.output_item.added":
+        return event["item"]["type"] != "compaction"
+    return event["type"] in ("response.completed", "response.incomplete", "response.failed")
+
+
+async def run_job(run: ResponseRun, job: Job) -> None:
+    """A background response from queued to its end. Failures are the job's
+    (failed, with code invalid_prompt, server_overloaded or server_error), never the
+    create call's."""
+    from mlxcel.chat.errors import ChatInputError
+    from mlxcel.chat.template import TemplateError
+    from mlxcel.structured.errors import StructuredOutputError
+
+    try:
+        if run.turn is None:  # compaction runs in the job
+            try:
+                await run.ready()
+            except (APIError, ChatInputError, TemplateError, StructuredOutputError) as exc:
+                message = exc.message if isinstance(exc, (APIError, ChatInputError)) else str(exc)
+                job.move(JobStatus.FAILED, run.failed("invalid_prompt", message))
+                return
+        try:
+            run.turn.submit()
+        except APIError as exc:
+            job.move(JobStatus.FAILED, run.failed("server_overloaded", exc.message))
+            return
+        async for event in run.events():
+            if job.status is JobStatus.QUEUED and _generated(event):
+                job.move(JobStatus.IN_PROGRESS)
+        job.move(JobStatus(run.final["status"]), run.final)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the job fails, the server goes on
+        log.exception("background response %s failed", job.id)
+        job.move(JobStatus.FAILED, run.failed("server_error", f"internal error: {type(exc).__name__}"))

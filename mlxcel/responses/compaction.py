@@ -1,0 +1,181 @@
+"""Compaction: earlier turns summarized into one compaction item.
+
+The history (compaction items replayed) splits into the system and developer
+messages, which are kept, the older turns, which are summarized, and the retained
+turns: the latest user message and the newest whole turns within `keep_tokens`. A
+split falls only before a user message or after a completed tool group, so a function
+call never leaves its output; an earlier summary is always summarized again. The
+summary is one non-streaming generation. A history longer than one context window, a
+summary that does not fit, or a result that is not shorter fails with 400
+context_length_exceeded, and nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from mlxcel.engine.request import FinishReason
+from mlxcel.protocol.responses import compaction_item, new_id
+from mlxcel.protocol.sampling_fields import SamplingFields
+from mlxcel.responses.capsule import Capsule, encode_capsule
+from mlxcel.responses.input_items import SUMMARY_MARK, content_string, is_system, is_user, item_kind, replay
+from mlxcel.server.chat_turn import ChatTurn, ChatTurnSpec
+from mlxcel.server.errors import APIError, invalid_request
+
+DEFAULT_SUMMARY_TOKENS = 1024
+KEEP_TOKENS_CAP = 8192
+ITEM_OVERHEAD_TOKENS = 4  # role markers around an item, roughly
+SUMMARIZER = (
+    "You compress conversations. Summarize the conversation below so that it can be continued from your summary "
+    "alone: keep the user's goals, facts, names, numbers, decisions, tool results and open tasks. "
+    "Reply with the summary only."
+)
+
+
+def default_keep_tokens(n_ctx_slot: int) -> int:
+    return max(1, min(n_ctx_slot // 16, KEEP_TOKENS_CAP))
+
+
+def too_long(message: str) -> APIError:
+    return invalid_request(message, code="context_length_exceeded")
+
+
+class NothingToCompact(APIError):
+    """No turn is old enough to summarize (the latest user message is always kept)."""
+
+    def __init__(self) -> None:
+        super().__init__(400, "compaction would not shorten the input: there are no earlier turns to summarize",
+                         "invalid_request_error", "context_length_exceeded")
+
+
+@dataclass
+class HistorySplit:
+    system: list[dict]  # kept
+    older: list[dict]  # summarized
+    retained: list[dict]  # kept after the summary
+
+
+def _is_summary(item: dict) -> bool:
+    return bool(item.get(SUMMARY_MARK))
+
+
+def valid_splits(turns: list[dict]) -> list[int]:
+    """Positions i (turns[:i] summarized, turns[i:] kept) before a user message or
+    after a completed tool group, with no call on one side and its output on the
+    other, and after any earlier summary."""
+    floor = max((i + 1 for i, t in enumerate(turns) if _is_summary(t)), default=0)
+    out = []
+    for i in range(max(floor, 1), len(turns) + 1):
+        before_user = i < len(turns) and is_user(turns[i])
+        after_tools = item_kind(turns[i - 1]) == "function_call_output"
+        if not (before_user or after_tools):
+            continue
+        calls = {t.get("call_id") for t in turns[:i] if item_kind(t) == "function_call"}
+        outputs_after = {t.get("call_id") for t in turns[i:] if item_kind(t) == "function_call_output"}
+        if not calls & outputs_after:
+            out.append(i)
+    return out
+
+
+def split_history(items: list[dict], keep_tokens: int, item_tokens: Callable[[dict], int]) -> HistorySplit:
+    """`items` already replayed. The split keeps the latest user message and then as
+    many newer whole turns as fit `keep_tokens`."""
+    system = [i for i in items if is_system(i) and not _is_summary(i)]
+    turns = [i for i in items if not (is_system(i) and not _is_summary(i))]
+    splits = valid_splits(turns)
+    last_user = max((i for i, t in enumerate(turns) if is_user(t)), default=None)
+    if last_user is not None:
+        splits = [s for s in splits if s <= last_user]
+    if not splits:
+        return HistorySplit(system, [], turns)
+    sizes = [item_tokens(t) for t in turns]
+    chosen = splits[-1]  # the fewest turns kept: at least the latest user message
+    for s in splits:
+        if sum(sizes[s:]) <= keep_tokens:
+            chosen = s
+            break
+    return HistorySplit(system, turns[:chosen], turns[chosen:])
+
+
+def item_text(item: dict) -> str:
+    """An item as a line of the transcript the summarizer reads."""
+    kind = item_kind(item)
+    if kind == "message":
+        role = item.get("role", "user")
+        text = content_string(item.get("content"), role, "item")
+        return text if _is_summary(item) else f"{role}: {text}"
+    if kind == "function_call":
+        return f"assistant called {item.get('name')}({item.get('arguments', '')})"
+    if kind == "function_call_output":
+        output = item.get("output")
+        text = output if isinstance(output, str) else content_string(output, "tool", "item")
+        return f"tool result for {item.get('call_id')}: {text}"
+    return ""
+
+
+@dataclass
+class Compaction:
+    items: list[dict]  # the new history: kept system messages, retained items, the compaction item
+    item: dict  # the compaction item
+    summary_input_tokens: int
+    summary_output_tokens: int
+    tokens_before: int
+    tokens_after: int
+
+
+class Compactor:
+    """Compacts one history on the model `host`. `count` renders a history the way
+    the request would (instructions, tools) and counts its tokens."""
+
+    def __init__(self, host, sampling: SamplingFields, template_kwargs: dict, count: Callable[[list[dict]], int],
+                 http_request: Request, request_id: str, watch_disconnect: bool = True) -> None:
+        self.host = host
+        self.sampling = sampling
+        self.template_kwargs = template_kwargs
+        self.count = count
+        self.http_request = http_request
+        self.request_id = request_id
+        self.watch_disconnect = watch_disconnect  # a background job's summary outlives its HTTP request
+
+    def _item_tokens(self, item: dict) -> int:
+        return len(self.host.tokenizer.encode(item_text(item), add_special=False, parse_special=False)) + \
+            ITEM_OVERHEAD_TOKENS
+
+    async def compact(self, items: list[dict], keep_tokens: int | None = None, max_output_tokens: int | None = None,
+                      tokens_before: int | None = None) -> Compaction:
+        n_ctx = self.host.slot_context
+        before = self.count(items) if tokens_before is None else tokens_before
+        split = split_history(replay(items), keep_tokens or default_keep_tokens(n_ctx), self._item_tokens)
+        if not split.older:
+            raise NothingToCompact()
+        summary, n_in, n_out = await self._summarize(split.older, max_output_tokens or DEFAULT_SUMMARY_TOKENS)
+        item = compaction_item(new_id("cmp"), encode_capsule(Capsule(summary, split.retained)))
+        compacted = [*split.system, *split.retained, item]
+        after = self.count(compacted)
+        if after >= before:
+            raise too_long(f"compaction would not shorten the input ({before} tokens before, {after} after)")
+        return Compaction(compacted, item, n_in, n_out, before, after)
+
+    async def _summarize(self, older: list[dict], max_tokens: int) -> tuple[str, int, int]:
+        transcript = "\n\n".join(t for t in (item_text(i) for i in older) if t)
+        messages = [{"role": "system", "content": SUMMARIZER}, {"role": "user", "content": transcript}]
+        spec = ChatTurnSpec(messages=messages, sampling=self.sampling, template_kwargs=self.template_kwargs)
+        turn = ChatTurn.render(self.host, spec, f"{self.request_id}-compaction")
+        n_ctx = self.host.slot_context
+        room = n_ctx - turn.prompt_tokens - 1
+        if turn.prompt_tokens >= n_ctx:
+            raise too_long(f"the history to summarize ({turn.prompt_tokens} tokens) is longer than one context "
+                           f"window ({n_ctx} tokens)")
+        if room < 1:
+            raise too_long("the summary does not fit the context window after the history")
+        spec.max_tokens = min(max_tokens, room)
+        await turn.build(self.http_request)
+        turn.submit()
+        outcome = await turn.run(self.http_request if self.watch_disconnect else None)
+        if outcome.finish.reason is FinishReason.LENGTH and spec.max_tokens < max_tokens:
+            raise too_long("the summary does not fit the context window after the history")
+        summary = outcome.final.content.strip() or outcome.final.reasoning.strip()
+        return summary, outcome.finish.prompt_tokens, outcome.finish.completion_tokens

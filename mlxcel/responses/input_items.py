@@ -1,0 +1,217 @@
+"""Responses input items as chat messages.
+
+Input is a string (one user message) or an array of items: messages (an item with a
+role and no type is a message; assistant messages take output_text and refusal parts
+so a previous `response.output` replays as input), function_call and
+function_call_output items, reasoning items (their text goes onto the assistant turn
+that follows) and compaction items. A compaction item stands for everything before it
+but the system and developer messages: it replays as its summary and the items it
+retained. Media on this text-only server, and file inputs, are 400s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mlxcel.chat.errors import ChatInputError
+from mlxcel.responses.capsule import decode_capsule
+
+SYSTEM_ROLES = ("system", "developer")
+MESSAGE_ROLES = ("user", "assistant", *SYSTEM_ROLES)
+SUMMARY_HEADING = "Summary of the earlier conversation:\n"
+SUMMARY_MARK = "_mlxcel_summary"  # on the system message a replayed compaction item becomes
+TEXT_PARTS = ("input_text", "output_text", "text")
+MEDIA_PARTS = ("input_image", "image_url", "input_audio", "audio")
+
+
+def as_items(value: str | list[dict] | None) -> list[dict]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    return [dict(item) for item in value]
+
+
+def item_kind(item: dict) -> str:
+    """The item's type; a role without a type is a message."""
+    kind = item.get("type")
+    if kind is None and "role" in item:
+        return "message"
+    return kind or ""
+
+
+def is_system(item: dict) -> bool:
+    return item_kind(item) == "message" and item.get("role") in SYSTEM_ROLES
+
+
+def is_user(item: dict) -> bool:
+    return item_kind(item) == "message" and item.get("role") == "user"
+
+
+def collapse(items: list[dict]) -> list[dict]:
+    """The items from the last compaction item on, after the system and developer
+    messages before it: what the compaction item stands for is dropped."""
+    last = max((i for i, item in enumerate(items) if item_kind(item) == "compaction"), default=None)
+    if last is None:
+        return list(items)
+    return [item for item in items[:last] if is_system(item)] + items[last:]
+
+
+def replay(items: list[dict], where: str = "input") -> list[dict]:
+    """Compaction items expanded: the system messages before each, a system message
+    with its summary, the items it retained, then what follows it."""
+    out: list[dict] = []
+    for i, item in enumerate(items):
+        if item_kind(item) != "compaction":
+            out.append(item)
+            continue
+        capsule = decode_capsule(item.get("encrypted_content"), f"{where}[{i}]")
+        out = [x for x in out if is_system(x)]
+        out.append({"type": "message", "role": "system", "content": SUMMARY_HEADING + capsule.summary,
+                    SUMMARY_MARK: True})
+        out.extend(replay(capsule.retained, f"{where}[{i}].retained"))
+    return out
+
+
+def _part_text(part: Any, role: str, where: str) -> str:
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        raise ChatInputError(f"{where}: a content part must be an object")
+    kind = part.get("type")
+    if kind in TEXT_PARTS:
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise ChatInputError(f"{where}: {kind} needs a string 'text'")
+        return text
+    if kind == "refusal" and role == "assistant":
+        return str(part.get("refusal") or "")
+    if kind in MEDIA_PARTS:
+        raise ChatInputError(f"{where}: {kind} input is not supported: the loaded model is text-only",
+                             code="unsupported_content_type")
+    if kind == "input_file":
+        raise ChatInputError(f"{where}: input_file parts are not supported", code="unsupported_content_type")
+    raise ChatInputError(f"{where}: unknown content part type {kind!r}")
+
+
+def content_string(content: Any, role: str, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ChatInputError(f"{where}.content must be a string or an array of content parts")
+    return "\n".join(_part_text(p, role, f"{where}.content[{n}]") for n, p in enumerate(content))
+
+
+def _reasoning_text(item: dict) -> str:
+    parts = item.get("content") or []
+    return "\n".join(p.get("text", "") for p in parts if isinstance(p, dict) and p.get("type") == "reasoning_text")
+
+
+class _MessageBuilder:
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+        self.call_names: dict[str, str] = {}
+        self.pending_reasoning = ""
+
+    def _assistant(self, can_merge: bool) -> dict:
+        last = self.messages[-1] if self.messages else None
+        if can_merge and last is not None and last["role"] == "assistant" and not last.get("_closed"):
+            return last
+        message: dict[str, Any] = {"role": "assistant", "content": ""}
+        if self.pending_reasoning:
+            message["reasoning_content"] = self.pending_reasoning
+            self.pending_reasoning = ""
+        self.messages.append(message)
+        return message
+
+    def message(self, item: dict, where: str) -> None:
+        role = item.get("role")
+        if role not in MESSAGE_ROLES:
+            raise ChatInputError(f"{where}.role must be one of {', '.join(MESSAGE_ROLES)}")
+        text = content_string(item.get("content"), role, where)
+        if role == "assistant":
+            message = self._assistant(can_merge=False)
+            message["content"] = text
+            return
+        self.pending_reasoning = ""  # reasoning belongs to the assistant turn right after it
+        self.messages.append({"role": role, "content": text})
+
+    def function_call(self, item: dict, where: str) -> None:
+        name, call_id = item.get("name"), item.get("call_id")
+        if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
+            raise ChatInputError(f"{where}: a function_call needs 'name' and 'call_id'")
+        arguments = item.get("arguments", "")
+        if not isinstance(arguments, str):
+            raise ChatInputError(f"{where}.arguments must be a string of JSON")
+        message = self._assistant(can_merge=True)
+        message.setdefault("tool_calls", []).append(
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
+        self.call_names[call_id] = name
+
+    def function_call_output(self, item: dict, where: str) -> None:
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise ChatInputError(f"{where}: a function_call_output needs 'call_id'")
+        output = item.get("output")
+        text = output if isinstance(output, str) else content_string(output, "tool", where)
+        message = {"role": "tool", "tool_call_id": call_id, "content": text}
+        if call_id in self.call_names:
+            message["name"] = self.call_names[call_id]
+        self.messages.append(message)
+
+    def close_turn(self) -> None:
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            self.messages[-1]["_closed"] = True
+
+
+def items_to_messages(items: list[dict], where: str = "input") -> list[dict]:
+    """Chat messages ({"role", "content", ...}) for replayed items; leading system
+    and developer messages are joined into one."""
+    builder = _MessageBuilder()
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        kind = item_kind(item)
+        if kind == "message":
+            builder.message(item, at)
+            if item.get("role") != "assistant":
+                builder.close_turn()
+        elif kind == "function_call":
+            builder.function_call(item, at)
+        elif kind == "function_call_output":
+            builder.close_turn()
+            builder.function_call_output(item, at)
+        elif kind == "reasoning":
+            builder.close_turn()
+            builder.pending_reasoning = _reasoning_text(item)
+        elif kind == "compaction":
+            raise ChatInputError(f"{at}: compaction items are replayed before translation")  # see replay()
+        else:
+            raise ChatInputError(f"{at}: input items of type {kind!r} are not supported")
+    for message in builder.messages:
+        message.pop("_closed", None)
+    return join_leading_system(builder.messages)
+
+
+def join_leading_system(messages: list[dict]) -> list[dict]:
+    n = 0
+    while n < len(messages) and messages[n]["role"] in SYSTEM_ROLES:
+        n += 1
+    if n < 2:
+        return messages
+    joined = "\n\n".join(m["content"] for m in messages[:n] if m["content"])
+    return [{"role": "system", "content": joined}, *messages[n:]]
+
+
+def fill_reasoning(messages: list[dict], lookup: Callable[[dict], str | None]) -> list[dict]:
+    """Assistant turns replayed without their reasoning get it back from `lookup`."""
+    out = []
+    for message in messages:
+        if message["role"] == "assistant" and not message.get("reasoning_content"):
+            reasoning = lookup(message)
+            if reasoning:
+                message = {**message, "reasoning_content": reasoning}
+        out.append(message)
+    return out

@@ -1,0 +1,218 @@
+"""One response: its history resolved (previous_response_id or conversation, then the
+input), compacted when its context_management says so, generated as a ChatTurn, its
+output built as typed events, and the result recorded (store, conversation,
+reasoning echo)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fastapi import Request
+
+from mlxcel.chat.deltas import ParsedDelta
+from mlxcel.chat.errors import ChatInputError
+from mlxcel.engine.request import FinishEvent, FinishReason
+from mlxcel.protocol.responses import ContextManagement, ResponsesRequest, new_id, response_object, usage_body
+from mlxcel.responses.compaction import Compaction, Compactor, NothingToCompact
+from mlxcel.responses.events import EventSequence, OutputBuilder
+from mlxcel.responses.input_items import as_items
+from mlxcel.responses.records import ResponseRecord
+from mlxcel.responses.translate import check_request, conversation_id, turn_spec
+from mlxcel.server.chat_logprobs import LogprobFormatter
+from mlxcel.server.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
+
+if TYPE_CHECKING:
+    from mlxcel.responses.state import ResponsesState
+    from mlxcel.server.model_host import ModelHost
+
+TERMINAL_EVENTS = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "cancelled": "response.incomplete",
+    "failed": "response.failed",
+}
+
+
+@dataclass
+class CompactionPolicy:
+    threshold: int | None
+    keep_tokens: int | None
+    summary_tokens: int | None
+
+
+def compaction_policy(entries: list[ContextManagement] | None) -> CompactionPolicy | None:
+    policy = None
+    for i, entry in enumerate(entries or []):
+        if entry.type != "compaction":
+            raise ChatInputError(f"context_management[{i}].type {entry.type!r} is not supported: only 'compaction' is")
+        policy = policy or CompactionPolicy(entry.compact_threshold, entry.keep_tokens, entry.max_output_tokens)
+    return policy
+
+
+class ResponseRun:
+    def __init__(self, state: ResponsesState, host: ModelHost, data: dict, body: ResponsesRequest,
+                 http_request: Request) -> None:
+        self.state = state
+        self.host = host
+        self.data = data
+        self.body = body
+        self.http_request = http_request
+        self.id = new_id("resp")
+        self.created_at = int(time.time())
+        self.background = body.background
+        self.policy = compaction_policy(body.context_management)
+        self.conversation = conversation_id(body)
+        self.parallel_tool_calls = body.parallel_tool_calls is not False
+        self.history: list[dict] = []  # what the output continues: prior history, then the input
+        self.spec: ChatTurnSpec | None = None
+        self.turn: ChatTurn | None = None
+        self.compaction: Compaction | None = None
+        self.final: dict | None = None
+
+    # -- before generation ----------------------------------------------------------
+
+    def translate(self) -> None:
+        """History and chat turn; every problem with the request is a 400 here."""
+        check_request(self.body)
+        prior: list[dict] = []
+        if self.body.previous_response_id:
+            prior = self.state.previous_history(self.body.previous_response_id)
+        elif self.conversation:
+            prior = self.state.records.conversation_history(self.conversation)
+        self.history = prior + as_items(self.body.input)
+        self.spec = self._spec(self.history)
+
+    def _spec(self, history: list[dict]) -> ChatTurnSpec:
+        return turn_spec(self.data, self.body, history, self.host.config.chat_template_kwargs,
+                         self.state.records.reasoning_echo.lookup)
+
+    def count(self, history: list[dict]) -> int:
+        """Rendered input tokens of a history, as /v1/responses/input_tokens counts them."""
+        return ChatTurn.render(self.host, self._spec(history), self.id).prompt_tokens
+
+    async def ready(self) -> None:
+        """Compaction when due, then the engine request (limits, constraint)."""
+        turn = ChatTurn.render(self.host, self.spec, self.id)
+        if self.policy is not None:
+            turn = await self._compact_if_due(turn)
+            room = self.host.slot_context - turn.prompt_tokens - 1
+            if room >= 1:
+                self.spec.max_tokens = min(self.spec.max_tokens or room, room)
+        await turn.build(self.http_request)
+        self.turn = turn
+
+    async def _compact_if_due(self, turn: ChatTurn) -> ChatTurn:
+        n = turn.prompt_tokens
+        full = n + 1 >= self.host.slot_context
+        if not full and (self.policy.threshold is None or n < self.policy.threshold):
+            return turn
+        compactor = Compactor(self.host, self.body, self.spec.template_kwargs, self.count, self.http_request, self.id,
+                              watch_disconnect=not self.background)
+        try:
+            self.compaction = await compactor.compact(self.history, self.policy.keep_tokens, self.policy.summary_tokens,
+                                                      tokens_before=n)
+        except NothingToCompact:
+            if full:
+                raise
+            return turn  # the threshold is reached, but there is nothing older to summarize
+        self.history = self.compaction.items
+        self.spec = self._spec(self.history)
+        return ChatTurn.render(self.host, self.spec, self.id)
+
+    # -- generation ---------------------------------------------------------------
+
+    def snapshot(self, status: str) -> dict:
+        return response_object(self.id, self.created_at, self.host.model_id, self.body, status,
+                               conversation_id=self.conversation)
+
+    async def events(self) -> AsyncIterator[dict]:
+        """The typed events of the whole response (the turn already submitted);
+        `final` holds the recorded response object at the end."""
+        event = EventSequence()
+        snapshot = self.snapshot("in_progress")
+        yield event("response.created", response=snapshot)
+        yield event("response.in_progress", response=snapshot)
+        prefix: list[dict] = []
+        if self.compaction is not None:
+            c = self.compaction
+            yield event("mlx.compaction.started", response_id=self.id, input_tokens=c.tokens_before)
+            yield event("mlx.compaction.completed", response_id=self.id, input_tokens_before=c.tokens_before,
+                        input_tokens_after=c.tokens_after)
+            yield event("response.output_item.added", output_index=0, item=c.item)
+            yield event("response.output_item.done", output_index=0, item=c.item)
+            prefix.append(c.item)
+        builder = OutputBuilder(event, len(prefix), self.parallel_tool_calls)
+        formatter = LogprobFormatter(self.host.tokenizer) if self.spec.logprobs is not None else None
+        outcome: ChatOutcome | None = None
+        async for step in self.turn.stream():
+            if isinstance(step, ChatOutcome):
+                outcome = step
+                break
+            entries = [formatter.entry(step.token)] if formatter is not None and step.token is not None else None
+            for e in builder.feed(step.delta, entries):
+                yield e
+        for delta in (outcome.tail, ParsedDelta(tool_calls=outcome.owed)):
+            for e in builder.feed(delta):
+                yield e
+        calls = outcome.final.tool_calls if self.parallel_tool_calls else outcome.final.tool_calls[:1]
+        status, details, error = _status(outcome.finish)
+        for e in builder.finish(calls, status):
+            yield e
+        usage = usage_body(outcome.finish.prompt_tokens, outcome.finish.completion_tokens,
+                           outcome.finish.cached_tokens, self._token_count(outcome.final.reasoning))
+        body = response_object(self.id, self.created_at, self.host.model_id, self.body, status,
+                               prefix + builder.output, usage, error=error, incomplete_details=details,
+                               completed_at=int(time.time()), conversation_id=self.conversation)
+        self.final = self.record(body)
+        yield event(TERMINAL_EVENTS[status], response=body)
+
+    def _token_count(self, text: str) -> int:
+        return len(self.host.tokenizer.encode(text, add_special=False, parse_special=False)) if text else 0
+
+    # -- after generation ---------------------------------------------------------
+
+    def failed(self, code: str, message: str) -> dict:
+        body = response_object(self.id, self.created_at, self.host.model_id, self.body, "failed",
+                               error={"code": code, "message": message}, completed_at=int(time.time()),
+                               conversation_id=self.conversation)
+        return self.record(body)
+
+    def cancelled(self) -> dict:
+        body = response_object(self.id, self.created_at, self.host.model_id, self.body, "cancelled",
+                               completed_at=int(time.time()), conversation_id=self.conversation)
+        return self.record(body)
+
+    def record(self, body: dict) -> dict:
+        """Store the finished object (the store, or for a background store: false
+        request the ephemeral store); continue the conversation and remember the
+        reasoning of a finished generation. Returns the object polling will see."""
+        output = body["output"]
+        if body["status"] in ("completed", "incomplete"):
+            self.state.records.reasoning_echo.remember(output)
+            if self.conversation is not None:
+                self.state.records.save_conversation(self.conversation, self.history + output)
+        records = self.state.records
+        if not records.storing or not (self.body.store or self.background):
+            return body
+        saved = records.save(ResponseRecord(body, self.history + output), ephemeral=not self.body.store)
+        if saved or not self.background:
+            return body
+        # a background result larger than the store's budget: leave a failed object to poll
+        fallback = {**body, "status": "failed", "output": [], "usage": usage_body(), "incomplete_details": None,
+                    "error": {"code": "server_error",
+                              "message": "the response is larger than the response store's byte budget"}}
+        records.save(ResponseRecord(fallback, []), ephemeral=not self.body.store)
+        return fallback
+
+
+def _status(finish: FinishEvent) -> tuple[str, dict | None, dict | None]:
+    if finish.reason is FinishReason.ERROR:
+        return "failed", None, {"code": "server_error", "message": f"generation failed: {finish.error}"}
+    if finish.reason is FinishReason.CANCELLED:
+        return "cancelled", None, None
+    if finish.reason is FinishReason.LENGTH:
+        return "incomplete", {"reason": "max_output_tokens"}, None
+    return "completed", None, None

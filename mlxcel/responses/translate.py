@@ -1,0 +1,126 @@
+"""A Responses request as a chat turn: function tools and tool_choice in the chat
+shape, text.format as a response_format, instructions and history as messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.template_kwargs import resolve_template_kwargs
+from mlxcel.protocol.responses import ResponsesInput, ResponsesRequest
+from mlxcel.responses.input_items import fill_reasoning, items_to_messages, replay
+from mlxcel.server.chat_turn import ChatTurnSpec
+
+
+def check_request(body: ResponsesInput) -> None:
+    """The 400s every route of the family shares."""
+    if body.truncation not in (None, "disabled"):
+        raise ChatInputError(f"truncation {body.truncation!r} is not supported: only 'disabled' is")
+    if body.previous_response_id and body.conversation:
+        raise ChatInputError("previous_response_id and conversation cannot be used together")
+
+
+def conversation_id(body: ResponsesInput) -> str | None:
+    value = body.conversation
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = value.get("id")
+    if not isinstance(value, str) or not value:
+        raise ChatInputError("conversation must be a conversation id or {'id': ...}")
+    return value
+
+
+def chat_tools(tools: list[dict] | None) -> list[dict]:
+    out = []
+    for i, tool in enumerate(tools or []):
+        kind = tool.get("type")
+        if kind != "function":
+            raise ChatInputError(f"tools[{i}]: tool type {kind!r} is not supported: only function tools are "
+                                 "(mlxcel runs no hosted tools)", code="unsupported_tool_type")
+        function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        name = function.get("name")
+        if not isinstance(name, str) or not 1 <= len(name) <= 256:
+            raise ChatInputError(f"tools[{i}].name must be a string of 1 to 256 characters")
+        definition = {"name": name}
+        for key in ("description", "parameters", "strict"):
+            if function.get(key) is not None:
+                definition[key] = function[key]
+        out.append({"type": "function", "function": definition})
+    return out
+
+
+def chat_tool_choice(tool_choice: Any, tools: list[dict]) -> tuple[Any, list[dict]]:
+    """(the chat tool_choice, the tools it leaves rendered)."""
+    if tool_choice is None or isinstance(tool_choice, str):
+        return tool_choice, tools
+    if not isinstance(tool_choice, dict):
+        raise ChatInputError("tool_choice must be 'none', 'auto', 'required' or an object")
+    kind = tool_choice.get("type")
+    if kind == "function":
+        name = tool_choice.get("name") or (tool_choice.get("function") or {}).get("name")
+        return {"type": "function", "function": {"name": name}}, tools
+    if kind == "allowed_tools":
+        allowed = {t.get("name") or (t.get("function") or {}).get("name") for t in tool_choice.get("tools") or []}
+        mode = tool_choice.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise ChatInputError("tool_choice.mode must be 'auto' or 'required'")
+        return mode, [t for t in tools if t["function"]["name"] in allowed]
+    raise ChatInputError(f"tool_choice type {kind!r} is not supported: only function tools are",
+                         code="unsupported_tool_type")
+
+
+def response_format(text: dict | None) -> dict | None:
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise ChatInputError("text.format must be an object")
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_schema":
+        wrapper = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": wrapper}
+    if kind == "json_object":
+        return {"type": "json_object"}
+    raise ChatInputError("text.format.type must be 'text', 'json_schema' or 'json_object'")
+
+
+def template_kwargs(data: dict, server_defaults: dict) -> dict:
+    """chat_template_kwargs only: reasoning.effort is not mapped here, unlike chat."""
+    try:
+        return resolve_template_kwargs(data, server_defaults)
+    except ValueError as exc:
+        raise ChatInputError(str(exc)) from None
+
+
+def chat_messages(instructions: str | None, history: list[dict], reasoning_lookup=None) -> list[dict]:
+    items = replay(history)
+    if instructions:
+        items = [{"type": "message", "role": "system", "content": instructions}, *items]
+    messages = items_to_messages(items)
+    if reasoning_lookup is not None:
+        messages = fill_reasoning(messages, reasoning_lookup)
+    if not messages:
+        raise ChatInputError("input is empty: send a message or a previous_response_id with history")
+    return messages
+
+
+def turn_spec(data: dict, body: ResponsesInput, history: list[dict], server_template_kwargs: dict,
+              reasoning_lookup=None) -> ChatTurnSpec:
+    tools = chat_tools(body.tools)
+    tool_choice, tools = chat_tool_choice(body.tool_choice, tools)
+    request = body if isinstance(body, ResponsesRequest) else None
+    return ChatTurnSpec(
+        messages=chat_messages(body.instructions, history, reasoning_lookup),
+        sampling=body,
+        tools=tools,
+        tool_choice=tool_choice,
+        response_format=response_format(body.text),
+        template_kwargs=template_kwargs(data, server_template_kwargs),
+        max_tokens=request.max_output_tokens if request else None,
+        logprobs=request.top_logprobs if request else None,
+        thinking_budget=next((v for v in (request.thinking_budget, request.thinking_budget_tokens) if v is not None),
+                             None) if request else None,
+    )

@@ -1,0 +1,216 @@
+"""The OpenAI Responses API: POST /v1/responses (whole, streamed or background),
+GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
+POST /v1/responses/compact and POST /v1/responses/input_tokens; each also without /v1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from mlxcel.chat.errors import ChatInputError
+from mlxcel.protocol.responses import (
+    COMPACT_MAX_OUTPUT_TOKENS,
+    CompactRequest,
+    ResponsesRequest,
+    new_id,
+    usage_body,
+)
+from mlxcel.responses.background import run_job
+from mlxcel.responses.compaction import Compactor
+from mlxcel.responses.events import sse_event
+from mlxcel.responses.input_items import as_items
+from mlxcel.responses.records import not_found
+from mlxcel.responses.response_run import ResponseRun
+from mlxcel.responses.state import ResponsesState
+from mlxcel.responses.store import json_size
+from mlxcel.responses.translate import check_request, turn_spec
+from mlxcel.server.chat_turn import ChatTurn
+from mlxcel.server.errors import invalid_request, server_busy, server_error
+from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.sse import EventStreamResponse
+from mlxcel.server.structured_output import compile_response_format
+
+router = APIRouter()
+log = logging.getLogger("mlxcel.responses")
+HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body"}
+
+
+def _state(request: Request) -> ResponsesState:
+    return request.app.state.responses
+
+
+async def _read(request: Request, model):
+    host = request.app.state.host
+    data = await read_json_object(request, host.config.max_body_bytes)
+    body = validate(model, data)
+    host.require_ready()
+    return host, data, body
+
+
+@router.post("/v1/responses")
+@router.post("/responses")
+async def create_response(request: Request):
+    host, data, body = await _read(request, ResponsesRequest)
+    state = _state(request)
+    run = ResponseRun(state, host, data, body, request)
+    ignored = sorted(k for k in data if k not in HONORED_FIELDS)
+    if ignored:
+        log.warning("response %s: accepted but ignored fields: %s", run.id, ", ".join(ignored))
+    if body.background:
+        return await _create_background(run)
+    run.translate()
+    await run.ready()
+    run.turn.submit()
+    if body.stream:
+        return EventStreamResponse(_stream(run))
+    state.running[run.id] = run
+    watcher = asyncio.create_task(_cancel_on_disconnect(request, run))
+    try:
+        async for _ in run.events():
+            pass
+    finally:
+        watcher.cancel()
+        state.running.pop(run.id, None)
+    if run.final["status"] == "failed":
+        raise server_error(run.final["error"]["message"])
+    return JSONResponse(run.final)
+
+
+async def _stream(run: ResponseRun) -> AsyncIterator[str]:
+    run.state.running[run.id] = run
+    try:
+        async for event in run.events():
+            yield sse_event(event)
+    finally:
+        run.state.running.pop(run.id, None)
+
+
+async def _cancel_on_disconnect(request: Request, run: ResponseRun) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            run.turn.cancel()
+            return
+
+
+async def _create_background(run: ResponseRun):
+    state, body, host = run.state, run.body, run.host
+    if body.stream:
+        raise invalid_request("background responses cannot be streamed: poll GET /v1/responses/{id} instead")
+    if not state.background_enabled:
+        raise invalid_request("background mode is disabled (a response store, its byte budget and "
+                              "--responses-background-max-jobs must all be above 0)", code="background_disabled")
+    run.translate()
+    if run.policy is None:
+        await run.ready()
+    else:  # compaction happens in the job; the schema is checked now
+        await compile_response_format(host.tokenizer, run.spec.response_format)
+    engine = host.engine
+    if engine.outstanding >= len(engine.slots) + engine.config.queue_cap:
+        raise server_busy()
+    job = state.jobs.admit(run.id, json_size(run.data, run.history), run.snapshot("queued"))
+    state.running[run.id] = run
+    job.on_final.append(lambda _job: state.running.pop(run.id, None))
+    state.jobs.start(job, run_job(run, job))
+    return JSONResponse(job.body)
+
+
+@router.get("/v1/responses/{response_id}")
+@router.get("/responses/{response_id}")
+async def get_response(response_id: str, request: Request):
+    state = _state(request)
+    state.records.require_storing()
+    job = state.jobs.get(response_id)
+    if job is not None:
+        return JSONResponse(job.body)
+    record = state.records.find(response_id)
+    if record is None:
+        raise not_found(response_id)
+    return JSONResponse(record.body)
+
+
+@router.delete("/v1/responses/{response_id}")
+@router.delete("/responses/{response_id}")
+async def delete_response(response_id: str, request: Request):
+    state = _state(request)
+    state.records.require_storing()
+    job = state.jobs.get(response_id)
+    if job is not None:
+        raise invalid_request(f"response '{response_id}' has not finished (status: {job.status.value}): "
+                              "cancel it before deleting it")
+    if not state.records.drop(response_id):
+        raise not_found(response_id)
+    return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+@router.post("/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, request: Request):
+    state = _state(request)
+    state.records.require_storing()
+    run = state.running.get(response_id)
+    job = state.jobs.get(response_id)
+    if run is not None and job is not None:
+        body = run.cancelled()
+        state.jobs.cancel(job, body)
+        return JSONResponse(body)
+    if run is not None and run.turn is not None:
+        run.turn.cancel()  # its request then ends as cancelled, and is recorded so
+        return JSONResponse(run.snapshot("cancelled"))
+    record = state.records.find(response_id)
+    if record is None:
+        raise not_found(response_id)
+    status = record.body["status"]
+    if status != "cancelled":
+        raise invalid_request(f"response '{response_id}' cannot be cancelled: it has finished (status: {status})")
+    return JSONResponse(record.body)
+
+
+@router.post("/v1/responses/input_tokens")
+@router.post("/responses/input_tokens")
+async def count_input_tokens(request: Request):
+    host, data, body = await _read(request, ResponsesRequest)
+    run = ResponseRun(_state(request), host, data, body, request)
+    run.translate()
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": run.count(run.history)})
+
+
+@router.post("/v1/responses/compact")
+@router.post("/responses/compact")
+async def compact(request: Request):
+    host, data, body = await _read(request, CompactRequest)
+    if body.stream:
+        raise invalid_request("compact does not stream")
+    if body.previous_response_id or body.conversation:
+        raise invalid_request("compact takes the whole history in 'input': previous_response_id and conversation "
+                              "are not accepted")
+    if body.keep_tokens is not None and body.keep_tokens <= 0:
+        raise invalid_request("keep_tokens must be above 0")
+    if body.max_output_tokens is not None and not 1 <= body.max_output_tokens <= COMPACT_MAX_OUTPUT_TOKENS:
+        raise invalid_request(f"max_output_tokens must be between 1 and {COMPACT_MAX_OUTPUT_TOKENS}")
+    check_request(body)
+    items = as_items(body.input)
+    if not items:
+        raise ChatInputError("input is empty: compact takes the history to compact")
+    response_id = new_id("resp")
+    kwargs_spec = turn_spec(data, body, items, host.config.chat_template_kwargs)
+
+    def count(history: list[dict]) -> int:
+        return ChatTurn.render(host, turn_spec(data, body, history, host.config.chat_template_kwargs),
+                               response_id).prompt_tokens
+
+    compactor = Compactor(host, body, kwargs_spec.template_kwargs, count, request, response_id)
+    result = await compactor.compact(items, body.keep_tokens, body.max_output_tokens)
+    return JSONResponse({
+        "id": response_id,
+        "object": "response.compaction",
+        "created_at": int(time.time()),
+        "model": host.model_id,
+        "output": result.items,
+        "usage": usage_body(result.summary_input_tokens, result.summary_output_tokens),
+    })
