@@ -27,6 +27,8 @@ from reference import ensure_llama_server  # noqa: E402
 from servers import Server, free_port, supports_flag  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# llama-server closes idle keep-alive connections; a pooled one can be dead on reuse
+NO_KEEPALIVE = httpx.Limits(max_keepalive_connections=0)
 MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -71,14 +73,14 @@ def words(seed: str, n: int) -> str:
 
 def cache_ttft(url: str, rounds: int) -> list[float]:
     samples = []
-    with httpx.Client(timeout=600, trust_env=False) as client:
+    with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
         for r in range(rounds + 1):  # round 0 warms up
-            prefix = f"Document {r}: " + words(f"d{r}w", 700)
+            prefix = f"Document {r}: " + words(f"d{r}w", 176)  # about 1,500 tokens
             client.post(f"{url}/completion", json={"prompt": prefix + " Question one?", "n_predict": 1,
                                                    "temperature": 0})
             with ThreadPoolExecutor(4) as pool:
                 list(pool.map(lambda i: client.post(f"{url}/completion", json={
-                    "prompt": words(f"u{r}x{i}", 150), "n_predict": 4, "temperature": 0}), range(4)))
+                    "prompt": words(f"u{r}x{i}", 40), "n_predict": 4, "temperature": 0}), range(4)))
             ttft, _, _ = streamed(client, f"{url}/completion", {"prompt": prefix + " Question two?",
                                                                 "n_predict": 1, "temperature": 0})
             if r:
@@ -90,14 +92,14 @@ FUNCTION = "\n".join(
     f"    value_{i} = compute_step(value_{i - 1}, factor={i}, label='step {i}')  # update the running value"
     for i in range(1, 22)
 )
-EDIT_PROMPT = ("<|im_start|>user\nRewrite this function with one change: rename compute_step to apply_step. "
+EDIT_PROMPT = ("<|im_start|>user\nRewrite this function with one change: the label of step 3 becomes 'third step'. "
                "Return the whole function.\n```python\ndef pipeline(value_0):\n" + FUNCTION +
                "\n    return value_21\n```<|im_end|>\n<|im_start|>assistant\n```python\ndef pipeline(value_0):\n")
 
 
 def lookup_decode(url: str, rounds: int) -> list[float]:
     samples = []
-    with httpx.Client(timeout=600, trust_env=False) as client:
+    with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
         for r in range(rounds + 1):
             _, arrivals, _ = streamed(client, f"{url}/completion", {
                 "prompt": EDIT_PROMPT, "n_predict": 400, "temperature": 0, "cache_prompt": False})
@@ -112,7 +114,7 @@ SCHEMA = {"type": "object", "properties": {"story": {"type": "string", "minLengt
 def structured_decode(url: str, rounds: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"json_schema": [], "plain": []}
     messages = [{"role": "user", "content": "Write a long story about a lighthouse keeper, as JSON."}]
-    with httpx.Client(timeout=600, trust_env=False) as client:
+    with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
         for r in range(rounds + 1):
             for kind in ("json_schema", "plain"):
                 body = {"messages": messages, "max_tokens": 200, "temperature": 0.7, "seed": r,
@@ -140,10 +142,11 @@ def main() -> int:
     ap.add_argument("--only", default="cache,lookup,structured")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", type=Path, default=MODEL, help="GGUF file (default SmolLM2-135M-Instruct)")
     ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
     args = ap.parse_args()
     ref = str(ensure_llama_server())
-    common = ["-m", str(MODEL), "-c", "8192", "-np", "4", "-t", str(args.threads)]
+    common = ["-m", str(args.model), "-c", "8192", "-np", "4", "-t", str(args.threads)]
     mlxcel = [str(ROOT / ".venv/bin/mlxcel"), "serve", *common]
     llama = [ref, *common] + (["--no-webui"] if supports_flag(ref, "--no-webui") else [])
     med = statistics.median

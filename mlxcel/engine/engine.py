@@ -264,7 +264,10 @@ class Engine:
         limit = min(room - len(self.slots), self.n_ctx_slot - slot.n_past - 2)
         if request.max_tokens >= 0:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
-        limit = min(limit, self.config.draft_max)
+        if slot.draft_cooldown > 0:  # recent drafts were all wrong: decode plainly a while
+            slot.draft_cooldown -= 1
+            return []
+        limit = min(limit, self.config.draft_max, slot.draft_length or self.config.draft_max)
         if limit < self.config.draft_min:
             return []
         if drafter is not None:
@@ -292,6 +295,22 @@ class Engine:
         slot.draft_rounds += 1
         slot.draft_n += len(drafts)
         slot.draft_accepted += accepted
+        self._adapt_draft_length(slot, len(drafts), accepted)
+
+    def _adapt_draft_length(self, slot: Slot, drafted: int, accepted: int) -> None:
+        """A verify batch costs nearly one token per draft on a CPU, so the draft
+        follows what was accepted: doubled after a full hit, cut to just past the
+        accepted run otherwise, and paused (for longer each time) after a full miss."""
+        if accepted == drafted:
+            slot.draft_length = min(self.config.draft_max, drafted * 2)
+            slot.draft_misses = 0
+        elif accepted == 0:
+            slot.draft_misses += 1
+            slot.draft_cooldown = min(64, 2 ** slot.draft_misses)
+            slot.draft_length = self.config.draft_min
+        else:
+            slot.draft_length = max(self.config.draft_min, accepted + 1)
+            slot.draft_misses = 0
 
     def _sample(self, slot: Slot) -> int:
         request = slot.request

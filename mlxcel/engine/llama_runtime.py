@@ -140,16 +140,18 @@ class LlamaRuntime:
     def seq_clear(self, seq_id: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
 
-    def seq_state(self, seq_id: int) -> bytes:
-        """The sequence's KV state, to restore later with restore_seq_state."""
+    def seq_state(self, seq_id: int) -> ctypes.Array:
+        """The sequence's KV state (a byte buffer, copied once), to restore later
+        with restore_seq_state."""
         size = llama_cpp.llama_state_seq_get_size(self.ctx, seq_id)
         buf = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
-        return bytes(memoryview(buf)[:written])
+        if written != size:
+            buf = (ctypes.c_uint8 * written).from_buffer_copy(buf)
+        return buf
 
-    def restore_seq_state(self, seq_id: int, state: bytes) -> bool:
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        return llama_cpp.llama_state_seq_set_data(self.ctx, buf, len(state), seq_id) > 0
+    def restore_seq_state(self, seq_id: int, state: ctypes.Array) -> bool:
+        return llama_cpp.llama_state_seq_set_data(self.ctx, state, len(state), seq_id) > 0
 
     def decode(self, batch: llama_cpp.llama_batch) -> int:
         return int(llama_cpp.llama_decode(self.ctx, batch))

@@ -12,6 +12,7 @@ Shared between the engine thread (lookup, insert) and HTTP handlers (stats, rese
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import threading
 import time
@@ -35,8 +36,8 @@ def block_hashes(tokens: list[int], block_size: int = BLOCK_SIZE) -> list[bytes]
 
 @dataclass
 class CacheEntry:
-    tokens: list[int]  # a whole number of blocks
-    state: bytes  # llama_state_seq_get_data of a sequence holding exactly `tokens`
+    tokens: list[int]  # the saved sequence, exactly
+    state: bytes | ctypes.Array  # llama_state_seq_get_data of a sequence holding `tokens`
     created: float
     last_used: float
     n_blocks: int = field(init=False)
@@ -70,7 +71,8 @@ class HostPromptCache:
 
     def lookup(self, prompt: list[int]) -> tuple[CacheEntry, int] | None:
         """The entry sharing the longest block prefix with `prompt`, and the length of
-        that prefix in tokens; None on a miss."""
+        that prefix in tokens (the entry and the prompt may share a few tokens more);
+        None on a miss."""
         hashes = block_hashes(prompt)
         with self._lock:
             self.counters.lookups += 1
@@ -86,13 +88,15 @@ class HostPromptCache:
         return None
 
     def contains(self, tokens: list[int]) -> bool:
+        """Whether an entry already holds all of `tokens`."""
         hashes = block_hashes(tokens)
         with self._lock:
-            return bool(hashes) and hashes[-1] in self._entries
+            entry = self._entries.get(hashes[-1]) if hashes else None
+            return entry is not None and entry.tokens[: len(tokens)] == tokens
 
-    def insert(self, tokens: list[int], state: bytes) -> bool:
-        """Store `state` for `tokens` (cut to whole blocks by the caller). False when
-        the entry alone exceeds the capacity."""
+    def insert(self, tokens: list[int], state: bytes | ctypes.Array) -> bool:
+        """Store `state` for `tokens`, found by the hashes of its whole blocks. False
+        when the entry alone exceeds the capacity."""
         hashes = block_hashes(tokens)
         if not hashes:
             return False
@@ -110,7 +114,7 @@ class HostPromptCache:
             ):
                 self._drop(next(iter(self._entries)))
                 self.counters.evictions_lru += 1
-            self._entries[key] = CacheEntry(list(tokens[: len(hashes) * BLOCK_SIZE]), state, now, now)
+            self._entries[key] = CacheEntry(list(tokens), state, now, now)
             for digest in hashes:
                 self._blocks[digest] = key
             self._bytes += len(state)

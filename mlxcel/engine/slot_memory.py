@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mlxcel.engine.llama_runtime import LlamaRuntime
 from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache
-from mlxcel.engine.slots import Slot
+from mlxcel.engine.slots import Slot, common_prefix_length
 
 MIN_DONATION_BLOCKS = 2  # smaller prefixes are cheaper to prefill than to restore
 
@@ -29,7 +29,8 @@ class SlotMemory:
         found = self.host_cache.lookup(prompt)
         if found is None or found[1] <= n_common + BLOCK_SIZE // 2:
             return n_common
-        entry, n_shared = found
+        entry, _ = found
+        n_shared = min(common_prefix_length(entry.tokens, prompt), len(prompt) - 1)
         self.runtime.seq_clear(slot.id)
         restored = self.runtime.restore_seq_state(slot.id, entry.state)
         if not restored or (n_shared < len(entry.tokens) and not self.runtime.seq_remove(slot.id, n_shared, -1)):
@@ -41,18 +42,14 @@ class SlotMemory:
         return n_shared
 
     def _donate(self, slot: Slot, keep: int) -> None:
-        """Before a slot's tokens past `keep` are overwritten, save its whole-block
-        prefix to the host cache (unless it is there already)."""
-        aligned = len(slot.cached_tokens) // BLOCK_SIZE * BLOCK_SIZE
-        if aligned <= keep + BLOCK_SIZE or aligned < MIN_DONATION_BLOCKS * BLOCK_SIZE:
+        """Before a slot's tokens past `keep` are overwritten, save its sequence to
+        the host cache (unless an entry for the same blocks is there already)."""
+        tokens = slot.cached_tokens
+        if len(tokens) <= keep + BLOCK_SIZE or len(tokens) < MIN_DONATION_BLOCKS * BLOCK_SIZE:
             return
-        tokens = slot.cached_tokens[:aligned]
         if self.host_cache.contains(tokens):
             return
-        if len(slot.cached_tokens) > aligned and not self.runtime.seq_remove(slot.id, aligned, -1):
-            return  # this memory cannot cut a tail: nothing exact to save
-        del slot.cached_tokens[aligned:]
-        self.host_cache.insert(tokens, self.runtime.seq_state(slot.id))
+        self.host_cache.insert(list(tokens), self.runtime.seq_state(slot.id))
 
     def _cut(self, slot: Slot, prompt: list[int], n_keep: int) -> None:
         """Cut the sequence back to the reusable prefix (at least one prompt token is
