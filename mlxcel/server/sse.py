@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 import anyio
@@ -56,7 +56,12 @@ async def with_heartbeat(source: AsyncIterator[Item], interval: float) -> AsyncI
 class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[str], status_code: int = 200) -> None:
+    def __init__(
+        self, events: AsyncIterator[str], status_code: int = 200, on_close: Callable[[], None] | None = None
+    ) -> None:
+        """`on_close` runs however the stream ends; it cancels what is still running
+        (a generator that was never started runs no `finally` of its own)."""
+        self._on_close = on_close
         self.status_code = status_code
         self.background = None
         self.body = b""
@@ -88,4 +93,6 @@ class EventStreamResponse(Response):
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._events.aclose()
+                if self._on_close is not None:
+                    self._on_close()
                 tasks.cancel_scope.cancel()

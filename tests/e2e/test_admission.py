@@ -164,3 +164,19 @@ def test_disconnect_while_queued_removes_the_request(one_slot):
         time.sleep(0.2)
         assert client.get("/health").json()["batch"]["queue_depth"] == 0
     holder.join(120)
+
+
+def test_stream_closed_before_its_first_event_is_cancelled(one_slot):
+    """A streaming client that leaves while its request still waits in the queue:
+    the request is removed, though the stream never produced an event."""
+    holder, _ = _occupy(one_slot, n_predict=400)
+    with one_slot.client() as client:
+        with client.stream("POST", "/completion", json={"prompt": "waits", "n_predict": 1000, "ignore_eos": True,
+                                                        "stream": True}) as response:
+            assert response.status_code == 200
+            time.sleep(0.3)  # queued behind the holder: no event yet
+        deadline = time.monotonic() + 5
+        while client.get("/health").json()["batch"]["queue_depth"] != 0:
+            assert time.monotonic() < deadline, "the abandoned stream stayed queued"
+            time.sleep(0.05)
+    holder.join(120)

@@ -50,7 +50,9 @@ async def create_message(request: Request):
     _warn_ignored(data, message_id)
     turn.submit()
     if body.stream:
-        return EventStreamResponse(_stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)))
+        return EventStreamResponse(
+            _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel
+        )
     outcome = await turn.run(request)
     reason, sequence = stop_reason(outcome)
     usage = usage_body(outcome.finish.prompt_tokens, outcome.finish.completion_tokens)

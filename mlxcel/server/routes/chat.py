@@ -91,7 +91,8 @@ async def chat_completions(request: Request):
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventStreamResponse(
-            _stream(turn, logprobs, completion_id, created, host.model_id, include_usage, body.timings_per_token)
+            _stream(turn, logprobs, completion_id, created, host.model_id, include_usage, body.timings_per_token),
+            on_close=turn.cancel,
         )
     outcome = await turn.run(request)
     final = outcome.final

@@ -43,7 +43,9 @@ async def create_completion(request: Request):
     echoes = [body.prompt if isinstance(body.prompt, str) else tokenizer.decode(p) for p in prompts] if body.echo else None
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return EventStreamResponse(_stream(group, completion_id, created, host.model_id, include_usage, echoes))
+        return EventStreamResponse(
+            _stream(group, completion_id, created, host.model_id, include_usage, echoes), on_close=group.cancel
+        )
 
     results = await group.collect(request)
     choices, prompt_tokens, completion_tokens, cached = [], 0, 0, 0

@@ -67,7 +67,7 @@ async def native_completion(request: Request):
     group = GenerationGroup(engine, requests)
     group.submit()
     if body.stream:
-        return EventStreamResponse(_stream(group, host.model_id, body.return_tokens))
+        return EventStreamResponse(_stream(group, host.model_id, body.return_tokens), on_close=group.cancel)
     results = await group.collect(request)
     bodies = []
     for index, (result, req) in enumerate(zip(results, requests)):

@@ -67,7 +67,7 @@ async def create_response(request: Request):
     await run.ready()
     run.turn.submit()
     if body.stream:
-        return EventStreamResponse(_stream(run))
+        return EventStreamResponse(_stream(run), on_close=run.turn.cancel)
     state.running[run.id] = run
     watcher = asyncio.create_task(_cancel_on_disconnect(request, run))
     try:
