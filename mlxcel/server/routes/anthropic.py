@@ -18,6 +18,7 @@ from mlxcel.server.anthropic_stream import MessageStream
 from mlxcel.server.anthropic_translation import content_blocks, stop_reason, turn_spec
 from mlxcel.server.chat_turn import ChatOutcome, ChatTurn
 from mlxcel.server.errors import as_api_error, server_error
+from mlxcel.server.ignored_fields import warn_ignored_fields
 from mlxcel.server.json_body import read_json_object, validate
 from mlxcel.server.sse import EventStreamResponse, with_heartbeat
 
@@ -31,12 +32,6 @@ IGNORED_FIELDS = {"metadata", "container", "service_tier", "stop", "mcp_servers"
 HONORED_FIELDS = set(MessagesRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt"}
 
 
-def _warn_ignored(data: dict, request_id: str) -> None:
-    ignored = sorted(k for k in data if k in IGNORED_FIELDS or k not in HONORED_FIELDS)
-    if ignored:
-        log.warning("request %s: accepted but ignored fields: %s", request_id, ", ".join(ignored))
-
-
 @router.post("/v1/messages")
 @router.post("/messages")
 async def create_message(request: Request):
@@ -47,7 +42,7 @@ async def create_message(request: Request):
     message_id = f"msg_{uuid.uuid4().hex}"
     turn = ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), message_id)
     await turn.build(request)
-    _warn_ignored(data, message_id)
+    warn_ignored_fields(data, HONORED_FIELDS, message_id, IGNORED_FIELDS)
     turn.submit()
     if body.stream:
         return EventStreamResponse(

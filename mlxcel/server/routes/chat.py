@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -16,11 +15,11 @@ from mlxcel.protocol.openai_chat import ChatCompletionRequest, chat_body, chat_m
 from mlxcel.protocol.openai_completions import usage_body
 from mlxcel.server.chat_logprobs import LogprobFormatter
 from mlxcel.server.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
+from mlxcel.server.ignored_fields import warn_ignored_fields
 from mlxcel.server.json_body import read_json_object, validate
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
-log = logging.getLogger("mlxcel.chat")
 
 # fields a chat request may carry that change nothing here (named in one warning line)
 IGNORED_FIELDS = {"user", "metadata", "parallel_tool_calls", "service_tier", "store", "prediction", "modalities",
@@ -37,14 +36,6 @@ def _tool_delta_json(delta: ToolCallDelta) -> dict:
         return {"index": delta.index, "id": delta.id, "type": "function",
                 "function": {"name": delta.name, "arguments": delta.arguments}}
     return {"index": delta.index, "function": {"arguments": delta.arguments}}
-
-
-def _warn_ignored(data: dict, request_id: str, n: int) -> None:
-    ignored = sorted(k for k in data if k in IGNORED_FIELDS or k not in HONORED_FIELDS)
-    if n > 1:
-        ignored.append("n (one choice is returned)")
-    if ignored:
-        log.warning("request %s: accepted but ignored fields: %s", request_id, ", ".join(ignored))
 
 
 def _template_kwargs(data: dict, body: ChatCompletionRequest, server_defaults: dict) -> dict:
@@ -84,7 +75,8 @@ async def chat_completions(request: Request):
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     turn = ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), completion_id)
     await turn.build(request)
-    _warn_ignored(data, completion_id, body.n)
+    warn_ignored_fields(data, HONORED_FIELDS, completion_id, IGNORED_FIELDS,
+                        ["n (one choice is returned)"] if body.n > 1 else [])
     turn.submit()
     created = int(time.time())
     logprobs = LogprobFormatter(host.tokenizer) if body.logprobs else None

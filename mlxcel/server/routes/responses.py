@@ -5,7 +5,6 @@ POST /v1/responses/compact and POST /v1/responses/input_tokens; each also withou
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -31,12 +30,12 @@ from mlxcel.responses.store import json_size
 from mlxcel.responses.translate import check_request, turn_spec
 from mlxcel.server.chat_turn import ChatTurn
 from mlxcel.server.errors import invalid_request, server_busy, server_error
+from mlxcel.server.ignored_fields import warn_ignored_fields
 from mlxcel.server.json_body import read_json_object, validate
 from mlxcel.server.sse import EventStreamResponse
 from mlxcel.server.structured_output import compile_response_format
 
 router = APIRouter()
-log = logging.getLogger("mlxcel.responses")
 HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body"}
 
 
@@ -58,9 +57,7 @@ async def create_response(request: Request):
     host, data, body = await _read(request, ResponsesRequest)
     state = _state(request)
     run = ResponseRun(state, host, data, body, request)
-    ignored = sorted(k for k in data if k not in HONORED_FIELDS)
-    if ignored:
-        log.warning("response %s: accepted but ignored fields: %s", run.id, ", ".join(ignored))
+    warn_ignored_fields(data, HONORED_FIELDS, run.id)
     if body.background:
         return await _create_background(run)
     run.translate()
