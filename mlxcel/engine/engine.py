@@ -90,12 +90,17 @@ class Engine:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def has_room(self) -> bool:
+        """Whether a request submitted now would be admitted (not past the queue cap)."""
+        return self._outstanding < len(self.slots) + self.config.queue_cap
+
     def submit(self, request: GenerationRequest) -> None:
         """Queue a request, or raise QueueFullError at once when the queue is at its cap."""
         with self._admission:
             if self._stopped:
                 raise EngineStoppedError("the engine is shutting down")
-            if self._outstanding >= len(self.slots) + self.config.queue_cap:
+            if not self.has_room:
                 self.stats.rejected_queue_full += 1
                 raise QueueFullError("the prefill queue is full")
             self._outstanding += 1
@@ -116,10 +121,6 @@ class Engine:
         """Requests submitted but not yet in a slot."""
         busy = sum(1 for s in self.slots if s.state is not SlotState.IDLE)
         return max(0, self._outstanding - busy)
-
-    @property
-    def outstanding(self) -> int:
-        return self._outstanding
 
     # -- the engine thread ------------------------------------------------------------
 

@@ -99,6 +99,13 @@ class ChatTurn:
                                 spec.template_kwargs)
         return cls(host, spec, prepared, request_id)
 
+    @classmethod
+    async def start(cls, host: ModelHost, http_request: Request, spec: ChatTurnSpec, request_id: str) -> ChatTurn:
+        """Render, build and submit: a turn whose generation is under way."""
+        turn = await cls.render(host, spec, request_id).build(http_request)
+        turn.submit()
+        return turn
+
     @property
     def prompt_tokens(self) -> int:
         return len(self.prepared.tokens)

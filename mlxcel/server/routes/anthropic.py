@@ -40,10 +40,8 @@ async def create_message(request: Request):
     body = validate(MessagesRequest, data)
     host.require_ready()
     message_id = f"msg_{uuid.uuid4().hex}"
-    turn = ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), message_id)
-    await turn.build(request)
     warn_ignored_fields(data, HONORED_FIELDS, message_id, IGNORED_FIELDS)
-    turn.submit()
+    turn = await ChatTurn.start(host, request, turn_spec(data, body, host.config.chat_template_kwargs), message_id)
     if body.stream:
         return EventStreamResponse(
             _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel

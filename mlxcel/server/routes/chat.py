@@ -73,11 +73,9 @@ async def chat_completions(request: Request):
     body = validate(ChatCompletionRequest, data)
     host.require_ready()
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    turn = ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), completion_id)
-    await turn.build(request)
     warn_ignored_fields(data, HONORED_FIELDS, completion_id, IGNORED_FIELDS,
                         ["n (one choice is returned)"] if body.n > 1 else [])
-    turn.submit()
+    turn = await ChatTurn.start(host, request, turn_spec(data, body, host.config.chat_template_kwargs), completion_id)
     created = int(time.time())
     logprobs = LogprobFormatter(host.tokenizer) if body.logprobs else None
     if body.stream:

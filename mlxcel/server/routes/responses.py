@@ -107,8 +107,7 @@ async def _create_background(run: ResponseRun):
         await run.ready()
     else:  # compaction happens in the job; the schema is checked now
         await compile_response_format(host.tokenizer, run.spec.response_format)
-    engine = host.engine
-    if engine.outstanding >= len(engine.slots) + engine.config.queue_cap:
+    if not host.engine.has_room:
         raise server_busy()
     job = state.jobs.admit(run.id, json_size(run.data, run.history), run.snapshot("queued"))
     state.running[run.id] = run
