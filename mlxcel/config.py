@@ -57,6 +57,7 @@ class ServerConfig:
     spec_type: str = "none"  # none | ngram-simple (prompt lookup) | draft (--model-draft)
     model_draft: str | None = None
     spec_ngram_size: int = 3
+    spec_ngram_size_m: int = 48  # prompt lookup: most tokens drafted per round
     spec_draft_max: int = 16
     spec_draft_min: int = 2
     responses: ResponsesLimits = field(default_factory=ResponsesLimits)

@@ -7,6 +7,8 @@ decode each. Owned by the engine thread, like the target context."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from mlxcel.engine.batch import TokenBatch
@@ -20,6 +22,7 @@ class DraftModel:
         self.n_vocab = n_vocab
         self._batch = TokenBatch(runtime.n_batch)
         self._cached: list[list[int]] = [[] for _ in range(runtime.config.n_parallel)]
+        self.seconds_per_token = 0.0  # running mean of what one drafted token costs, catch-up included
 
     def _decode(self, seq: int, tokens: list[int], start: int) -> bool:
         """Decode `tokens` at `start..`, logits for the last; False on failure."""
@@ -46,6 +49,14 @@ class DraftModel:
         return True
 
     def draft(self, seq: int, history: list[int], limit: int) -> list[int]:
+        started = time.perf_counter()
+        drafts = self._draft(seq, history, limit)
+        if drafts:
+            per_token = (time.perf_counter() - started) / len(drafts)
+            self.seconds_per_token += 0.2 * (per_token - self.seconds_per_token)
+        return drafts
+
+    def _draft(self, seq: int, history: list[int], limit: int) -> list[int]:
         if limit <= 0 or not history or not self._sync(seq, history):
             return []
         drafts: list[int] = []

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.draft_model import DraftModel
+from mlxcel.engine.draft_policy import AcceptanceStats, DecodeCosts, best_draft_length
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.structured.constraint import BatchMasker, apply_mask
 from mlxcel.engine.logprobs import token_logprobs
@@ -49,8 +50,10 @@ class EngineConfig:
     host_cache: HostPromptCache | None = None  # KV states saved beyond the slots
     lookup_ngram: int = 0  # prompt-lookup speculation: n-gram size (0: off)
     drafter: DraftModel | None = None  # draft-model speculation (--model-draft)
-    draft_max: int = 16  # most drafted tokens per verify round
+    draft_max: int = 16  # most tokens a draft model drafts per verify round
+    lookup_max: int = 48  # most tokens prompt lookup drafts per verify round
     draft_min: int = 2  # fewer drafted tokens than this are not worth a round
+    decode_costs: DecodeCosts | None = None  # measured batch costs; speculation sizes drafts by them
 
 
 @dataclass
@@ -193,18 +196,23 @@ class Engine:
             loop = LoopDetector(*request.loop_detection) if request.loop_detection else None
             slot.begin(request, slot.n_past, sampler, loop)
             if self.config.lookup_ngram > 0:
-                slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.draft_max, self.config.draft_min)
+                slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
+            if self.config.lookup_ngram > 0 or self.config.drafter is not None:
+                slot.acceptance = AcceptanceStats(self._draft_cap)
             self.stats.sequences_started += 1
 
     def _step(self) -> None:
         batch = self._batch
         batch.clear()
         in_batch: list[Slot] = []
+        expected_yield = 0.0  # tokens this batch is expected to emit
         for slot in self.slots:
             if slot.state is SlotState.DECODE:
                 slot.batch_index = batch.add(slot.next_token, slot.n_past, slot.id, True)
                 slot.cached_tokens.append(slot.next_token)
-                slot.drafts = self._draft(slot, batch.room)
+                expected_yield += 1.0
+                slot.drafts, gain = self._draft(slot, batch, expected_yield)
+                expected_yield += gain
                 slot.draft_indices = [
                     batch.add(token, slot.n_past + i, slot.id, True) for i, token in enumerate(slot.drafts)
                 ]
@@ -232,7 +240,10 @@ class Engine:
 
         constrained = [s for s in in_batch if s.batch_index >= 0 and s.request.constraint is not None]
         masks = self._masker.fill_async([s.request.constraint for s in constrained]) if constrained else None
+        started = time.perf_counter()
         rc = self.runtime.decode(batch.seal())  # the masks fill meanwhile: both release the GIL
+        if self.config.decode_costs is not None and n_prefill == 0:
+            self.config.decode_costs.observe(batch.size, time.perf_counter() - started)
         if masks is not None:
             for slot, row in zip(constrained, masks.result()):
                 slot.mask_row = row
@@ -254,26 +265,45 @@ class Engine:
             elif slot.batch_index >= 0:
                 self._sample(slot)
 
-    def _draft(self, slot: Slot, room: int) -> list[int]:
-        """Prompt-lookup draft for a decoding slot, or [] when speculation cannot apply."""
+    def _draft(self, slot: Slot, batch: TokenBatch, expected_yield: float) -> tuple[list[int], float]:
+        """The tokens to draft for a decoding slot (none when speculation cannot apply
+        or would not pay for itself in this batch) and how many of them are expected
+        to be accepted."""
         request = slot.request
         drafter = self.config.drafter
-        if (slot.lookup is None and drafter is None) or request.constraint is not None or slot.forced_tokens:
-            return []
+        if slot.acceptance is None or request.constraint is not None or slot.forced_tokens:
+            return [], 0.0
         if slot.budget is not None and not slot.budget.done:
-            return []
-        limit = min(room - len(self.slots), self.n_ctx_slot - slot.n_past - 2)
+            return [], 0.0
+        limit = min(batch.room - len(self.slots), self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
         if request.max_tokens >= 0:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
-        if slot.draft_cooldown > 0:  # recent drafts were all wrong: decode plainly a while
-            slot.draft_cooldown -= 1
-            return []
-        limit = min(limit, self.config.draft_max, slot.draft_length or self.config.draft_max)
         if limit < self.config.draft_min:
-            return []
-        if drafter is not None:
-            return drafter.draft(slot.id, slot.cached_tokens, limit)
-        return slot.lookup.draft(slot.cached_tokens, limit)
+            return [], 0.0
+        proposal = None
+        if drafter is None:
+            proposal = slot.lookup.draft(slot.cached_tokens, limit)
+            limit = len(proposal)
+        expected = slot.acceptance.expected_accepted(limit)
+        k = self._draft_length(expected, batch.size, expected_yield)
+        if k == 0:
+            slot.acceptance.idle()
+            return [], 0.0
+        drafts = proposal[:k] if proposal is not None else drafter.draft(slot.id, slot.cached_tokens, k)
+        return drafts, expected[len(drafts)]
+
+    @property
+    def _draft_cap(self) -> int:
+        return self.config.draft_max if self.config.drafter is not None else self.config.lookup_max
+
+    def _draft_length(self, expected: list[float], batch_tokens: int, expected_yield: float) -> int:
+        if len(expected) <= self.config.draft_min:
+            return 0
+        costs = self.config.decode_costs
+        if costs is None:  # nothing measured: draft as much as is proposed
+            return len(expected) - 1
+        per_draft = self.config.drafter.seconds_per_token if self.config.drafter is not None else 0.0
+        return best_draft_length(costs, expected, batch_tokens, expected_yield, self.config.draft_min, per_draft)
 
     def _verify(self, slot: Slot) -> None:
         """Sample at the slot's token and at each drafted one in order, keeping drafts
@@ -296,22 +326,7 @@ class Engine:
         slot.draft_rounds += 1
         slot.draft_n += len(drafts)
         slot.draft_accepted += accepted
-        self._adapt_draft_length(slot, len(drafts), accepted)
-
-    def _adapt_draft_length(self, slot: Slot, drafted: int, accepted: int) -> None:
-        """A verify batch costs nearly one token per draft on a CPU, so the draft
-        follows what was accepted: doubled after a full hit, cut to just past the
-        accepted run otherwise, and paused (for longer each time) after a full miss."""
-        if accepted == drafted:
-            slot.draft_length = min(self.config.draft_max, drafted * 2)
-            slot.draft_misses = 0
-        elif accepted == 0:
-            slot.draft_misses += 1
-            slot.draft_cooldown = min(64, 2 ** slot.draft_misses)
-            slot.draft_length = self.config.draft_min
-        else:
-            slot.draft_length = max(self.config.draft_min, accepted + 1)
-            slot.draft_misses = 0
+        slot.acceptance.observe(len(drafts), accepted)
 
     def _sample(self, slot: Slot) -> int:
         request = slot.request

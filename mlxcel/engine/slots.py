@@ -6,6 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from mlxcel.engine.draft_policy import AcceptanceStats
 from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.sampling import SamplerChain
@@ -70,9 +71,7 @@ class Slot:
     draft_n: int = 0
     draft_accepted: int = 0
     draft_rounds: int = 0
-    draft_length: int = 0  # the next draft's length (0: the configured maximum)
-    draft_cooldown: int = 0  # decode steps to skip drafting for
-    draft_misses: int = 0  # consecutive rounds with nothing accepted
+    acceptance: AcceptanceStats | None = None  # how far recent drafts held, when speculating
     n_reused: int = 0  # prompt tokens taken from the slot's previous contents
     n_generated: int = 0
     next_token: int = -1  # sampled, not yet decoded
@@ -104,7 +103,7 @@ class Slot:
         self.lookup = None
         self.drafts, self.draft_indices = [], []
         self.draft_n = self.draft_accepted = self.draft_rounds = 0
-        self.draft_length = self.draft_cooldown = self.draft_misses = 0
+        self.acceptance = None
         self.forced_tokens = []
         self.budget = None
         if request.reasoning_budget is not None:

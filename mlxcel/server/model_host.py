@@ -15,6 +15,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.engine.engine import Engine, EngineConfig
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.draft_model import DraftModel
+from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
@@ -86,6 +87,13 @@ class ModelHost:
             if cfg.warmup:
                 runtime.warm_up(tokenizer.bos if tokenizer.bos >= 0 else 0)
             drafter = self._load_drafter(cfg, tokenizer, runtime.n_ctx) if cfg.model_draft else None
+            lookup_ngram = cfg.spec_ngram_size if cfg.spec_type == "ngram-simple" else 0
+            costs = None
+            if drafter is not None or lookup_ngram:
+                most = cfg.spec_draft_max if drafter is not None else cfg.spec_ngram_size_m
+                costs = DecodeCosts.measure(runtime, min(runtime.n_batch, most + cfg.parallel))
+                log.info("decode cost by batch size (ms): %s",
+                         " ".join(f"{n}:{1000 * c:.1f}" for n, c in costs.measured.items()))
             engine = Engine(
                 runtime,
                 tokenizer,
@@ -94,10 +102,12 @@ class ModelHost:
                     prefill_chunk=cfg.prefill_chunk,
                     cache_prompt=cfg.cache_prompt,
                     host_cache=self.host_cache,
-                    lookup_ngram=cfg.spec_ngram_size if cfg.spec_type == "ngram-simple" else 0,
+                    lookup_ngram=lookup_ngram,
                     drafter=drafter,
                     draft_max=cfg.spec_draft_max,
+                    lookup_max=cfg.spec_ngram_size_m,
                     draft_min=cfg.spec_draft_min,
+                    decode_costs=costs,
                 ),
             )
             engine.start()

@@ -84,3 +84,13 @@ def test_bad_responses_limits_fail(monkeypatch, argv, env):
         monkeypatch.setenv(name, value)
     with pytest.raises(UsageError):
         parse_serve_args(argv)
+
+
+def test_speculation_flags_follow_llama_server():
+    config = parse_serve_args(["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4",
+                               "--spec-ngram-simple-size-m", "24", "--spec-draft-n-max", "8"])
+    assert (config.spec_type, config.spec_ngram_size, config.spec_ngram_size_m) == ("ngram-simple", 4, 24)
+    assert config.spec_draft_max == 8
+    assert parse_serve_args([]).spec_ngram_size_m == 48  # llama-server's length of the drafted m-gram
+    with pytest.raises(UsageError):
+        parse_serve_args(["--spec-ngram-simple-size-m", "0"])

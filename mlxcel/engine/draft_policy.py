@@ -1,0 +1,157 @@
+"""How many tokens to draft: the length that maximises the batch's expected tokens
+per second, from what each batch size costs to decode on this machine and how far
+the slot's recent drafts were accepted.
+
+On a CPU a verify batch is far from free: llama.cpp's kernels switch paths with the
+batch size (two tokens can cost twice one, eight cost less than six), so a fixed or
+merely acceptance-driven draft length wastes most of the gain. The cost curve is
+measured once at start-up and rescaled as decode batches are timed; the acceptance
+estimate is a per-position survival curve with an optimistic prior that old evidence
+decays back to, so a slot that stopped drafting tries again after a while.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+
+import llama_cpp
+
+from mlxcel.engine.batch import TokenBatch
+from mlxcel.engine.llama_runtime import LlamaRuntime
+
+
+class DecodeCosts:
+    """Seconds one `llama_decode` takes for n tokens with logits for each: measured
+    at start-up for every size up to 16 and every fourth size past it (llama.cpp's
+    CPU kernels work in tiles of 4 and 8 rows), times a scale that follows what
+    decode batches take since (the context grows, the machine gets busier)."""
+
+    SCALE_WEIGHT = 0.1  # of each new observation in the running scale
+    DENSE_UP_TO = 16  # every size up to this one is measured, then every fourth
+
+    def __init__(self, measured: dict[int, float]) -> None:
+        if not measured or min(measured.values()) <= 0 or 1 not in measured:
+            raise ValueError("a cost curve needs a positive time for a single token and each size measured")
+        self.measured = dict(sorted(measured.items()))
+        self.sizes = list(self.measured)
+        self.scale = 1.0
+
+    @classmethod
+    def sizes_to_measure(cls, max_tokens: int) -> list[int]:
+        dense = list(range(1, min(max_tokens, cls.DENSE_UP_TO) + 1))
+        sparse = list(range(cls.DENSE_UP_TO + 4, max_tokens + 1, 4))
+        if max_tokens > cls.DENSE_UP_TO and max_tokens not in sparse:
+            sparse.append(max_tokens)
+        return dense + sparse
+
+    @classmethod
+    def measure(cls, runtime: LlamaRuntime, max_tokens: int, seq_id: int = 0, repeats: int = 2) -> DecodeCosts:
+        """Time batches of up to max_tokens tokens (after a short prefix) on an empty
+        sequence that is cleared again afterwards; the fastest of `repeats` runs."""
+        prefix = 32
+        batch = TokenBatch(max(max_tokens, prefix))
+        sizes = cls.sizes_to_measure(min(max_tokens, batch.capacity))
+        filler = [llama_cpp.llama_vocab_n_tokens(runtime.vocab) // 2 + i for i in range(prefix + sizes[-1])]
+        runtime.seq_clear(seq_id)
+        try:
+            batch.add_span(filler[:prefix], 0, seq_id, logits_last=True)
+            if runtime.decode(batch.seal()) != 0:
+                raise RuntimeError("llama_decode failed while measuring batch costs")
+            best = {n: float("inf") for n in sizes}
+            for _ in range(repeats):
+                for n in sizes:
+                    batch.clear()
+                    for i in range(n):
+                        batch.add(filler[prefix + i], prefix + i, seq_id, True)
+                    started = time.perf_counter()
+                    rc = runtime.decode(batch.seal())
+                    best[n] = min(best[n], time.perf_counter() - started)
+                    runtime.seq_remove(seq_id, prefix, -1)
+                    if rc != 0:
+                        raise RuntimeError("llama_decode failed while measuring batch costs")
+        finally:
+            runtime.seq_clear(seq_id)
+        return cls(best)
+
+    def cost(self, n: int) -> float:
+        """Expected seconds for a batch of n tokens. Between measured sizes, the
+        dearer neighbour (unmeasured sizes may fall off the fast tiles); past the
+        largest, linear."""
+        n = max(n, 1)
+        known = self.measured.get(n)
+        if known is not None:
+            return self.scale * known
+        sizes = self.sizes
+        index = bisect.bisect_left(sizes, n)
+        if index < len(sizes):
+            return self.scale * max(self.measured[sizes[index - 1]], self.measured[sizes[index]])
+        last, first = sizes[-1], sizes[len(sizes) // 2]
+        slope = (self.measured[last] - self.measured[first]) / max(1, last - first)
+        return self.scale * (self.measured[last] + max(slope, 0.0) * (n - last))
+
+    def observe(self, n: int, seconds: float) -> None:
+        """A decode batch of n tokens, all with logits, took `seconds`."""
+        known = self.measured.get(n)
+        if known is not None and seconds > 0:
+            self.scale += self.SCALE_WEIGHT * (seconds / known - self.scale)
+
+
+class AcceptanceStats:
+    """Decayed counts, per draft position, of the rounds that reached that position
+    (every earlier draft was accepted) and of those that accepted it there."""
+
+    PRIOR_RATE = 0.9  # optimistic: a slot with no evidence drafts
+    PRIOR_WEIGHT = 2.0  # pseudo-rounds of the prior at every position
+    ROUND_DECAY = 0.8  # of old evidence per verify round
+    IDLE_DECAY = 0.9  # of old evidence per step without a draft
+
+    def __init__(self, max_draft: int) -> None:
+        self.reached = [0.0] * max_draft
+        self.accepted = [0.0] * max_draft
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self._decay(self.ROUND_DECAY)
+        for j in range(min(drafted, accepted + 1, len(self.reached))):
+            self.reached[j] += 1.0
+            if j < accepted:
+                self.accepted[j] += 1.0
+
+    def idle(self) -> None:
+        self._decay(self.IDLE_DECAY)
+
+    def _decay(self, factor: float) -> None:
+        self.reached = [r * factor for r in self.reached]
+        self.accepted = [a * factor for a in self.accepted]
+
+    def expected_accepted(self, k: int) -> list[float]:
+        """E[accepted drafts] for draft lengths 0..k (k at most max_draft). Each
+        position's acceptance rate is shrunk toward the rate before it (the first
+        toward the prior), so positions no draft has reached yet inherit what the
+        deepest evidence says instead of falling back to the prior."""
+        out = [0.0]
+        survival, rate = 1.0, self.PRIOR_RATE
+        for j in range(min(k, len(self.reached))):
+            rate = (self.accepted[j] + self.PRIOR_WEIGHT * rate) / (self.reached[j] + self.PRIOR_WEIGHT)
+            survival *= rate
+            out.append(out[-1] + survival)
+        return out
+
+
+def best_draft_length(
+    costs: DecodeCosts,
+    expected: list[float],
+    batch_tokens: int,
+    batch_yield: float,
+    min_draft: int,
+    seconds_per_draft: float = 0.0,
+) -> int:
+    """The draft length k (0, or min_draft..len(expected)-1) that maximises the
+    batch's expected tokens per second: (batch_yield + E[accepted(k)]) over the cost
+    of a batch of batch_tokens + k tokens plus drafting k tokens."""
+    best_k, best_rate = 0, batch_yield / costs.cost(batch_tokens)
+    for k in range(max(1, min_draft), len(expected)):
+        rate = (batch_yield + expected[k]) / (costs.cost(batch_tokens + k) + k * seconds_per_draft)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
