@@ -1,8 +1,11 @@
 """Feature benchmarks, one server at a time, reported as ratios:
 
-  cache       TTFT of a request whose 1,500-token prefix a slot processed before four
-              unrelated requests overwrote every slot: mlxcel (host-RAM prompt cache)
-              against llama-server with its --cache-ram on (default) and off.
+  cache       TTFT of a request whose 1,500-token prefix another slot processed two
+              requests earlier, mlxcel against llama-server with its --cache-ram on
+              (default) and off, in two cases: "busy", the request that brought the
+              prefix is still generating in its slot (the new one must get another
+              slot); "evicted", four unrelated requests have since overwritten every
+              slot (only a host-RAM cache can help).
   lookup      decode tokens/s on an editing task (rewrite a ~400-token function with
               one change): mlxcel with prompt lookup against mlxcel plain, and
               llama-server with and without its ngram-simple speculation.
@@ -16,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -71,7 +75,7 @@ def words(seed: str, n: int) -> str:
 
 # -- scenarios ------------------------------------------------------------------------
 
-def cache_ttft(url: str, rounds: int) -> list[float]:
+def cache_ttft_evicted(url: str, rounds: int) -> list[float]:
     samples = []
     with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
         for r in range(rounds + 1):  # round 0 warms up
@@ -85,6 +89,49 @@ def cache_ttft(url: str, rounds: int) -> list[float]:
                                                                 "n_predict": 1, "temperature": 0})
             if r:
                 samples.append(ttft)
+    return samples
+
+
+def _generate_until(url: str, body: dict, started: threading.Event, stop: threading.Event, state: dict) -> None:
+    """Stream `body` until `stop` is set, then hang up; `started` once a token came."""
+    with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
+        with client.stream("POST", f"{url}/completion", json={**body, "stream": True}) as response:
+            for line in response.iter_lines():
+                if line.startswith("data:") and not line.endswith("[DONE]"):
+                    chunk = json.loads(line[5:])
+                    if chunk.get("content"):
+                        started.set()
+                    if chunk.get("stop"):
+                        state["finished_early"] = True
+                        break
+                if stop.is_set():
+                    break
+    started.set()
+
+
+def cache_ttft_busy(url: str, rounds: int) -> list[float]:
+    samples = []
+    with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
+        for r in range(rounds + 1):  # round 0 warms up
+            prefix = f"Report {r}: " + words(f"b{r}w", 176)  # about 1,500 tokens
+            started, stop, state = threading.Event(), threading.Event(), {}
+            first = threading.Thread(target=_generate_until, args=(url, {
+                "prompt": prefix + " Question one?", "n_predict": 500, "temperature": 0, "ignore_eos": True},
+                started, stop, state))
+            first.start()
+            started.wait()
+            client.post(f"{url}/completion", json={"prompt": words(f"v{r}x", 40), "n_predict": 4,
+                                                   "temperature": 0})
+            ttft, _, _ = streamed(client, f"{url}/completion", {"prompt": prefix + " Question two?",
+                                                                "n_predict": 1, "temperature": 0})
+            still_running = not state.get("finished_early")
+            stop.set()
+            first.join()
+            if not still_running:
+                raise RuntimeError("the first request ended before the measured one: raise its n_predict")
+            if r:
+                samples.append(ttft)
+            time.sleep(0.5)  # let the hung-up request end
     return samples
 
 
@@ -152,12 +199,13 @@ def main() -> int:
     med = statistics.median
     only = set(args.only.split(","))
     if "cache" in only:
-        a = med(run_variant("mlxcel", mlxcel, args.log_dir, cache_ttft, args.rounds))
-        b = med(run_variant("llama-server", llama, args.log_dir, cache_ttft, args.rounds))
-        c = med(run_variant("llama-server-nocache", [*llama, "--cache-ram", "0"], args.log_dir, cache_ttft,
-                            args.rounds))
-        print(f"cache TTFT s: mlxcel {a:.3f}  llama-server {b:.3f}  llama-server --cache-ram 0 {c:.3f}")
-        print(f"  ratio mlxcel/llama-server {a / b:.3f}  mlxcel/llama-server(no cache-ram) {a / c:.3f}  target <= 0.5")
+        for case, fn in (("busy", cache_ttft_busy), ("evicted", cache_ttft_evicted)):
+            a = med(run_variant("mlxcel", mlxcel, args.log_dir, fn, args.rounds))
+            b = med(run_variant("llama-server", llama, args.log_dir, fn, args.rounds))
+            c = med(run_variant("llama-server-nocache", [*llama, "--cache-ram", "0"], args.log_dir, fn, args.rounds))
+            print(f"cache TTFT s ({case}): mlxcel {a:.3f}  llama-server {b:.3f}  llama-server --cache-ram 0 {c:.3f}")
+            print(f"  ratio mlxcel/llama-server {a / b:.3f}  mlxcel/llama-server(no cache-ram) {a / c:.3f}"
+                  "  target <= 0.5")
     if "lookup" in only:
         plain = med(run_variant("mlxcel", mlxcel, args.log_dir, lookup_decode, args.rounds))
         spec = med(run_variant("mlxcel-lookup", [*mlxcel, "--spec-type", "ngram-simple"], args.log_dir,

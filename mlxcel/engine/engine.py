@@ -34,6 +34,9 @@ from mlxcel.engine.tokenizer import Tokenizer
 log = logging.getLogger("mlxcel.engine")
 
 
+IDLE_SAVE_DELAY_S = 0.05  # idle this long before slots are saved to the host cache
+
+
 class QueueFullError(RuntimeError):
     """The prefill queue is at its cap."""
 
@@ -130,7 +133,15 @@ class Engine:
     def _run(self) -> None:
         try:
             while True:
-                if not self._drain_inbox(block=not self._has_work()):
+                idle = not self._has_work()
+                if idle and self._memory.has_unsaved(self.slots):
+                    # a save holds the engine for milliseconds: only once no request came for a while
+                    if not self._drain_inbox(block=True, timeout=IDLE_SAVE_DELAY_S):
+                        break
+                    if not self._has_work():
+                        self._memory.save_one_idle(self.slots)
+                        continue
+                elif not self._drain_inbox(block=idle):
                     break
                 self._admit()
                 if self.slots.busy():
@@ -152,10 +163,11 @@ class Engine:
     def _has_work(self) -> bool:
         return bool(self.slots.busy()) or bool(self.waiting)
 
-    def _drain_inbox(self, block: bool) -> bool:
-        """Apply pending commands; False when asked to stop."""
+    def _drain_inbox(self, block: bool, timeout: float | None = None) -> bool:
+        """Apply pending commands (waiting up to `timeout` for one when blocking);
+        False when asked to stop."""
         try:
-            command = self._inbox.get() if block else self._inbox.get_nowait()
+            command = self._inbox.get(timeout=timeout) if block else self._inbox.get_nowait()
         except queue.Empty:
             return True
         while True:
@@ -185,7 +197,8 @@ class Engine:
             request = self.waiting.pop()
             reuse = self.config.cache_prompt and request.cache_prompt
             slot, n_common = self.slots.choose(request.prompt_tokens, reuse)
-            self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse)
+            busy = [s for s in self.slots if s.request is not None]
+            self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
             sampler = SamplerChain(
                 request.sampling,
                 self.runtime.vocab,

@@ -12,13 +12,14 @@ Shared between the engine thread (lookup, insert) and HTTP handlers (stats, rese
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import threading
 import time
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
+
+import numpy as np
 
 BLOCK_SIZE = 16
 
@@ -37,7 +38,7 @@ def block_hashes(tokens: list[int], block_size: int = BLOCK_SIZE) -> list[bytes]
 @dataclass
 class CacheEntry:
     tokens: list[int]  # the saved sequence, exactly
-    state: bytes | ctypes.Array  # llama_state_seq_get_data of a sequence holding `tokens`
+    state: np.ndarray  # llama_state_seq_get_data of a sequence holding `tokens`
     created: float
     last_used: float
     n_blocks: int = field(init=False)
@@ -87,14 +88,17 @@ class HostPromptCache:
                     return entry, depth * BLOCK_SIZE
         return None
 
-    def contains(self, tokens: list[int]) -> bool:
-        """Whether an entry already holds all of `tokens`."""
+    def covered(self, tokens: list[int]) -> int:
+        """How many leading tokens of `tokens` an entry holds, in whole blocks (no
+        counters, no LRU update: this is not a lookup on a request's behalf)."""
         hashes = block_hashes(tokens)
         with self._lock:
-            entry = self._entries.get(hashes[-1]) if hashes else None
-            return entry is not None and entry.tokens[: len(tokens)] == tokens
+            for depth in range(len(hashes), 0, -1):
+                if hashes[depth - 1] in self._blocks:
+                    return depth * BLOCK_SIZE
+        return 0
 
-    def insert(self, tokens: list[int], state: bytes | ctypes.Array) -> bool:
+    def insert(self, tokens: list[int], state: np.ndarray) -> bool:
         """Store `state` for `tokens`, found by the hashes of its whole blocks. False
         when the entry alone exceeds the capacity."""
         hashes = block_hashes(tokens)

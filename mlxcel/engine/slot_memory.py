@@ -1,14 +1,19 @@
 """What a slot's sequence holds when a request is admitted into it: the prefix it
-already shares with the prompt, or a longer one restored from the host-RAM prompt
-cache, after saving there what the slot is about to lose."""
+already shares with the prompt, or a longer one copied from a slot that is busy with
+another request, or restored from the host-RAM prompt cache, after saving there what
+the slot is about to lose. Idle slots are saved ahead of time while the engine has
+nothing else to do, so admissions rarely wait for that copy."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from mlxcel.engine.llama_runtime import LlamaRuntime
 from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache
 from mlxcel.engine.slots import Slot, common_prefix_length
 
 MIN_DONATION_BLOCKS = 2  # smaller prefixes are cheaper to prefill than to restore
+MIN_GAIN = BLOCK_SIZE  # a copy or restore must save at least this many prompt tokens
 
 
 class SlotMemory:
@@ -16,20 +21,68 @@ class SlotMemory:
         self.runtime = runtime
         self.host_cache = host_cache
 
-    def admit(self, slot: Slot, prompt: list[int], n_common: int, reuse: bool) -> None:
+    def admit(self, slot: Slot, prompt: list[int], n_common: int, reuse: bool, busy: Iterable[Slot] = ()) -> None:
         """Leave in the slot's sequence only a reusable prefix of `prompt`; afterwards
-        `slot.cached_tokens` is exactly what the sequence holds."""
+        `slot.cached_tokens` is exactly what the sequence holds. `busy` are the slots
+        serving other requests, whose prefixes may be copied."""
         slot.cache_tier = "slot" if n_common else "miss"
-        if reuse and self.host_cache is not None:
-            n_common = self._restore_longer_prefix(slot, prompt, n_common)
+        if reuse:
+            n_common = self._take_longer_prefix(slot, prompt, n_common, busy)
         self._cut(slot, prompt, n_common)
 
-    def _restore_longer_prefix(self, slot: Slot, prompt: list[int], n_common: int) -> int:
-        self._donate(slot, keep=n_common)
-        found = self.host_cache.lookup(prompt)
-        if found is None or found[1] <= n_common + BLOCK_SIZE // 2:
+    def has_unsaved(self, slots: Iterable[Slot]) -> bool:
+        return self.host_cache is not None and any(s.unsaved and s.request is None for s in slots)
+
+    def save_one_idle(self, slots: Iterable[Slot]) -> bool:
+        """Save one idle slot's unsaved tokens to the host cache, so that a later
+        admission finds them saved and copies nothing first; False when none is left."""
+        if self.host_cache is None:
+            return False
+        for slot in slots:
+            if slot.unsaved and slot.request is None:
+                slot.unsaved = False
+                self._donate(slot, keep=0)
+                return True
+        return False
+
+    def _take_longer_prefix(self, slot: Slot, prompt: list[int], n_common: int, busy: Iterable[Slot]) -> int:
+        if slot.unsaved and self.host_cache is not None:
+            self._donate(slot, keep=n_common)  # what is past the shared prefix is about to go
+        slot.unsaved = False
+        source, n_live = self._longest_live_prefix(prompt, busy)
+        found = self.host_cache.lookup(prompt) if self.host_cache is not None else None
+        n_cached = found[1] if found is not None else 0
+        if max(n_live, n_cached) < n_common + MIN_GAIN:
             return n_common
-        entry, _ = found
+        if n_live >= n_cached:
+            return self._copy_live(slot, source, prompt, n_live)
+        return self._restore(slot, found[0], prompt)
+
+    @staticmethod
+    def _longest_live_prefix(prompt: list[int], busy: Iterable[Slot]) -> tuple[Slot | None, int]:
+        """The busy slot sharing the longest prefix with `prompt`. A request that opted
+        out of prompt caching shares nothing."""
+        best, n_best = None, 0
+        for other in busy:
+            if other.request is None or not other.request.cache_prompt:
+                continue
+            n = common_prefix_length(other.cached_tokens, prompt)
+            if n > n_best:
+                best, n_best = other, n
+        return best, n_best
+
+    def _copy_live(self, slot: Slot, source: Slot, prompt: list[int], n_live: int) -> int:
+        n_shared = min(n_live, len(prompt) - 1)
+        self.runtime.copy_seq(source.id, slot.id)
+        if not self.runtime.seq_remove(slot.id, n_shared, -1):
+            self.runtime.seq_clear(slot.id)
+            slot.cached_tokens.clear()
+            return 0
+        slot.cached_tokens = source.cached_tokens[:n_shared]
+        slot.cache_tier = "slot"
+        return n_shared
+
+    def _restore(self, slot: Slot, entry, prompt: list[int]) -> int:
         n_shared = min(common_prefix_length(entry.tokens, prompt), len(prompt) - 1)
         self.runtime.seq_clear(slot.id)
         restored = self.runtime.restore_seq_state(slot.id, entry.state)
@@ -47,8 +100,8 @@ class SlotMemory:
         tokens = slot.cached_tokens
         if len(tokens) <= keep + BLOCK_SIZE or len(tokens) < MIN_DONATION_BLOCKS * BLOCK_SIZE:
             return
-        if self.host_cache.contains(tokens):
-            return
+        if len(tokens) - self.host_cache.covered(tokens) < max(MIN_DONATION_BLOCKS * BLOCK_SIZE, len(tokens) // 16):
+            return  # an entry already holds nearly all of it: the rest is cheaper to prefill than to store
         self.host_cache.insert(list(tokens), self.runtime.seq_state(slot.id))
 
     def _cut(self, slot: Slot, prompt: list[int], n_keep: int) -> None:

@@ -72,6 +72,7 @@ class Slot:
     draft_accepted: int = 0
     draft_rounds: int = 0
     acceptance: AcceptanceStats | None = None  # how far recent drafts held, when speculating
+    unsaved: bool = False  # holds a finished request's tokens the host cache may not have yet
     n_reused: int = 0  # prompt tokens taken from the slot's previous contents
     n_generated: int = 0
     next_token: int = -1  # sampled, not yet decoded
@@ -126,6 +127,7 @@ class Slot:
         self.batch_index = -1
         self.state = SlotState.IDLE
         self.last_used = time.monotonic()
+        self.unsaved = bool(self.cached_tokens)
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -153,13 +155,15 @@ class SlotTable:
         return [s for s in self.slots if s.state is not SlotState.IDLE]
 
     def choose(self, prompt: list[int], reuse: bool) -> tuple[Slot, int] | None:
-        """The idle slot sharing the longest prefix with `prompt` (least recently used
-        on a tie) and the length of that prefix; with reuse off, an empty slot if
-        there is one, else the least recently used, so others' prefixes survive."""
+        """The idle slot sharing the longest prefix with `prompt` and the length of
+        that prefix; on a tie, one whose tokens need no saving first (so admission does
+        not wait for a copy to the host cache), then the least recently used. With
+        reuse off, an empty slot if there is one, else the least recently used, so
+        others' prefixes survive."""
         idle = self.idle()
         if not idle:
             return None
         if not reuse:
             return min(idle, key=lambda s: (bool(s.cached_tokens), s.last_used)), 0
-        best = max(idle, key=lambda s: (common_prefix_length(s.cached_tokens, prompt), -s.last_used))
+        best = max(idle, key=lambda s: (common_prefix_length(s.cached_tokens, prompt), not s.unsaved, -s.last_used))
         return best, common_prefix_length(best.cached_tokens, prompt)

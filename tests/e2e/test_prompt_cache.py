@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -73,6 +75,43 @@ def test_cache_prompt_false_matches_cold_output_and_hits_are_measured(one_slot_c
             assert hit["timings"]["cache_n"] > 0
             differing += hit["content"] != cold
     print(f"greedy output after a host-cache hit differed from cold output in {differing}/{len(prompts)} prompts")
+
+
+def test_a_prefix_held_by_a_busy_slot_is_copied_into_another(server):
+    """The request that brought a prefix is still generating: a second request with
+    the same prefix gets another slot, which copies the prefix instead of prefilling
+    it, and answers exactly what a cold prefill answers (positions stay below 256)."""
+    prefix = "Live-copy check. You read the shared brief carefully before answering. " * 8
+    with server.client() as client:
+        n_prefix = len(client.post("/tokenize", json={"content": prefix}).json()["tokens"])
+        cold = _complete(client, prefix + "Question two?", cache_prompt=False)
+    started, stop = threading.Event(), threading.Event()
+
+    def hold_the_prefix():
+        with server.client() as client:
+            body = {"prompt": prefix + "Question one?", "n_predict": 600, "temperature": 0, "ignore_eos": True,
+                    "stream": True}
+            with client.stream("POST", "/completion", json=body) as response:
+                for line in response.iter_lines():
+                    if line.startswith("data:") and json.loads(line[5:]).get("content"):
+                        started.set()
+                    if stop.is_set():
+                        break
+        started.set()
+
+    holder = threading.Thread(target=hold_the_prefix)
+    holder.start()
+    try:
+        assert started.wait(60)
+        with server.client() as client:
+            copied = _complete(client, prefix + "Question two?")
+    finally:
+        stop.set()
+        holder.join()
+    assert 50 < n_prefix < 200
+    assert copied["timings"]["cache_n"] >= n_prefix - 1  # token-exact, not whole blocks
+    assert copied["timings"]["prompt_n"] <= copied["tokens_evaluated"] - n_prefix + 1
+    assert copied["content"] == cold["content"]
 
 
 def test_reset_is_idempotent(one_slot_cache):

@@ -72,6 +72,22 @@ def test_slot_choice_prefers_the_longest_shared_prefix():
     assert (slot.id, n) == (2, 0)  # an empty slot, so others' prefixes survive
 
 
+def test_slot_choice_on_a_tie_prefers_a_slot_with_nothing_left_to_save():
+    table = SlotTable(3)
+    for slot, tokens in zip(table.slots, ([5, 6], [7, 8], [9])):
+        slot.cached_tokens = list(tokens)
+        slot.release()  # finished: its tokens may not be in the host cache yet
+    assert all(s.unsaved for s in table.slots)
+    table.slots[1].unsaved = False  # saved while the engine was idle
+    slot, n = table.choose([1, 2, 3], reuse=True)
+    assert (slot.id, n) == (1, 0)
+    slot, n = table.choose([7, 8, 1], reuse=True)
+    assert (slot.id, n) == (1, 2)  # a shared prefix still wins
+    table.slots[1].cached_tokens = []
+    table.slots[1].release()
+    assert not table.slots[1].unsaved  # nothing held, nothing to save
+
+
 def test_utf8_split_across_tokens_is_reassembled():
     decoder = IncrementalTextDecoder()
     data = "✓é".encode()

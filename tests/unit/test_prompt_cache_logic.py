@@ -33,6 +33,18 @@ def test_lookup_finds_the_longest_cached_prefix():
     assert stats["total_blocks_stored"] == 5 and stats["unique_block_hashes"] == 3
 
 
+def test_covered_counts_whole_blocks_without_touching_counters():
+    cache = HostPromptCache(capacity_bytes=10_000, max_entries=10, ttl_seconds=0)
+    base = list(range(64))
+    cache.insert(base[:48], b"y" * 10)
+    before = cache.stats()
+    assert cache.covered(base + [1, 2]) == 48
+    assert cache.covered(base[:20]) == 16
+    assert cache.covered([9] * 40) == 0
+    after = cache.stats()
+    assert (after["lookups"], after["hits"]) == (before["lookups"], before["hits"])
+
+
 def test_lru_eviction_by_bytes_and_entries_and_oversized_rejection():
     cache = HostPromptCache(capacity_bytes=100, max_entries=2, ttl_seconds=0)
     a, b, c = ([i] * BLOCK_SIZE for i in (1, 2, 3))
