@@ -49,9 +49,12 @@ class DecodeCosts:
     def measure(cls, runtime: LlamaRuntime, max_tokens: int, seq_id: int = 0, repeats: int = 2) -> DecodeCosts:
         """Time batches of up to max_tokens tokens (after a short prefix) on an empty
         sequence that is cleared again afterwards; the fastest of `repeats` runs."""
-        prefix = 32
+        prefix = max(1, min(32, runtime.n_ctx_seq // 4))
+        max_tokens = min(max_tokens, runtime.n_batch, runtime.n_ctx_seq - prefix - 1)
+        if max_tokens < 1:
+            raise RuntimeError("the context is too small to measure batch costs")
         batch = TokenBatch(max(max_tokens, prefix))
-        sizes = cls.sizes_to_measure(min(max_tokens, batch.capacity))
+        sizes = cls.sizes_to_measure(max_tokens)
         filler = [llama_cpp.llama_vocab_n_tokens(runtime.vocab) // 2 + i for i in range(prefix + sizes[-1])]
         runtime.seq_clear(seq_id)
         try:

@@ -73,6 +73,19 @@ class ModelHost:
         thread.start()
         return thread
 
+    def _measure_decode_costs(self, runtime: LlamaRuntime, draft_model: bool) -> DecodeCosts | None:
+        """What each batch size costs to decode, for sizing drafts; None (drafts then
+        take whatever is proposed) when it cannot be measured."""
+        cfg = self.config
+        most = cfg.spec_draft_max if draft_model else cfg.spec_ngram_size_m
+        try:
+            costs = DecodeCosts.measure(runtime, most + cfg.parallel)
+        except RuntimeError as exc:
+            log.warning("speculation will draft without a cost model: %s", exc)
+            return None
+        log.info("decode cost by batch size (ms): %s", " ".join(f"{n}:{1000 * c:.1f}" for n, c in costs.measured.items()))
+        return costs
+
     def _load(self, on_failure: Callable[[str], None]) -> None:
         from mlxcel.models.pull import resolve_model
 
@@ -90,10 +103,7 @@ class ModelHost:
             lookup_ngram = cfg.spec_ngram_size if cfg.spec_type == "ngram-simple" else 0
             costs = None
             if drafter is not None or lookup_ngram:
-                most = cfg.spec_draft_max if drafter is not None else cfg.spec_ngram_size_m
-                costs = DecodeCosts.measure(runtime, min(runtime.n_batch, most + cfg.parallel))
-                log.info("decode cost by batch size (ms): %s",
-                         " ".join(f"{n}:{1000 * c:.1f}" for n, c in costs.measured.items()))
+                costs = self._measure_decode_costs(runtime, drafter is not None)
             engine = Engine(
                 runtime,
                 tokenizer,
