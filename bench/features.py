@@ -44,23 +44,30 @@ def start(name: str, argv: list[str], log_dir: Path) -> Server:
     return server
 
 
+def sse_chunks(response: httpx.Response):
+    """(text, is_final, chunk) for each JSON chunk of a native or OpenAI stream."""
+    response.raise_for_status()
+    for line in response.iter_lines():
+        if not line.startswith("data:") or line.endswith("[DONE]"):
+            continue
+        chunk = json.loads(line[5:])
+        text = chunk.get("content")
+        if text is None and chunk.get("choices"):
+            text = (chunk["choices"][0].get("delta") or {}).get("content")
+        final = bool(chunk.get("stop") or (chunk.get("choices") and chunk["choices"][0].get("finish_reason")))
+        yield text, final, chunk
+
+
 def streamed(client: httpx.Client, url: str, body: dict) -> tuple[float, list[float], dict]:
     """(time to first token, arrival time of each token chunk, final chunk)."""
     sent = time.perf_counter()
     arrivals: list[float] = []
     final: dict = {}
     with client.stream("POST", url, json={**body, "stream": True}) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data:") or line.endswith("[DONE]"):
-                continue
-            chunk = json.loads(line[5:])
-            text = chunk.get("content")
-            if text is None and chunk.get("choices"):
-                text = (chunk["choices"][0].get("delta") or {}).get("content")
+        for text, last, chunk in sse_chunks(response):
             if text:
                 arrivals.append(time.perf_counter())
-            if chunk.get("stop") or (chunk.get("choices") and chunk["choices"][0].get("finish_reason")):
+            if last:
                 final = chunk
     return (arrivals[0] - sent if arrivals else float("nan")), arrivals, final
 
@@ -96,14 +103,12 @@ def _generate_until(url: str, body: dict, started: threading.Event, stop: thread
     """Stream `body` until `stop` is set, then hang up; `started` once a token came."""
     with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
         with client.stream("POST", f"{url}/completion", json={**body, "stream": True}) as response:
-            for line in response.iter_lines():
-                if line.startswith("data:") and not line.endswith("[DONE]"):
-                    chunk = json.loads(line[5:])
-                    if chunk.get("content"):
-                        started.set()
-                    if chunk.get("stop"):
-                        state["finished_early"] = True
-                        break
+            for text, last, _ in sse_chunks(response):
+                if text:
+                    started.set()
+                if last:
+                    state["finished_early"] = True
+                    break
                 if stop.is_set():
                     break
     started.set()

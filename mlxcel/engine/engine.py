@@ -85,6 +85,11 @@ class Engine:
         self._batch = TokenBatch(runtime.n_batch)
         self._masker = BatchMasker(tokenizer.n_vocab, len(self.slots))
         self._memory = SlotMemory(runtime, config.host_cache)
+        # most tokens drafted per round; 0 without speculation
+        if config.drafter is not None:
+            self._draft_cap = config.draft_max
+        else:
+            self._draft_cap = config.lookup_max if config.lookup_ngram > 0 else 0
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._admission = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
@@ -197,7 +202,7 @@ class Engine:
             request = self.waiting.pop()
             reuse = self.config.cache_prompt and request.cache_prompt
             slot, n_common = self.slots.choose(request.prompt_tokens, reuse)
-            busy = [s for s in self.slots if s.request is not None]
+            busy = [s for s in self.slots if s.request is not None] if reuse else []
             self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
             sampler = SamplerChain(
                 request.sampling,
@@ -210,7 +215,7 @@ class Engine:
             slot.begin(request, slot.n_past, sampler, loop)
             if self.config.lookup_ngram > 0:
                 slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
-            if self.config.lookup_ngram > 0 or self.config.drafter is not None:
+            if self._draft_cap:
                 slot.acceptance = AcceptanceStats(self._draft_cap)
             self.stats.sequences_started += 1
 
@@ -304,10 +309,6 @@ class Engine:
             return [], 0.0
         drafts = proposal[:k] if proposal is not None else drafter.draft(slot.id, slot.cached_tokens, k)
         return drafts, expected[len(drafts)]
-
-    @property
-    def _draft_cap(self) -> int:
-        return self.config.draft_max if self.config.drafter is not None else self.config.lookup_max
 
     def _draft_length(self, expected: list[float], batch_tokens: int, expected_yield: float) -> int:
         if len(expected) <= self.config.draft_min:

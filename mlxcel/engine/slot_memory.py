@@ -31,19 +31,22 @@ class SlotMemory:
         self._cut(slot, prompt, n_common)
 
     def has_unsaved(self, slots: Iterable[Slot]) -> bool:
-        return self.host_cache is not None and any(s.unsaved and s.request is None for s in slots)
+        return self._next_unsaved(slots) is not None
 
     def save_one_idle(self, slots: Iterable[Slot]) -> bool:
         """Save one idle slot's unsaved tokens to the host cache, so that a later
         admission finds them saved and copies nothing first; False when none is left."""
-        if self.host_cache is None:
+        slot = self._next_unsaved(slots)
+        if slot is None:
             return False
-        for slot in slots:
-            if slot.unsaved and slot.request is None:
-                slot.unsaved = False
-                self._donate(slot, keep=0)
-                return True
-        return False
+        slot.unsaved = False
+        self._donate(slot, keep=0)
+        return True
+
+    def _next_unsaved(self, slots: Iterable[Slot]) -> Slot | None:
+        if self.host_cache is None:
+            return None
+        return next((s for s in slots if s.unsaved and s.request is None), None)
 
     def _take_longer_prefix(self, slot: Slot, prompt: list[int], n_common: int, busy: Iterable[Slot]) -> int:
         if slot.unsaved and self.host_cache is not None:
@@ -75,9 +78,7 @@ class SlotMemory:
         n_shared = min(n_live, len(prompt) - 1)
         self.runtime.copy_seq(source.id, slot.id)
         if not self.runtime.seq_remove(slot.id, n_shared, -1):
-            self.runtime.seq_clear(slot.id)
-            slot.cached_tokens.clear()
-            return 0
+            return self._forget(slot)
         slot.cached_tokens = source.cached_tokens[:n_shared]
         slot.cache_tier = "slot"
         return n_shared
@@ -87,12 +88,16 @@ class SlotMemory:
         self.runtime.seq_clear(slot.id)
         restored = self.runtime.restore_seq_state(slot.id, entry.state)
         if not restored or (n_shared < len(entry.tokens) and not self.runtime.seq_remove(slot.id, n_shared, -1)):
-            self.runtime.seq_clear(slot.id)
-            slot.cached_tokens.clear()
-            return 0
+            return self._forget(slot)
         slot.cached_tokens = entry.tokens[:n_shared]
         slot.cache_tier = "exact" if n_shared >= len(prompt) // BLOCK_SIZE * BLOCK_SIZE else "block"
         return n_shared
+
+    def _forget(self, slot: Slot) -> int:
+        """Empty the slot's sequence (a copy or restore failed); 0 tokens kept."""
+        self.runtime.seq_clear(slot.id)
+        slot.cached_tokens.clear()
+        return 0
 
     def _donate(self, slot: Slot, keep: int) -> None:
         """Before a slot's tokens past `keep` are overwritten, save its sequence to
