@@ -24,6 +24,24 @@ class ResponsesLimits:
 
 
 @dataclass
+class RequestLimits:
+    """Caps on what one request may carry, checked at the edge before any work (each
+    is a `serve` flag; beyond a cap the request gets a 400 naming it)."""
+
+    max_messages: int = 4096  # chat/Anthropic messages, Responses input items
+    max_tools: int = 512
+    max_stop: int = 64  # stop strings
+    max_stop_chars: int = 1024  # characters in one stop string
+    max_logit_bias: int = 4096  # logit_bias entries
+    max_prompts: int = 64  # prompts in one completion request
+    max_chars: int = 0  # characters in all strings of a body; 0: 32 per token of total context (floor 1 Mi)
+    max_depth: int = 128  # nesting of JSON arrays and objects
+
+    def chars_cap(self, n_ctx: int) -> int:
+        return self.max_chars if self.max_chars > 0 else max(1 << 20, 32 * n_ctx)
+
+
+@dataclass
 class ServerConfig:
     model: str
     alias: str | None = None
@@ -61,5 +79,6 @@ class ServerConfig:
     spec_draft_max: int = 16
     spec_draft_min: int = 2
     responses: ResponsesLimits = field(default_factory=ResponsesLimits)
+    limits: RequestLimits = field(default_factory=RequestLimits)
     verbose: bool = False
     ignored_flags: list[str] = field(default_factory=list)

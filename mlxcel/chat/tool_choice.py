@@ -36,7 +36,12 @@ def plan_tools(tools: list[dict] | None, tool_choice: Any) -> ToolPlan:
     if isinstance(tool_choice, dict):
         if tool_choice.get("type") != "function":
             raise ChatInputError("tool_choice: an object form must have type 'function'")
-        name = (tool_choice.get("function") or {}).get("name") or tool_choice.get("name") or ""
+        function = tool_choice.get("function")
+        if function is not None and not isinstance(function, dict):
+            raise ChatInputError("tool_choice: 'function' must be an object such as {'name': 'get_weather'}")
+        name = (function or {}).get("name") or tool_choice.get("name") or ""
+        if not isinstance(name, str):
+            raise ChatInputError("tool_choice: the function name must be a string")
         if not name:
             raise ChatInputError("tool_choice: the function name is empty")
         chosen = [t for t in tools if _name(t) == name]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
-from mlxcel.config import ResponsesLimits, ServerConfig
+from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
 from mlxcel.engine.sampling import DEFAULT_SEED, SamplingParams
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 
@@ -128,6 +128,19 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "prompt tokens prefilled per step while other slots are decoding"),
     (("--max-body-bytes",), "max_body_bytes", _ranged(int, 1024), 32 * 1024 * 1024, "MLXCEL_MAX_BODY_BYTES",
      "largest request body accepted"),
+    (("--max-messages",), "max_messages", _ranged(int, 1), 4096, "MLXCEL_MAX_MESSAGES",
+     "most messages (or Responses input items) in one request"),
+    (("--max-tools",), "max_tools", _ranged(int, 0), 512, "MLXCEL_MAX_TOOLS", "most tools declared in one request"),
+    (("--max-stop",), "max_stop", _ranged(int, 0), 64, "MLXCEL_MAX_STOP", "most stop strings in one request"),
+    (("--max-stop-chars",), "max_stop_chars", _ranged(int, 1), 1024, "MLXCEL_MAX_STOP_CHARS",
+     "most characters in one stop string"),
+    (("--max-logit-bias",), "max_logit_bias", _ranged(int, 0), 4096, "MLXCEL_MAX_LOGIT_BIAS",
+     "most logit_bias entries in one request"),
+    (("--max-prompts",), "max_prompts", _ranged(int, 1), 64, "MLXCEL_MAX_PROMPTS",
+     "most prompts in one completion request (each gets its own result)"),
+    (("--max-chars",), "max_chars", _ranged(int, 0), 0, "MLXCEL_MAX_CHARS",
+     "most characters in all the strings of one request body (0: 32 per token of the total context, "
+     "at least 1 Mi)"),
     (("--responses-store-max-entries",), "responses_store_max_entries", _ranged(int, 0), 1024,
      "LLAMA_ARG_RESPONSES_STORE_MAX_ENTRIES", "stored Responses API responses (0: storage off)"),
     (("--responses-store-max-bytes",), "responses_store_max_bytes", _ranged(int, 0), 256 * 1024 * 1024,
@@ -218,13 +231,23 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _read_api_keys(args: argparse.Namespace) -> list[str]:
-    keys = [k.strip() for k in (args.api_key or "").split(",") if k.strip()]
+    """The configured keys; a key setting that yields no key fails the start (fail
+    closed: an empty --api-key must not silently open the server)."""
+    keys: list[str] = []
+    if args.api_key is not None:
+        keys = [k.strip() for k in args.api_key.split(",") if k.strip()]
+        if not keys:
+            raise UsageError("--api-key: the key is empty (omit --api-key to serve without keys)")
     if args.api_key_file:
         try:
             lines = Path(args.api_key_file).read_text().splitlines()
-        except OSError as exc:
-            raise UsageError(f"--api-key-file: cannot read {args.api_key_file}: {exc.strerror}") from None
-        keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise UsageError(f"--api-key-file: cannot read {args.api_key_file}: {reason}") from None
+        file_keys = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+        if not file_keys:
+            raise UsageError(f"--api-key-file: {args.api_key_file} holds no key")
+        keys += file_keys
     return keys
 
 
@@ -291,6 +314,18 @@ def _responses_limits(args: argparse.Namespace) -> ResponsesLimits:
     )
 
 
+def _request_limits(args: argparse.Namespace) -> RequestLimits:
+    return RequestLimits(
+        max_messages=args.max_messages,
+        max_tools=args.max_tools,
+        max_stop=args.max_stop,
+        max_stop_chars=args.max_stop_chars,
+        max_logit_bias=args.max_logit_bias,
+        max_prompts=args.max_prompts,
+        max_chars=args.max_chars,
+    )
+
+
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     _check_model(args.model)
     if args.model_draft:
@@ -347,6 +382,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         spec_draft_max=args.spec_draft_max,
         spec_draft_min=args.spec_draft_min,
         responses=_responses_limits(args),
+        limits=_request_limits(args),
         verbose=args.verbose,
         ignored_flags=ignored,
     )

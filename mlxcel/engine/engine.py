@@ -11,11 +11,21 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import AcceptanceStats, DecodeCosts, best_draft_length
+from mlxcel.engine.faults import (
+    INJECTED_COMPUTE_FAILURE,
+    INJECTED_NO_ROOM,
+    REQUEST_LEVEL_CODES,
+    EngineFailedError,
+    Fault,
+    InjectedFault,
+    injection_enabled,
+)
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.structured.constraint import BatchMasker, apply_mask
 from mlxcel.engine.logprobs import token_logprobs
@@ -45,6 +55,27 @@ class EngineStoppedError(RuntimeError):
     pass
 
 
+class ContextFailed(Exception):
+    """llama_decode failed in a way no split of the batch explains."""
+
+
+@dataclass(eq=False)
+class _Span:
+    """One slot's tokens in a batch: a decoding slot's next token and its drafts, or
+    a chunk of a prefilling slot's prompt."""
+
+    slot: Slot
+    tokens: list[int]
+    start: int  # the position of tokens[0]
+    prefill: bool
+    last: bool = True  # a prefill chunk that ends the prompt (its last token wants logits)
+    n_before: int = 0  # tokens the slot's sequence held before this batch
+
+    @property
+    def samples(self) -> bool:
+        return not self.prefill or self.last
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     queue_cap: int = 64  # requests waiting for a slot, beyond those running
@@ -57,6 +88,7 @@ class EngineConfig:
     lookup_max: int = 48  # most tokens prompt lookup drafts per verify round
     draft_min: int = 2  # fewer drafted tokens than this are not worth a round
     decode_costs: DecodeCosts | None = None  # measured batch costs; speculation sizes drafts by them
+    on_failure: Callable[[str], None] | None = None  # told once when the engine itself fails
 
 
 @dataclass
@@ -84,6 +116,7 @@ class Engine:
         self.stats = EngineStats()
         self._batch = TokenBatch(runtime.n_batch)
         self._masker = BatchMasker(tokenizer.n_vocab, len(self.slots))
+        self._pending_masks = None  # (slots, future) of this step's structured-output masks
         self._memory = SlotMemory(runtime, config.host_cache)
         # most tokens drafted per round; 0 without speculation
         if config.drafter is not None:
@@ -95,6 +128,8 @@ class Engine:
         self._outstanding = 0  # submitted and not yet finished
         self._thread = threading.Thread(target=self._run, name="mlxcel-engine", daemon=True)
         self._stopped = False
+        self._injecting = injection_enabled()  # tests only: honour GenerationRequest.fault
+        self.failure: str | None = None  # why the engine failed, once it has
 
     # -- called from other threads ----------------------------------------------------
 
@@ -107,15 +142,20 @@ class Engine:
         return self._outstanding < len(self.slots) + self.config.queue_cap
 
     def submit(self, request: GenerationRequest) -> None:
-        """Queue a request, or raise QueueFullError at once when the queue is at its cap."""
+        """Queue a request, or raise at once: QueueFullError when the queue is at its
+        cap, EngineFailedError once the engine has failed, EngineStoppedError while it
+        shuts down."""
         with self._admission:
+            if self.failure is not None:
+                raise EngineFailedError(self.failure)
             if self._stopped:
                 raise EngineStoppedError("the engine is shutting down")
             if not self.has_room:
                 self.stats.rejected_queue_full += 1
                 raise QueueFullError("the prefill queue is full")
             self._outstanding += 1
-        self._inbox.put(_Submit(request))
+            # inside the lock: once the engine stops, nothing reaches its inbox unseen
+            self._inbox.put(_Submit(request))
 
     def cancel(self, request_id: int) -> None:
         self._inbox.put(_Cancel(request_id))
@@ -128,6 +168,10 @@ class Engine:
             self._thread.join(timeout)
 
     @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.failure is None
+
+    @property
     def queue_depth(self) -> int:
         """Requests submitted but not yet in a slot."""
         busy = sum(1 for s in self.slots if s.state is not SlotState.IDLE)
@@ -136,6 +180,7 @@ class Engine:
     # -- the engine thread ------------------------------------------------------------
 
     def _run(self) -> None:
+        failure = None
         try:
             while True:
                 idle = not self._has_work()
@@ -151,19 +196,37 @@ class Engine:
                 self._admit()
                 if self.slots.busy():
                     self._step()
-        except Exception:  # never leave handlers waiting on a dead thread
+        except ContextFailed as exc:
+            failure = f"the llama context failed: {exc}"
+        except Exception as exc:  # the thread itself broke: nothing it holds can be trusted
             log.exception("engine thread crashed")
-            self._fail_everything("internal engine error")
+            failure = f"the engine thread crashed: {type(exc).__name__}: {exc}"
         finally:
+            self._shut_down(failure)
+
+    def _shut_down(self, failure: str | None) -> None:
+        """Stop taking requests and finish every one still held: with the failure
+        (which the server answers 503) or as shut down."""
+        with self._admission:
+            self._stopped = True
+            if failure is not None:
+                self.failure = failure
+        if failure is not None:
+            log.error("engine failed, no request will be served: %s", failure)
+        try:
             self._masker.close()
-            while True:
-                try:
-                    command = self._inbox.get_nowait()
-                except queue.Empty:
-                    break
-                if isinstance(command, _Submit):
-                    self.waiting.push(command.request)
-            self._fail_everything("the server is shutting down")
+        except Exception:  # noqa: BLE001 - shutting down regardless
+            log.exception("closing the structured-output masker failed")
+        while True:
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(command, _Submit):
+                self.waiting.push(command.request)
+        self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None)
+        if failure is not None and self.config.on_failure is not None:
+            self.config.on_failure(failure)
 
     def _has_work(self) -> bool:
         return bool(self.slots.busy()) or bool(self.waiting)
@@ -197,11 +260,47 @@ class Engine:
                 self._finish(slot, FinishReason.CANCELLED)
                 return
 
+    # -- one request's failure ----------------------------------------------------------
+
+    def _request_failed(self, request: GenerationRequest, phase: str, exc: BaseException) -> None:
+        """`request` broke while `phase`: it alone fails; the engine goes on."""
+        log.error("request %d failed while %s", request.id, phase, exc_info=exc)
+        message = f"internal error while {phase} (engine request {request.id}): {type(exc).__name__}"
+        for slot in self.slots:
+            if slot.request is request:
+                self._fail_slot(slot, message)
+                return
+        if request in self.waiting:
+            self.waiting.remove(request.id)
+        self._finish_unstarted(request, FinishReason.ERROR, error=message)
+
+    def _fail_slot(self, slot: Slot, message: str) -> None:
+        self._forget_sequence(slot)
+        self._finish(slot, FinishReason.ERROR, error=message)
+
+    def _forget_sequence(self, slot: Slot) -> None:
+        """Drop what the slot's sequence holds: after a failure it cannot be trusted."""
+        self.runtime.seq_clear(slot.id)
+        slot.cached_tokens.clear()
+
+    # -- admission ----------------------------------------------------------------------
+
     def _admit(self) -> None:
         while self.waiting and self.slots.idle():
             request = self.waiting.pop()
-            reuse = self.config.cache_prompt and request.cache_prompt
-            slot, n_common = self.slots.choose(request.prompt_tokens, reuse)
+            if self._injecting and request.fault is Fault.CRASH:
+                raise InjectedFault("engine thread crash")
+            try:
+                self._admit_one(request)
+            except Exception as exc:  # noqa: BLE001 - one request's failure is its own
+                self._request_failed(request, "admitting", exc)
+
+    def _admit_one(self, request: GenerationRequest) -> None:
+        reuse = self.config.cache_prompt and request.cache_prompt
+        slot, n_common = self.slots.choose(request.prompt_tokens, reuse)
+        try:
+            if self._injecting and request.fault is Fault.ADMIT:
+                raise InjectedFault("admission")
             busy = [s for s in self.slots if s.request is not None] if reuse else []
             self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
             sampler = SamplerChain(
@@ -211,89 +310,171 @@ class Engine:
                 self.n_ctx_slot,
                 self.tokenizer.eog_tokens if request.ignore_eos else frozenset(),
             )
-            loop = LoopDetector(*request.loop_detection) if request.loop_detection else None
-            slot.begin(request, slot.n_past, sampler, loop)
-            if self.config.lookup_ngram > 0:
-                slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
-            if self._draft_cap:
-                slot.acceptance = AcceptanceStats(self._draft_cap)
-            self.stats.sequences_started += 1
+        except BaseException:
+            self._forget_sequence(slot)  # admission may have left it half-restored
+            raise
+        loop = LoopDetector(*request.loop_detection) if request.loop_detection else None
+        slot.begin(request, slot.n_past, sampler, loop)
+        if self.config.lookup_ngram > 0:
+            slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
+        if self._draft_cap:
+            slot.acceptance = AcceptanceStats(self._draft_cap)
+        self.stats.sequences_started += 1
+
+    # -- one step -----------------------------------------------------------------------
 
     def _step(self) -> None:
-        batch = self._batch
-        batch.clear()
-        in_batch: list[Slot] = []
+        spans = self._plan()
+        if not spans:
+            return
+        constrained = [sp.slot for sp in spans if sp.samples and sp.slot.request.constraint is not None]
+        if constrained:
+            future = self._masker.fill_async([slot.request.constraint for slot in constrained])
+            self._pending_masks = (constrained, future)
+        try:
+            self._decode_spans(spans, whole=True)
+        finally:
+            self._collect_masks()
+
+    def _plan(self) -> list[_Span]:
+        """This step's batch as spans: every decoding slot's next token (and drafts),
+        then prompt chunks of prefilling slots, oldest first, within the budget."""
+        spans: list[_Span] = []
+        n_planned = 0
         expected_yield = 0.0  # tokens this batch is expected to emit
         for slot in self.slots:
             if slot.state is SlotState.DECODE:
-                slot.batch_index = batch.add(slot.next_token, slot.n_past, slot.id, True)
-                slot.cached_tokens.append(slot.next_token)
-                expected_yield += 1.0
-                slot.drafts, gain = self._draft(slot, batch, expected_yield)
-                expected_yield += gain
-                slot.draft_indices = [
-                    batch.add(token, slot.n_past + i, slot.id, True) for i, token in enumerate(slot.drafts)
-                ]
-                in_batch.append(slot)
-        n_decode = len(in_batch)
-        budget = batch.room if n_decode == 0 else min(batch.room, self.config.prefill_chunk)
-        prefilling = sorted(
-            (s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at
-        )
-        n_prefill = 0
+                start = slot.n_past
+                slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
+                try:
+                    drafts, gain = self._draft(slot, n_planned + 1, expected_yield + 1.0)
+                except Exception as exc:  # noqa: BLE001
+                    slot.cached_tokens.pop()
+                    self._request_failed(slot.request, "drafting", exc)
+                    continue
+                slot.cached_tokens.pop()
+                spans.append(_Span(slot, [slot.next_token, *drafts], start, prefill=False))
+                n_planned += 1 + len(drafts)
+                expected_yield += 1.0 + gain
+        n_decode = len(spans)
+        room = self._batch.capacity - n_planned
+        budget = room if n_decode == 0 else min(room, self.config.prefill_chunk)
+        prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at)
         for slot in prefilling:
             if budget <= 0:
                 break
             start = slot.n_past
             take = min(budget, slot.prompt_remaining)
             chunk = slot.request.prompt_tokens[start : start + take]
-            last = take == slot.prompt_remaining
-            index = batch.add_span(chunk, start, slot.id, logits_last=last)
-            slot.batch_index = index if last else -1
-            slot.cached_tokens.extend(chunk)
+            spans.append(_Span(slot, chunk, start, prefill=True, last=take == slot.prompt_remaining))
             budget -= take
-            n_prefill += take
-            in_batch.append(slot)
-            self.stats.prefill_chunks += 1
+        return spans
 
-        constrained = [s for s in in_batch if s.batch_index >= 0 and s.request.constraint is not None]
-        masks = self._masker.fill_async([s.request.constraint for s in constrained]) if constrained else None
+    def _fill(self, spans: list[_Span]) -> TokenBatch:
+        """Write the spans into the batch; each slot's memory record grows with them."""
+        batch = self._batch
+        batch.clear()
+        for span in spans:
+            slot = span.slot
+            span.n_before = slot.n_past
+            if span.prefill:
+                index = batch.add_span(span.tokens, span.start, slot.id, logits_last=span.last)
+                slot.batch_index = index if span.last else -1
+                slot.cached_tokens.extend(span.tokens)
+                self.stats.prefill_chunks += 1
+            else:
+                slot.batch_index = batch.add(span.tokens[0], span.start, slot.id, True)
+                slot.drafts = span.tokens[1:]
+                slot.draft_indices = [
+                    batch.add(token, span.start + 1 + i, slot.id, True) for i, token in enumerate(slot.drafts)
+                ]
+                slot.cached_tokens.append(span.tokens[0])
+        return batch
+
+    def _rewind(self, spans: list[_Span]) -> None:
+        """Undo `_fill` for a batch llama_decode refused (its memory may hold part of it)."""
+        for span in spans:
+            slot = span.slot
+            del slot.cached_tokens[span.n_before :]
+            self.runtime.seq_remove(slot.id, span.n_before, -1)
+            slot.batch_index = -1
+            slot.drafts, slot.draft_indices = [], []
+
+    def _decode_spans(self, spans: list[_Span], whole: bool) -> None:
+        """Decode the spans and sample their slots. A batch llama_decode refuses is
+        split in halves and retried; a lone sequence it still refuses fails alone,
+        unless the failure says the context itself is broken."""
+        batch = self._fill(spans)
         started = time.perf_counter()
-        rc = self.runtime.decode(batch.seal())  # the masks fill meanwhile: both release the GIL
-        if self.config.decode_costs is not None and n_prefill == 0:
-            self.config.decode_costs.observe(batch.size, time.perf_counter() - started)
-        if masks is not None:
-            for slot, row in zip(constrained, masks.result()):
-                slot.mask_row = row
-        if rc != 0:
-            log.error("llama_decode returned %d for a batch of %d tokens", rc, batch.size)
-            for slot in in_batch:
-                self.runtime.seq_clear(slot.id)
-                slot.cached_tokens.clear()
-                self._finish(slot, FinishReason.ERROR, error=f"llama_decode failed ({rc})")
+        rc = self._decode(batch, spans)
+        n_prefill = sum(len(sp.tokens) for sp in spans if sp.prefill)
+        if rc == 0:
+            if whole and self.config.decode_costs is not None and n_prefill == 0:
+                self.config.decode_costs.observe(batch.size, time.perf_counter() - started)
+            n_decode = sum(1 for sp in spans if not sp.prefill)
+            self.stats.prefill_tokens += n_prefill
+            if n_decode:
+                self.stats.decode_steps += 1
+                self.stats.decode_tokens += n_decode
+            self._collect_masks()
+            self._sample_spans(spans)
             return
-        self.stats.prefill_tokens += n_prefill
-        if n_decode:
-            self.stats.decode_steps += 1
-            self.stats.decode_tokens += n_decode
+        self._rewind(spans)
+        log.warning("llama_decode returned %d for a batch of %d tokens in %d sequences", rc, batch.size, len(spans))
+        if len(spans) > 1:
+            middle = len(spans) // 2
+            self._decode_spans(spans[:middle], whole=False)
+            self._decode_spans(spans[middle:], whole=False)
+            return
+        slot = spans[0].slot
+        if rc not in REQUEST_LEVEL_CODES:
+            raise ContextFailed(f"llama_decode returned {rc} for a lone sequence of {batch.size} tokens")
+        self._fail_slot(slot, f"llama_decode failed ({rc}) for this request's {batch.size} tokens")
 
-        for slot in in_batch:
-            if slot.drafts:
-                self._verify(slot)
-            elif slot.batch_index >= 0:
-                self._sample(slot)
+    def _decode(self, batch: TokenBatch, spans: list[_Span]) -> int:
+        if self._injecting:
+            faults = {span.slot.request.fault for span in spans}
+            if Fault.CONTEXT in faults:
+                return INJECTED_COMPUTE_FAILURE
+            if Fault.DECODE in faults or (Fault.SPLIT in faults and len(spans) > 1):
+                return INJECTED_NO_ROOM
+        return self.runtime.decode(batch.seal())  # masks fill meanwhile: both release the GIL
 
-    def _draft(self, slot: Slot, batch: TokenBatch, expected_yield: float) -> tuple[list[int], float]:
+    def _collect_masks(self) -> None:
+        if self._pending_masks is None:
+            return
+        slots, future = self._pending_masks
+        self._pending_masks = None
+        for slot, row in zip(slots, future.result()):
+            slot.mask_row = row
+
+    def _sample_spans(self, spans: list[_Span]) -> None:
+        for span in spans:
+            slot = span.slot
+            request = slot.request
+            if request is None:
+                continue
+            try:
+                if slot.drafts:
+                    self._verify(slot)
+                elif slot.batch_index >= 0:
+                    self._sample(slot)
+            except Exception as exc:  # noqa: BLE001 - one request's failure is its own
+                self._request_failed(request, "sampling", exc)
+
+    def _draft(self, slot: Slot, batch_tokens: int, expected_yield: float) -> tuple[list[int], float]:
         """The tokens to draft for a decoding slot (none when speculation cannot apply
         or would not pay for itself in this batch) and how many of them are expected
-        to be accepted."""
+        to be accepted. `batch_tokens` and `expected_yield` count the batch so far,
+        this slot's next token included, which its history already ends with."""
         request = slot.request
         drafter = self.config.drafter
         if slot.acceptance is None or request.constraint is not None or slot.forced_tokens:
             return [], 0.0
         if slot.budget is not None and not slot.budget.done:
             return [], 0.0
-        limit = min(batch.room - len(self.slots), self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
+        room = self._batch.capacity - batch_tokens
+        limit = min(room - len(self.slots), self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
         if request.max_tokens >= 0:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
         if limit < self.config.draft_min:
@@ -303,7 +484,7 @@ class Engine:
             proposal = slot.lookup.draft(slot.cached_tokens, limit)
             limit = len(proposal)
         expected = slot.acceptance.expected_accepted(limit)
-        k = self._draft_length(expected, batch.size, expected_yield)
+        k = self._draft_length(expected, batch_tokens, expected_yield)
         if k == 0:
             slot.acceptance.idle()
             return [], 0.0
@@ -345,6 +526,8 @@ class Engine:
     def _sample(self, slot: Slot) -> int:
         request = slot.request
         index, slot.batch_index = slot.batch_index, -1
+        if self._injecting and request.fault is Fault.SAMPLE:
+            raise InjectedFault("sampling")
         logprob, top = None, None
         constraint = request.constraint
         if constraint is not None and constraint.error:
@@ -410,12 +593,18 @@ class Engine:
         stop_word: str | None = None,
         eos: bool = False,
         error: str | None = None,
+        engine_failed: bool = False,
     ) -> None:
+        """End the slot's request: release the slot and emit its FinishEvent. Nothing
+        here may keep the event from being emitted."""
         request = slot.request
         now = time.monotonic()
         tail = ""
-        if stop_word is None and slot.text_decoder is not None:
-            tail = slot.stop_matcher.feed(slot.text_decoder.flush())[0] + slot.stop_matcher.flush()
+        if stop_word is None and slot.text_decoder is not None and error is None:
+            try:
+                tail = slot.stop_matcher.feed(slot.text_decoder.flush())[0] + slot.stop_matcher.flush()
+            except Exception:  # noqa: BLE001 - the held-back text is lost, the answer still ends
+                log.exception("request %d: releasing held-back text failed", request.id)
         first = slot.first_token_at or now
         prompt_n = len(request.prompt_tokens) - slot.n_reused
         timings = Timings(
@@ -433,8 +622,7 @@ class Engine:
         seed = slot.sampler.seed if slot.sampler is not None else None
         if not (self.config.cache_prompt and request.cache_prompt):
             # an opted-out request donates nothing: forget what its sequence holds
-            self.runtime.seq_clear(slot.id)
-            slot.cached_tokens.clear()
+            self._forget_sequence(slot)
         slot.release()
         self._record(request, reason, slot.n_generated, now)
         request.emit(
@@ -450,10 +638,13 @@ class Engine:
                 seed=seed,
                 slot_id=slot.id,
                 error=error,
+                engine_failed=engine_failed,
             )
         )
 
-    def _finish_unstarted(self, request: GenerationRequest, reason: FinishReason, error: str | None = None) -> None:
+    def _finish_unstarted(
+        self, request: GenerationRequest, reason: FinishReason, error: str | None = None, engine_failed: bool = False
+    ) -> None:
         with self._admission:
             self._outstanding -= 1
         request.emit(
@@ -464,6 +655,7 @@ class Engine:
                 cached_tokens=0,
                 timings=Timings(),
                 error=error,
+                engine_failed=engine_failed,
             )
         )
 
@@ -477,9 +669,12 @@ class Engine:
             self.stats.completion_tokens += n_generated
             self.stats.generation_seconds += now - request.created
 
-    def _fail_everything(self, message: str) -> None:
+    def _fail_everything(self, message: str, engine_failed: bool = False) -> None:
         for slot in self.slots:
             if slot.request is not None:
-                self._finish(slot, FinishReason.ERROR, error=message)
+                try:
+                    self._finish(slot, FinishReason.ERROR, error=message, engine_failed=engine_failed)
+                except Exception:  # noqa: BLE001 - the others must still be told
+                    log.exception("finishing request %d failed", slot.request.id)
         for request in self.waiting.drain():
-            self._finish_unstarted(request, FinishReason.ERROR, error=message)
+            self._finish_unstarted(request, FinishReason.ERROR, error=message, engine_failed=engine_failed)

@@ -102,6 +102,7 @@ class FinishEvent:
     seed: int | None = None
     slot_id: int | None = None
     error: str | None = None
+    engine_failed: bool = False  # the engine itself failed (the server answers 503 and restarts)
 
 
 EngineEvent = TokenEvent | FinishEvent
@@ -128,5 +129,6 @@ class GenerationRequest:
     reasoning_close_tokens: list[int] = field(default_factory=list)
     reasoning_open_at_start: bool = False
     constraint: Any = None  # mlxcel.structured.Constraint: every token keeps the output valid
+    fault: Any = None  # mlxcel.engine.faults.Fault: a fault a test injects (never set in service)
     id: int = field(default_factory=lambda: next(_request_ids))
     created: float = field(default_factory=time.monotonic)

@@ -74,9 +74,12 @@ class SamplerChain:
             llama_cpp.llama_sampler_chain_add(self._ptr, sampler)
 
     def _window(self, last_n: int, zero_means_all: bool) -> int:
+        """A penalty window in tokens: -1 (and 0 where it means "all") is the slot's
+        context, and nothing a client sends makes llama.cpp keep a longer history
+        than the slot can hold."""
         if last_n < 0 or (zero_means_all and last_n == 0):
             return self._context_size
-        return last_n
+        return min(last_n, self._context_size)
 
     def _samplers(self, p: SamplingParams, n_vocab: int, banned: frozenset[int]):
         biases = {t: b for t, b in p.logit_bias.items() if 0 <= t < n_vocab}

@@ -1,33 +1,37 @@
-"""Sampling fields shared by every generation route (llama-server and OpenAI names)."""
+"""Sampling fields shared by every generation route (llama-server and OpenAI names).
+
+Every number has a range: floats are finite, windows and lengths fit llama.cpp's
+int32 (the engine further clamps penalty windows to the slot's context). The counted
+caps (stop strings and their length, logit_bias entries) are the server's
+RequestLimits, checked on the raw body before validation."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-MAX_STOP_STRINGS = 64
-MAX_STOP_LENGTH = 1024
+INT32_MAX = 2**31 - 1
 
 
 class SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True, allow_inf_nan=False)
 
     temperature: float | None = Field(default=None, ge=0.0, le=100.0)
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     typical_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    repeat_penalty: float | None = Field(default=None, ge=0.0)
-    repetition_penalty: float | None = Field(default=None, ge=0.0)
-    repeat_last_n: int | None = Field(default=None, ge=-1)
-    repetition_context_size: int | None = Field(default=None, ge=-1)
+    repeat_penalty: float | None = Field(default=None, ge=0.0, le=100.0)
+    repetition_penalty: float | None = Field(default=None, ge=0.0, le=100.0)
+    repeat_last_n: int | None = Field(default=None, ge=-1, le=INT32_MAX)
+    repetition_context_size: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    top_n_sigma: float | None = None
+    top_n_sigma: float | None = Field(default=None, ge=-1.0, le=100.0)
     p_less: bool | None = None
-    dry_multiplier: float | None = Field(default=None, ge=0.0)
-    dry_base: float | None = Field(default=None, ge=1.0)
-    dry_allowed_length: int | None = Field(default=None, ge=0)
-    dry_penalty_last_n: int | None = Field(default=None, ge=-1)
+    dry_multiplier: float | None = Field(default=None, ge=0.0, le=100.0)
+    dry_base: float | None = Field(default=None, ge=1.0, le=100.0)
+    dry_allowed_length: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    dry_penalty_last_n: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     dry_sequence_breakers: list[int | str] | None = Field(default=None, max_length=64)
     xtc_probability: float | None = Field(default=None, ge=0.0, le=1.0)
     xtc_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -44,10 +48,6 @@ class SamplingFields(BaseModel):
     @classmethod
     def _check_stop(cls, value: str | list[str] | None) -> list[str]:
         stops = [value] if isinstance(value, str) else list(value or [])
-        if len(stops) > MAX_STOP_STRINGS:
-            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings")
-        if any(len(s) > MAX_STOP_LENGTH for s in stops):
-            raise ValueError(f"a stop string may be at most {MAX_STOP_LENGTH} characters")
         return [s for s in stops if s]
 
     @field_validator("min_count")

@@ -6,6 +6,7 @@ calls, streamed or whole. Each API only translates its wire format to a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from mlxcel.chat.output import ChatOutputParser, FinalChat
 from mlxcel.chat.prompt import PreparedChat, prepare_chat
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
 from mlxcel.protocol.sampling_fields import SamplingFields
-from mlxcel.server.errors import invalid_request, server_error
+from mlxcel.server.errors import generation_error, invalid_request
 from mlxcel.server.generation import GenerationGroup
 from mlxcel.server.request_builder import build_requests
 from mlxcel.server.structured_output import compile_forced_tool_call, compile_response_format, is_constraining
@@ -102,7 +103,8 @@ class ChatTurn:
     @classmethod
     async def start(cls, host: ModelHost, http_request: Request, spec: ChatTurnSpec, request_id: str) -> ChatTurn:
         """Render, build and submit: a turn whose generation is under way."""
-        turn = await cls.render(host, spec, request_id).build(http_request)
+        rendered = await asyncio.to_thread(cls.render, host, spec, request_id)  # CPU work: off the event loop
+        turn = await rendered.build(http_request)
         turn.submit()
         return turn
 
@@ -178,6 +180,6 @@ class ChatTurn:
         """The whole turn; a client that disconnects cancels it. Engine errors are 500s."""
         (result,) = await self._group.collect(http_request)
         if result.finish.reason is FinishReason.ERROR:
-            raise server_error(f"generation failed: {result.finish.error}")
+            raise generation_error(result.finish)
         self._parser.feed("".join(event.text for event in result.events))
         return self._outcome(result.finish, result.events)

@@ -4,6 +4,7 @@ spec's (OpenAI) shape, or in Anthropic's on the Anthropic routes."""
 from __future__ import annotations
 
 import logging
+import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -75,6 +76,20 @@ def server_error(message: str) -> APIError:
     return APIError(500, message, "server_error")
 
 
+def engine_unavailable(reason: str) -> APIError:
+    """The engine failed: nothing is served until the server restarts."""
+    return APIError(503, f"the server cannot generate: {reason}", "unavailable_error", "engine_failed")
+
+
+def generation_error(finish) -> APIError:
+    """The error a failed generation (an engine FinishEvent with reason ERROR) is
+    answered with: 503 when the engine itself failed, else 500 (a bug of ours; the
+    message names the engine request the log describes)."""
+    if finish.engine_failed:
+        return engine_unavailable(finish.error or "the engine failed")
+    return server_error(f"generation failed: {finish.error}")
+
+
 def describe_validation_errors(errors: list[dict]) -> str:
     """'invalid request: field.path: what is wrong; ...' for pydantic's error list."""
     parts = []
@@ -118,5 +133,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return render_error(request, exc)
+        request_id = f"req_{uuid.uuid4().hex[:16]}"
+        log.error("unhandled error on %s %s [%s]", request.method, request.url.path, request_id, exc_info=exc)
+        error = server_error(f"internal server error ({type(exc).__name__}); request id {request_id}")
+        response = error.anthropic_response() if is_anthropic_path(request.url.path) else error.response()
+        response.headers["x-request-id"] = request_id
+        return response

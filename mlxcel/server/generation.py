@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from mlxcel.engine.engine import Engine, EngineStoppedError, QueueFullError
+from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, TokenEvent
-from mlxcel.server.errors import server_busy
+from mlxcel.server.errors import engine_unavailable, server_busy
 
 
 @dataclass
@@ -54,10 +55,12 @@ class GenerationGroup:
         for n, request in enumerate(self.requests):
             try:
                 self._engine.submit(request)
-            except (QueueFullError, EngineStoppedError):
+            except (QueueFullError, EngineStoppedError, EngineFailedError) as exc:
                 for earlier in self.requests[:n]:
                     self._engine.cancel(earlier.id)
                 self._open.clear()
+                if isinstance(exc, EngineFailedError):
+                    raise engine_unavailable(str(exc)) from None
                 raise server_busy() from None
 
     def cancel(self) -> None:

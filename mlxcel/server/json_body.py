@@ -1,20 +1,58 @@
-"""Reading a request body as a JSON object and validating it into a wire model,
-with every failure turned into a 4xx in the spec's error shape."""
+"""Reading a request body as a checked JSON object (mlxcel.server.input_bounds) and
+validating it into a wire model, with every failure turned into a 4xx in the spec's
+error shape. Large bodies are parsed and checked on a worker thread, so a big body
+never stalls the event loop."""
 
 from __future__ import annotations
 
-import json
+import asyncio
 from typing import TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
 from mlxcel.server.errors import APIError, describe_validation_errors, invalid_request
+from mlxcel.server.input_bounds import BodyError, parse_and_check
 
 Model = TypeVar("Model", bound=BaseModel)
+OFFLOAD_BYTES = 64 * 1024  # bodies larger than this are parsed off the event loop
 
 
-async def read_json_object(request: Request, max_bytes: int) -> dict:
+async def read_json_object(request: Request, max_bytes: int | None = None) -> dict:
+    raw = await _read_raw(request, max_bytes)
+    return await _off_loop_if_large(raw, _checked, request, raw)
+
+
+async def read_model(request: Request, model: type[Model]) -> tuple[dict, Model]:
+    """The body as a checked JSON object and validated into `model`: one read, and
+    for a large body one trip to a worker thread for both."""
+    raw = await _read_raw(request, None)
+
+    def parse(request: Request, raw: bytes) -> tuple[dict, Model]:
+        data = _checked(request, raw)
+        return data, validate(model, data)
+
+    return await _off_loop_if_large(raw, parse, request, raw)
+
+
+async def _off_loop_if_large(raw: bytes, work, *args):
+    if len(raw) > OFFLOAD_BYTES:
+        return await asyncio.to_thread(work, *args)
+    return work(*args)
+
+
+def _checked(request: Request, raw: bytes) -> dict:
+    config, host = request.app.state.config, request.app.state.host
+    max_chars = config.limits.chars_cap(host.runtime.n_ctx if host.runtime is not None else 0)
+    try:
+        return parse_and_check(raw, config.limits, max_chars)
+    except BodyError as exc:
+        raise APIError(exc.status, exc.message, "invalid_request_error", exc.code) from None
+
+
+async def _read_raw(request: Request, max_bytes: int | None) -> bytes:
+    config = request.app.state.config
+    max_bytes = max_bytes or config.max_body_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
@@ -25,18 +63,7 @@ async def read_json_object(request: Request, max_bytes: int) -> dict:
         if size > max_bytes:
             raise _too_large(max_bytes)
         chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw.strip():
-        raise invalid_request("the request body is empty; a JSON object is required")
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise invalid_request(f"malformed JSON in the request body: {exc}") from None
-    except RecursionError:
-        raise invalid_request("malformed JSON in the request body: nested too deeply") from None
-    if not isinstance(data, dict):
-        raise invalid_request("the request body must be a JSON object")
-    return data
+    return b"".join(chunks)
 
 
 def _too_large(max_bytes: int) -> APIError:

@@ -19,9 +19,10 @@ from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
-from mlxcel.server.errors import APIError
+from mlxcel.server.errors import APIError, engine_unavailable
 
 log = logging.getLogger("mlxcel.server")
+ENGINE_FAILURE_DRAIN_S = 2.0  # after the engine fails: answer 503s this long, then exit
 
 _FLASH_ATTN = {
     "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
@@ -67,11 +68,25 @@ class ModelHost:
         self.host_cache = self._make_host_cache(config)
         self.created = int(time.time())
         self.error: str | None = None
+        self._on_failure: Callable[[str], None] = lambda _message: None
 
     def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
+        """Load on a background thread. `on_failure` is told, once, when loading fails
+        or (after a short drain) when the engine fails: the server then exits."""
+        self._on_failure = on_failure
         thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-loader", daemon=True)
         thread.start()
         return thread
+
+    def _engine_failed(self, reason: str) -> None:
+        """Called on the engine thread once the llama context or the engine thread
+        failed: from now on every request is a 503 naming `reason`; the process exits
+        after the in-flight answers have drained, for a supervisor to restart it."""
+        self.state = HostState.FAILED
+        self.error = reason
+        timer = threading.Timer(ENGINE_FAILURE_DRAIN_S, self._on_failure, args=(f"the engine failed: {reason}",))
+        timer.daemon = True
+        timer.start()
 
     def _measure_decode_costs(self, runtime: LlamaRuntime, draft_model: bool) -> DecodeCosts | None:
         """What each batch size costs to decode, for sizing drafts; None (drafts then
@@ -118,6 +133,7 @@ class ModelHost:
                     lookup_max=cfg.spec_ngram_size_m,
                     draft_min=cfg.spec_draft_min,
                     decode_costs=costs,
+                    on_failure=self._engine_failed,
                 ),
             )
             engine.start()
@@ -125,7 +141,7 @@ class ModelHost:
             self.state = HostState.FAILED
             self.error = str(exc) or type(exc).__name__
             log.error("could not load the model: %s", self.error)
-            on_failure(self.error)
+            on_failure(f"could not load the model: {self.error}")
             return
         self.runtime, self.tokenizer, self.engine = runtime, tokenizer, engine
         self.model_family = runtime.metadata("general.architecture")
@@ -195,7 +211,13 @@ class ModelHost:
     def ready(self) -> bool:
         return self.state is HostState.READY
 
+    @property
+    def failed(self) -> bool:
+        return self.state is HostState.FAILED
+
     def require_ready(self) -> tuple[Engine, Tokenizer]:
+        if self.state is HostState.FAILED:
+            raise engine_unavailable(self.error or "the model failed")
         if self.state is not HostState.READY:
             raise APIError(503, "Loading model", "server_busy")
         return self.engine, self.tokenizer

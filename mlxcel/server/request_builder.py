@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from mlxcel.engine.faults import FAULT_HEADER, parse_fault
 from mlxcel.engine.loop_detection import LOOP_ENV_VAR, LOOP_FIELDS, resolve_loop_policy
 from mlxcel.engine.request import GenerationRequest, Priority
 from mlxcel.engine.sampling import SamplingParams
@@ -19,7 +21,7 @@ from mlxcel.server.errors import invalid_request
 if TYPE_CHECKING:
     from mlxcel.server.model_host import ModelHost
 
-MAX_PROMPTS = 64
+log = logging.getLogger("mlxcel.server")
 
 
 def resolve_sampling(fields: SamplingFields, defaults: SamplingParams, tokenizer: Tokenizer) -> SamplingParams:
@@ -62,12 +64,20 @@ def _breaker_text(breaker: int | str, tokenizer: Tokenizer) -> str:
 def parse_logit_bias(raw, n_vocab: int) -> dict[int, float]:
     """OpenAI's {"token_id": bias} (or llama-server's [[id, bias], ...]); a bias of
     -100 or `false` bans the token, as in llama-server."""
-    pairs = raw.items() if isinstance(raw, dict) else [tuple(p) for p in raw]
+    if isinstance(raw, dict):
+        pairs = list(raw.items())
+    else:
+        for i, pair in enumerate(raw):
+            if len(pair) != 2:
+                raise invalid_request(f"logit_bias[{i}]: expected a [token_id, bias] pair")
+        pairs = [tuple(p) for p in raw]
     biases: dict[int, float] = {}
     for key, value in pairs:
         try:
-            token = int(key)
+            token = int(key) if not isinstance(key, (bool, float)) else None
         except (TypeError, ValueError):
+            token = None
+        if token is None:
             raise invalid_request(f"logit_bias: key {key!r} is not a token id") from None
         if not 0 <= token < n_vocab:
             raise invalid_request(f"logit_bias: token id {token} is out of vocabulary range (vocab_size {n_vocab})")
@@ -82,7 +92,7 @@ def parse_logit_bias(raw, n_vocab: int) -> dict[int, float]:
     return biases
 
 
-def tokenize_prompts(tokenizer: Tokenizer, prompt) -> list[list[int]]:
+def tokenize_prompts(tokenizer: Tokenizer, prompt, max_prompts: int) -> list[list[int]]:
     """A prompt is a string, a token array, a mixed array of strings and tokens (one
     prompt), or an array of strings / token arrays (several prompts)."""
     if isinstance(prompt, str):
@@ -93,8 +103,8 @@ def tokenize_prompts(tokenizer: Tokenizer, prompt) -> list[list[int]]:
         prompts = list(prompt)
     else:
         prompts = [prompt]
-    if not prompts or len(prompts) > MAX_PROMPTS:
-        raise invalid_request(f"prompt: between 1 and {MAX_PROMPTS} prompts are accepted")
+    if not prompts or len(prompts) > max_prompts:
+        raise invalid_request(f"prompt: between 1 and {max_prompts} prompts are accepted (--max-prompts)")
     return [_tokenize_one(tokenizer, p) for p in prompts]
 
 
@@ -129,6 +139,16 @@ def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
         )
 
 
+def clamp_max_tokens(max_tokens: int, n_ctx_slot: int) -> int:
+    """A generation limit past the slot's context means "until the context is full",
+    which is what -1 already says; the clamp is logged."""
+    if max_tokens > n_ctx_slot:
+        log.info("max_tokens %d exceeds the slot context of %d tokens: generation stops at the context's end",
+                 max_tokens, n_ctx_slot)
+        return n_ctx_slot
+    return max_tokens
+
+
 def resolve_loop_detection(fields: SamplingFields, model_family: str | None) -> tuple[int, int, int] | None:
     request_fields = {name: getattr(fields, name) for name in LOOP_FIELDS}
     try:
@@ -149,6 +169,8 @@ def build_requests(
     loop_detection = resolve_loop_detection(fields, host.model_family)
     cache_prompt = fields.extra_cache_prompt()
     priority = Priority.from_header(http_request.headers.get("x-priority"))
+    fault = parse_fault(http_request.headers.get(FAULT_HEADER))
+    limit = clamp_max_tokens(config.n_predict if max_tokens is None else max_tokens, n_ctx_slot)
     requests = []
     for tokens in prompts:
         check_fits(tokens, n_ctx_slot)
@@ -157,7 +179,8 @@ def build_requests(
                 prompt_tokens=tokens,
                 emit=_unset_emit,
                 sampling=dataclasses.replace(sampling),
-                max_tokens=config.n_predict if max_tokens is None else max_tokens,
+                max_tokens=limit,
+                fault=fault,
                 stop=list(fields.stop or []),
                 ignore_eos=fields.ignore_eos,
                 priority=priority,

@@ -30,12 +30,12 @@ def run_server(config: ServerConfig) -> int:
     failure: list[str] = []
     server: uvicorn.Server | None = None
 
-    def on_load_failure(message: str) -> None:
+    def on_failure(message: str) -> None:
         failure.append(message)
         if server is not None:
             server.should_exit = True
 
-    app = create_app(config, on_load_failure)
+    app = create_app(config, on_failure)
     uv_config = uvicorn.Config(
         app,
         host=config.host,
@@ -48,6 +48,6 @@ def run_server(config: ServerConfig) -> int:
     log.info("mlxcel listening on http://%s:%d (model %s)", config.host, config.port, config.model)
     server.run()
     if failure:
-        print(f"mlxcel: error: could not load the model: {failure[0]}", file=sys.stderr)
+        print(f"mlxcel: error: {failure[0]}", file=sys.stderr)
         return 1
     return 0

@@ -4,6 +4,7 @@ Anthropic's error shape by the global handlers (errors.render_error)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -17,9 +18,9 @@ from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest, messa
 from mlxcel.server.anthropic_stream import MessageStream
 from mlxcel.server.anthropic_translation import content_blocks, stop_reason, turn_spec
 from mlxcel.server.chat_turn import ChatOutcome, ChatTurn
-from mlxcel.server.errors import as_api_error, server_error
+from mlxcel.server.errors import as_api_error, generation_error
 from mlxcel.server.ignored_fields import warn_ignored_fields
-from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.json_body import read_model
 from mlxcel.server.sse import EventStreamResponse, with_heartbeat
 
 router = APIRouter()
@@ -36,12 +37,12 @@ HONORED_FIELDS = set(MessagesRequest.model_fields) - IGNORED_FIELDS | {"extra_bo
 @router.post("/messages")
 async def create_message(request: Request):
     host = request.app.state.host
-    data = await read_json_object(request, host.config.max_body_bytes)
-    body = validate(MessagesRequest, data)
+    data, body = await read_model(request, MessagesRequest)
     host.require_ready()
     message_id = f"msg_{uuid.uuid4().hex}"
     warn_ignored_fields(data, HONORED_FIELDS, message_id, IGNORED_FIELDS)
-    turn = await ChatTurn.start(host, request, turn_spec(data, body, host.config.chat_template_kwargs), message_id)
+    spec = await asyncio.to_thread(turn_spec, data, body, host.config.chat_template_kwargs)
+    turn = await ChatTurn.start(host, request, spec, message_id)
     if body.stream:
         return EventStreamResponse(
             _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel
@@ -57,10 +58,13 @@ async def create_message(request: Request):
 @router.post("/messages/count_tokens")
 async def count_tokens(request: Request):
     host = request.app.state.host
-    data = await read_json_object(request, host.config.max_body_bytes)
-    body = validate(CountTokensRequest, data)
+    data, body = await read_model(request, CountTokensRequest)
     host.require_ready()
-    turn = ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), "count_tokens")
+
+    def render() -> ChatTurn:
+        return ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), "count_tokens")
+
+    turn = await asyncio.to_thread(render)
     return JSONResponse({"input_tokens": turn.prompt_tokens})
 
 
@@ -76,7 +80,7 @@ async def _stream(turn: ChatTurn, writer: MessageStream) -> AsyncIterator[str]:
                 if not isinstance(step, ChatOutcome):
                     events = writer.feed(step.delta)
                 elif step.finish.reason is FinishReason.ERROR:
-                    events = [writer.error(server_error(f"generation failed: {step.finish.error}"))]
+                    events = [writer.error(generation_error(step.finish))]
                 else:
                     events = writer.finish(step)
                 for event in events:

@@ -16,7 +16,7 @@ from mlxcel.protocol.openai_completions import usage_body
 from mlxcel.server.chat_logprobs import LogprobFormatter
 from mlxcel.server.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
 from mlxcel.server.ignored_fields import warn_ignored_fields
-from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.json_body import read_model
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -69,8 +69,7 @@ def turn_spec(data: dict, body: ChatCompletionRequest, server_template_kwargs: d
 @router.post("/chat/completions")
 async def chat_completions(request: Request):
     host = request.app.state.host
-    data = await read_json_object(request, host.config.max_body_bytes)
-    body = validate(ChatCompletionRequest, data)
+    data, body = await read_model(request, ChatCompletionRequest)
     host.require_ready()
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     warn_ignored_fields(data, HONORED_FIELDS, completion_id, IGNORED_FIELDS,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -11,9 +12,9 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason
 from mlxcel.protocol.openai_completions import CompletionRequest, completion_body, completion_choice, usage_body
-from mlxcel.server.errors import server_error
+from mlxcel.server.errors import generation_error
 from mlxcel.server.generation import GenerationGroup
-from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.json_body import read_model
 from mlxcel.server.request_builder import build_requests, tokenize_prompts
 from mlxcel.server.structured_output import compile_response_format
 from mlxcel.server.sse import EventStreamResponse, sse_data
@@ -29,9 +30,9 @@ def finish_reason(event: FinishEvent) -> str:
 @router.post("/completions")
 async def create_completion(request: Request):
     host = request.app.state.host
-    body = validate(CompletionRequest, await read_json_object(request, host.config.max_body_bytes))
+    _, body = await read_model(request, CompletionRequest)
     engine, tokenizer = host.require_ready()
-    prompts = tokenize_prompts(tokenizer, body.prompt)
+    prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
     requests = build_requests(host, request, body, prompts, max_tokens)
     for generation in requests:
@@ -52,7 +53,7 @@ async def create_completion(request: Request):
     for index, result in enumerate(results):
         finish = result.finish
         if finish.reason is FinishReason.ERROR:
-            raise server_error(f"generation failed: {finish.error}")
+            raise generation_error(finish)
         text = (echoes[index] if echoes else "") + result.text
         choices.append(completion_choice(index, text, finish_reason(finish)))
         prompt_tokens += finish.prompt_tokens

@@ -22,6 +22,8 @@ def _host(request: Request) -> ModelHost:
 @router.get("/")
 async def health(request: Request):
     host = _host(request)
+    if host.failed:
+        return JSONResponse({"status": "error", "error": host.error}, status_code=503)
     if not host.ready:
         return JSONResponse({"status": "loading model"}, status_code=503)
     engine = host.engine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -9,10 +10,10 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
 from mlxcel.protocol.native import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
-from mlxcel.server.errors import invalid_request, server_error
+from mlxcel.server.errors import generation_error, invalid_request, server_error
 from mlxcel.server.generation import Completion, GenerationGroup
 from mlxcel.server.generation_settings import generation_settings
-from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.json_body import read_model
 from mlxcel.server.request_builder import build_requests, tokenize_prompts
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
@@ -57,11 +58,11 @@ def _final_body(
 @router.post("/completion")
 async def native_completion(request: Request):
     host = request.app.state.host
-    body = validate(NativeCompletionRequest, await read_json_object(request, host.config.max_body_bytes))
+    _, body = await read_model(request, NativeCompletionRequest)
     engine, tokenizer = host.require_ready()
     if body.response_format is not None and body.response_format.get("type") != "text":
         raise invalid_request("response_format is not supported on /completion; use /v1/chat/completions")
-    prompts = tokenize_prompts(tokenizer, body.prompt)
+    prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
     requests = build_requests(host, request, body, prompts, max_tokens)
     group = GenerationGroup(engine, requests)
@@ -72,7 +73,7 @@ async def native_completion(request: Request):
     bodies = []
     for index, (result, req) in enumerate(zip(results, requests)):
         if result.finish.reason is FinishReason.ERROR:
-            raise server_error(f"generation failed: {result.finish.error}")
+            raise generation_error(result.finish)
         bodies.append(_final_body(index, result.text, result, req, host.model_id, body.return_tokens))
     return JSONResponse(bodies[0] if len(bodies) == 1 else bodies)
 
@@ -100,7 +101,7 @@ async def _stream(group: GenerationGroup, model: str, return_tokens: bool) -> As
         result.finish = event
         result.parts.append(event.text)
         if event.reason is FinishReason.ERROR:
-            yield sse_data({"error": {"message": f"generation failed: {event.error}", "type": "server_error", "code": None}})
+            yield sse_data(generation_error(event).body())
             continue
         yield sse_data(_final_body(index, event.text, result, group.requests[index], model, return_tokens))
 
@@ -108,9 +109,10 @@ async def _stream(group: GenerationGroup, model: str, return_tokens: bool) -> As
 @router.post("/tokenize")
 async def tokenize(request: Request):
     host = request.app.state.host
-    body = validate(TokenizeRequest, await read_json_object(request, host.config.max_body_bytes))
+    _, body = await read_model(request, TokenizeRequest)
     _, tokenizer = host.require_ready()
-    tokens = tokenizer.encode(body.content, add_special=body.add_special, parse_special=body.parse_special)
+    tokens = await asyncio.to_thread(
+        lambda: tokenizer.encode(body.content, add_special=body.add_special, parse_special=body.parse_special))
     if not body.with_pieces:
         return {"tokens": tokens}
     pieces = []
@@ -127,7 +129,7 @@ async def tokenize(request: Request):
 @router.post("/detokenize")
 async def detokenize(request: Request):
     host = request.app.state.host
-    body = validate(DetokenizeRequest, await read_json_object(request, host.config.max_body_bytes))
+    _, body = await read_model(request, DetokenizeRequest)
     _, tokenizer = host.require_ready()
     bad = tokenizer.first_out_of_range(body.tokens)
     if bad is not None:
