@@ -117,6 +117,7 @@ class Engine:
         self._batch = TokenBatch(runtime.n_batch)
         self._masker = BatchMasker(tokenizer.n_vocab, len(self.slots))
         self._pending_masks = None  # (slots, future) of this step's structured-output masks
+        self._admitting: GenerationRequest | None = None  # popped from the queue, not yet in a slot
         self._memory = SlotMemory(runtime, config.host_cache)
         # most tokens drafted per round; 0 without speculation
         if config.drafter is not None:
@@ -270,8 +271,7 @@ class Engine:
             if slot.request is request:
                 self._fail_slot(slot, message)
                 return
-        if request in self.waiting:
-            self.waiting.remove(request.id)
+        self.waiting.remove(request.id)
         self._finish_unstarted(request, FinishReason.ERROR, error=message)
 
     def _fail_slot(self, slot: Slot, message: str) -> None:
@@ -287,13 +287,14 @@ class Engine:
 
     def _admit(self) -> None:
         while self.waiting and self.slots.idle():
-            request = self.waiting.pop()
+            request = self._admitting = self.waiting.pop()  # in neither the queue nor a slot for a moment
             if self._injecting and request.fault is Fault.CRASH:
                 raise InjectedFault("engine thread crash")
             try:
                 self._admit_one(request)
             except Exception as exc:  # noqa: BLE001 - one request's failure is its own
                 self._request_failed(request, "admitting", exc)
+            self._admitting = None
 
     def _admit_one(self, request: GenerationRequest) -> None:
         reuse = self.config.cache_prompt and request.cache_prompt
@@ -429,7 +430,9 @@ class Engine:
         slot = spans[0].slot
         if rc not in REQUEST_LEVEL_CODES:
             raise ContextFailed(f"llama_decode returned {rc} for a lone sequence of {batch.size} tokens")
-        self._fail_slot(slot, f"llama_decode failed ({rc}) for this request's {batch.size} tokens")
+        message = f"llama_decode failed ({rc}) for this request's {batch.size} tokens (engine request {slot.request.id})"
+        log.error("%s", message)
+        self._fail_slot(slot, message)
 
     def _decode(self, batch: TokenBatch, spans: list[_Span]) -> int:
         if self._injecting:
@@ -676,5 +679,9 @@ class Engine:
                     self._finish(slot, FinishReason.ERROR, error=message, engine_failed=engine_failed)
                 except Exception:  # noqa: BLE001 - the others must still be told
                     log.exception("finishing request %d failed", slot.request.id)
+        limbo = self._admitting
+        if limbo is not None and not any(slot.request is limbo for slot in self.slots):
+            self.waiting.push(limbo)  # the thread died admitting it
+        self._admitting = None
         for request in self.waiting.drain():
             self._finish_unstarted(request, FinishReason.ERROR, error=message, engine_failed=engine_failed)

@@ -94,3 +94,38 @@ def test_speculation_flags_follow_llama_server():
     assert parse_serve_args([]).spec_ngram_size_m == 48  # llama-server's length of the drafted m-gram
     with pytest.raises(UsageError):
         parse_serve_args(["--spec-ngram-simple-size-m", "0"])
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["--api-key", ""], "--api-key: the key is empty"),
+    (["--api-key", " , "], "--api-key: the key is empty"),
+    (["--api-key-file", "EMPTY"], "holds no key"),
+    (["--api-key-file", "COMMENTS"], "holds no key"),
+    (["--api-key-file", "/no/such/keys.txt"], "--api-key-file: cannot read"),
+    (["--api-key-file", "BINARY"], "--api-key-file: cannot read"),
+])
+def test_key_settings_that_yield_no_key_fail_closed(tmp_path, argv, reason):
+    files = {"EMPTY": "\n  \n", "COMMENTS": "# a comment\n# another\n", "BINARY": b"\xff\xfe\x00key"}
+    if argv[-1] in files:
+        path = tmp_path / "keys"
+        content = files[argv[-1]]
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        argv = [argv[0], str(path)]
+    with pytest.raises(UsageError, match=reason):
+        parse_serve_args(argv)
+
+
+def test_key_file_and_flag_keys_combine(tmp_path):
+    path = tmp_path / "keys"
+    path.write_text("# team keys\nk2\n\n  k3  \n")
+    assert parse_serve_args(["--api-key", "k1", "--api-key-file", str(path)]).api_keys == ["k1", "k2", "k3"]
+    assert parse_serve_args([]).api_keys == []
+
+
+def test_request_caps_are_flags():
+    limits = parse_serve_args(["--max-messages", "10", "--max-tools", "2", "--max-stop", "3", "--max-stop-chars", "9",
+                               "--max-logit-bias", "5", "--max-prompts", "4", "--max-chars", "1000"]).limits
+    assert (limits.max_messages, limits.max_tools, limits.max_stop, limits.max_stop_chars) == (10, 2, 3, 9)
+    assert (limits.max_logit_bias, limits.max_prompts, limits.chars_cap(4096)) == (5, 4, 1000)
+    automatic = parse_serve_args([]).limits
+    assert automatic.chars_cap(4096) == 1 << 20 and automatic.chars_cap(1 << 20) == 32 << 20

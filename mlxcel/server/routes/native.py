@@ -111,10 +111,14 @@ async def tokenize(request: Request):
     host = request.app.state.host
     _, body = await read_model(request, TokenizeRequest)
     _, tokenizer = host.require_ready()
-    tokens = await asyncio.to_thread(
-        lambda: tokenizer.encode(body.content, add_special=body.add_special, parse_special=body.parse_special))
+    # tokenizing and rendering a long text's answer are CPU work: off the event loop
+    return await asyncio.to_thread(_tokenize_response, tokenizer, body)
+
+
+def _tokenize_response(tokenizer, body: TokenizeRequest) -> JSONResponse:
+    tokens = tokenizer.encode(body.content, add_special=body.add_special, parse_special=body.parse_special)
     if not body.with_pieces:
-        return {"tokens": tokens}
+        return JSONResponse({"tokens": tokens})
     pieces = []
     for token in tokens:
         raw = tokenizer.special_piece(token)
@@ -123,7 +127,7 @@ async def tokenize(request: Request):
         except UnicodeDecodeError:
             piece = list(raw)
         pieces.append({"id": token, "piece": piece})
-    return {"tokens": pieces}
+    return JSONResponse({"tokens": pieces})
 
 
 @router.post("/detokenize")
