@@ -3,6 +3,7 @@ tokenizer, shared by the whole session."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import llama_cpp
@@ -12,6 +13,7 @@ import pytest
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.structured import grammar_tokenizer
 
+ROOT = Path(__file__).resolve().parents[3]
 MODEL = Path.home() / ".cache" / "mlxcel" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -21,10 +23,20 @@ REFERENCE_VOCABS = (
 )
 
 
+def _unpack_reference_sources() -> None:
+    """llama.cpp's test vocabularies come with the llama-cpp-python sdist the project
+    pins (bench/reference.py downloads and unpacks it once into the cache)."""
+    spec = importlib.util.spec_from_file_location("bench_reference", ROOT / "bench" / "reference.py")
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    reference.ensure_source()
+
+
 def load_vocab_only(path: Path):
     """A llama_model holding only the vocabulary of a GGUF file (free it when done)."""
-    if not path.exists():
-        pytest.skip(f"{path.name} is not available")
+    if not path.exists() and path.is_relative_to(REFERENCE_VOCABS):
+        _unpack_reference_sources()
+    assert path.exists(), f"{path} is missing"
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
