@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta, new_call_id
-from mlxcel.chat.reasoning import ReasoningSplitter, split_reasoning
+from mlxcel.chat.reasoning import THINK, ReasoningMarkers, ReasoningSplitter, split_reasoning
 from mlxcel.chat.tool_parsers.base import ToolCallParser
 
 log = logging.getLogger("mlxcel.chat")
@@ -36,10 +36,12 @@ class ChatOutputParser:
         tool_parser_cls: type[ToolCallParser] | None,
         tools: list[dict],
         request_id: str = "",
+        markers: ReasoningMarkers = THINK,
     ) -> None:
         self._reasoning = parse_reasoning
         self._start_in_reasoning = start_in_reasoning
-        self._splitter = ReasoningSplitter(start_in_reasoning) if parse_reasoning else None
+        self._markers = markers
+        self._splitter = ReasoningSplitter(start_in_reasoning, markers.open, markers.close) if parse_reasoning else None
         self._tool_parser_cls = tool_parser_cls if tools else None
         self._tools = tools
         self._tool_parser = self._tool_parser_cls(tools) if self._tool_parser_cls else None
@@ -79,7 +81,8 @@ class ChatOutputParser:
         still owed to a stream so its calls end up equal to that parse."""
         text = "".join(self._text)
         if self._reasoning:
-            reasoning, content = split_reasoning(text, self._start_in_reasoning)
+            reasoning, content = split_reasoning(text, self._start_in_reasoning, self._markers.open,
+                                                 self._markers.close)
         else:
             reasoning, content = "", text
         calls: list[ToolCall] = []

@@ -7,13 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxcel.chat.messages import add_instruction, normalise_messages
-from mlxcel.chat.reasoning import strip_prior_reasoning
+from mlxcel.chat.reasoning import ReasoningMarkers, strip_prior_reasoning
 from mlxcel.chat.template import ChatTemplate
 from mlxcel.chat.tool_choice import ToolPlan, plan_tools
 from mlxcel.engine.tokenizer import Tokenizer
-
-THINK_OPEN = "<think>"
-
 
 @dataclass
 class PreparedChat:
@@ -22,6 +19,7 @@ class PreparedChat:
     plan: ToolPlan
     parse_reasoning: bool  # the output may carry a reasoning block
     start_in_reasoning: bool  # the generation prompt already opened it
+    markers: ReasoningMarkers  # what opens and closes the reasoning block
 
 
 def prepare_chat(
@@ -33,7 +31,9 @@ def prepare_chat(
     template_kwargs: dict[str, Any],
 ) -> PreparedChat:
     messages = normalise_messages(messages)
-    messages = strip_prior_reasoning(messages, preserve=bool(template_kwargs.get("preserve_thinking", False)))
+    markers = template.reasoning_markers
+    messages = strip_prior_reasoning(messages, preserve=bool(template_kwargs.get("preserve_thinking", False)),
+                                     open_marker=markers.open, close_marker=markers.close)
     plan = plan_tools(tools, tool_choice)
     if plan.instruction:
         messages = add_instruction(messages, plan.instruction)
@@ -41,11 +41,12 @@ def prepare_chat(
     bos_text = tokenizer.special_piece(tokenizer.bos).decode("utf-8", "replace") if tokenizer.bos >= 0 else ""
     add_special = not (bos_text and prompt.startswith(bos_text))
     tokens = tokenizer.encode(prompt, add_special=add_special, parse_special=True)
-    start_in_reasoning = prompt.rstrip().endswith(THINK_OPEN)
+    start_in_reasoning = prompt.rstrip().endswith(markers.open)
     return PreparedChat(
         prompt=prompt,
         tokens=tokens,
         plan=plan,
         parse_reasoning=template.supports_thinking or start_in_reasoning,
         start_in_reasoning=start_in_reasoning,
+        markers=markers,
     )

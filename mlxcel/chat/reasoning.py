@@ -20,6 +20,7 @@ Streaming and final parses agree for every way of cutting the text into pieces:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from mlxcel.chat.deltas import ParsedDelta
@@ -27,6 +28,17 @@ from mlxcel.chat.markers import partial_marker_length
 
 # std::isspace's set, which llama.cpp strips with.
 _WS = " \t\n\r\v\f"
+
+
+@dataclass(frozen=True)
+class ReasoningMarkers:
+    """The text that opens and closes a model's reasoning block."""
+
+    open: str = "<think>"
+    close: str = "</think>"
+
+
+THINK = ReasoningMarkers()
 
 _SEEK = "seek"  # output start: whitespace, then maybe an opening marker
 _REASONING = "reasoning"
@@ -45,8 +57,8 @@ class ReasoningSplitter:
     def __init__(
         self,
         start_in_reasoning: bool,
-        open_marker: str = "<think>",
-        close_marker: str = "</think>",
+        open_marker: str = THINK.open,
+        close_marker: str = THINK.close,
     ) -> None:
         self._open = open_marker
         self._close = close_marker
@@ -152,8 +164,8 @@ class ReasoningSplitter:
 def split_reasoning(
     text: str,
     start_in_reasoning: bool,
-    open_marker: str = "<think>",
-    close_marker: str = "</think>",
+    open_marker: str = THINK.open,
+    close_marker: str = THINK.close,
 ) -> tuple[str, str]:
     """The final (reasoning, content) of a whole generation."""
     splitter = ReasoningSplitter(start_in_reasoning, open_marker, close_marker)
@@ -170,8 +182,8 @@ _REASONING_FIELDS = ("reasoning_content", "reasoning")
 def strip_prior_reasoning(
     messages: list[dict[str, Any]],
     preserve: bool,
-    open_marker: str = "<think>",
-    close_marker: str = "</think>",
+    open_marker: str = THINK.open,
+    close_marker: str = THINK.close,
 ) -> list[dict[str, Any]]:
     """Qwen3's rolling-checkpoint rule for multi-turn reasoning.
 
@@ -233,7 +245,7 @@ def _without_reasoning(message: dict[str, Any], open_marker: str, close_marker: 
     return message
 
 
-def strip_think_blocks(text: str, open_marker: str = "<think>", close_marker: str = "</think>") -> str:
+def strip_think_blocks(text: str, open_marker: str = THINK.open, close_marker: str = THINK.close) -> str:
     """`text` without its think blocks: closed ones, one left unclosed at the end,
     and a leading one whose opening marker was in the prompt (text up to a
     `</think>` that no `<think>` precedes). Whitespace after a leading block goes too.

@@ -20,6 +20,8 @@ import jinja2
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
+from mlxcel.chat.reasoning import THINK, ReasoningMarkers
+
 MAX_OUTPUT_CHARS = 8 * 1024 * 1024
 _MAX_POW_BITS = 1 << 16
 
@@ -32,7 +34,7 @@ CHATML_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
 )
 
-_THINK_OPEN = "<think>"
+_THINK_OPEN = THINK.open
 _PROBE_USER = [{"role": "user", "content": "Hello"}]
 _PROBE_TOOL_NAME = "mlxcel_probe_tool"
 _PROBE_TOOLS = [
@@ -172,6 +174,11 @@ class ChatTemplate:
         """The generation prompt for a plain user turn leaves a ``<think>`` block open."""
         prompt = self._probe(_PROBE_USER)
         return prompt is not None and ends_inside_think(prompt)
+
+    @property
+    def reasoning_markers(self) -> ReasoningMarkers:
+        """The markers of this template's reasoning blocks."""
+        return THINK
 
     @cached_property
     def supports_thinking(self) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxcel.engine.batch import TokenBatch
+from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import AcceptanceStats, DecodeCosts, best_draft_length
 from mlxcel.engine.faults import (
@@ -27,7 +28,6 @@ from mlxcel.engine.faults import (
     injection_enabled,
 )
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
-from mlxcel.structured.constraint import BatchMasker, apply_mask
 from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
 from mlxcel.engine.p_less import apply_p_less
@@ -38,6 +38,7 @@ from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, Timings, TokenEvent
 from mlxcel.engine.sampling import SamplerChain
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
+from mlxcel.engine.snapshot import PUBLISH_INTERVAL_S, EngineSnapshot, take_snapshot
 from mlxcel.engine.stats import EngineStats
 from mlxcel.engine.tokenizer import Tokenizer
 
@@ -89,6 +90,7 @@ class EngineConfig:
     draft_min: int = 2  # fewer drafted tokens than this are not worth a round
     decode_costs: DecodeCosts | None = None  # measured batch costs; speculation sizes drafts by them
     on_failure: Callable[[str], None] | None = None  # told once when the engine itself fails
+    masker: MaskerFactory | None = None  # builds the structured-output masker; None: no constrained requests
 
 
 @dataclass
@@ -115,7 +117,8 @@ class Engine:
         self.waiting = PrefillQueue()
         self.stats = EngineStats()
         self._batch = TokenBatch(runtime.n_batch)
-        self._masker = BatchMasker(tokenizer.n_vocab, len(self.slots))
+        self._masker: ConstraintMasker | None = (
+            config.masker(tokenizer.n_vocab, len(self.slots)) if config.masker is not None else None)
         self._pending_masks = None  # (slots, future) of this step's structured-output masks
         self._admitting: GenerationRequest | None = None  # popped from the queue, not yet in a slot
         self._memory = SlotMemory(runtime, config.host_cache)
@@ -131,6 +134,7 @@ class Engine:
         self._stopped = False
         self._injecting = injection_enabled()  # tests only: honour GenerationRequest.fault
         self.failure: str | None = None  # why the engine failed, once it has
+        self.snapshot: EngineSnapshot = take_snapshot(self.slots, 0, self.stats)  # what HTTP readers see
 
     # -- called from other threads ----------------------------------------------------
 
@@ -172,11 +176,6 @@ class Engine:
     def alive(self) -> bool:
         return self._thread.is_alive() and self.failure is None
 
-    @property
-    def queue_depth(self) -> int:
-        """Requests submitted but not yet in a slot."""
-        busy = sum(1 for s in self.slots if s.state is not SlotState.IDLE)
-        return max(0, self._outstanding - busy)
 
     # -- the engine thread ------------------------------------------------------------
 
@@ -185,6 +184,8 @@ class Engine:
         try:
             while True:
                 idle = not self._has_work()
+                if idle or time.monotonic() - self.snapshot.taken_at >= PUBLISH_INTERVAL_S:
+                    self._publish()
                 if idle and self._memory.has_unsaved(self.slots):
                     # a save holds the engine for milliseconds: only once no request came for a while
                     if not self._drain_inbox(block=True, timeout=IDLE_SAVE_DELAY_S):
@@ -215,7 +216,8 @@ class Engine:
         if failure is not None:
             log.error("engine failed, no request will be served: %s", failure)
         try:
-            self._masker.close()
+            if self._masker is not None:
+                self._masker.close()
         except Exception:  # noqa: BLE001 - shutting down regardless
             log.exception("closing the structured-output masker failed")
         while True:
@@ -226,8 +228,12 @@ class Engine:
             if isinstance(command, _Submit):
                 self.waiting.push(command.request)
         self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None)
+        self._publish()
         if failure is not None and self.config.on_failure is not None:
             self.config.on_failure(failure)
+
+    def _publish(self) -> None:
+        self.snapshot = take_snapshot(self.slots, self._outstanding, self.stats)
 
     def _has_work(self) -> bool:
         return bool(self.slots.busy()) or bool(self.waiting)
@@ -302,6 +308,8 @@ class Engine:
         try:
             if self._injecting and request.fault is Fault.ADMIT:
                 raise InjectedFault("admission")
+            if request.constraint is not None and self._masker is None:
+                raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []
             self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
             sampler = SamplerChain(
@@ -541,7 +549,7 @@ class Engine:
             if request.logprobs is not None:
                 raw = logits.copy()
             if constraint is not None:
-                apply_mask(logits, slot.mask_row)
+                self._masker.apply(logits, slot.mask_row)
             if request.sampling.p_less and not request.sampling.greedy:
                 apply_p_less(logits, request.sampling.temperature)
         if slot.forced_tokens:

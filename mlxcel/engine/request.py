@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxcel.engine.constraints import TokenConstraint
 from mlxcel.engine.sampling import SamplingParams
 
 
@@ -126,9 +127,10 @@ class GenerationRequest:
     loop_detection: tuple[int, int, int] | None = None  # (max_pattern, min_pattern, min_count)
     # thinking budget: after this many reasoning tokens the close marker is forced
     reasoning_budget: int | None = None
-    reasoning_close_tokens: list[int] = field(default_factory=list)
+    reasoning_markers: tuple[str, str] = ("", "")  # the (open, close) text of a reasoning block
+    reasoning_close_tokens: list[int] = field(default_factory=list)  # forced when the budget runs out
     reasoning_open_at_start: bool = False
-    constraint: Any = None  # mlxcel.structured.Constraint: every token keeps the output valid
+    constraint: TokenConstraint | None = None  # every token keeps the output valid (structured output)
     fault: Any = None  # mlxcel.engine.faults.Fault: a fault a test injects (never set in service)
     id: int = field(default_factory=lambda: next(_request_ids))
     created: float = field(default_factory=time.monotonic)

@@ -20,6 +20,8 @@ class ReasoningBudget:
 
     limit: int
     open: bool  # inside a reasoning block now
+    open_marker: str
+    close_marker: str
     spent: int = 0
     done: bool = False
     window: str = ""
@@ -31,12 +33,12 @@ class ReasoningBudget:
         """Account one generated token's text; True when the close marker must be forced now."""
         if self.done:
             return False
-        self.window = (self.window + text)[-16:]
+        self.window = (self.window + text)[-2 * max(len(self.open_marker), len(self.close_marker)):]
         if not self.open:
-            if "<think>" in self.window:
+            if self.open_marker in self.window:
                 self.open, self.window = True, ""
             return self.exhausted()
-        if "</think>" in self.window:
+        if self.close_marker in self.window:
             self.done = True
             return False
         self.spent += 1
@@ -107,8 +109,9 @@ class Slot:
         self.acceptance = None
         self.forced_tokens = []
         self.budget = None
-        if request.reasoning_budget is not None:
-            self.budget = ReasoningBudget(request.reasoning_budget, request.reasoning_open_at_start)
+        if request.reasoning_budget is not None and all(request.reasoning_markers):
+            self.budget = ReasoningBudget(request.reasoning_budget, request.reasoning_open_at_start,
+                                          *request.reasoning_markers)
             if self.budget.exhausted():
                 self.budget.done = True
                 self.forced_tokens = list(request.reasoning_close_tokens)

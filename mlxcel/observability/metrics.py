@@ -1,4 +1,4 @@
-"""Prometheus metrics (--metrics), read from the engine's counters at scrape time."""
+"""Prometheus metrics (--metrics), read from the engine's published snapshot at scrape time."""
 
 from __future__ import annotations
 
@@ -15,40 +15,39 @@ router = APIRouter()
 _SERIES = [
     ("mlxcel_requests_total", "counter",
      "Total number of completed generation requests; chat completion streams cancelled by the client are excluded",
-     lambda e: e.stats.requests_completed),
-    ("mlxcel_prompt_tokens_total", "counter", "Total prompt tokens processed", lambda e: e.stats.prompt_tokens),
+     lambda s: s.stats.requests_completed),
+    ("mlxcel_prompt_tokens_total", "counter", "Total prompt tokens processed", lambda s: s.stats.prompt_tokens),
     ("mlxcel_completion_tokens_total", "counter",
-     "Total completion tokens of the requests counted in mlxcel_requests_total", lambda e: e.stats.completion_tokens),
+     "Total completion tokens of the requests counted in mlxcel_requests_total", lambda s: s.stats.completion_tokens),
     ("mlxcel_generation_time_seconds_total", "counter", "Total generation time in seconds",
-     lambda e: e.stats.generation_seconds),
-    ("mlxcel_slots_total", "gauge", "Total number of parallel slots", lambda e: len(e.slots)),
-    ("mlxcel_slots_available", "gauge", "Available parallel slots", lambda e: len(e.slots.idle())),
-    ("mlxcel_queue_depth", "gauge", "Current prefill queue depth", lambda e: e.queue_depth),
+     lambda s: s.stats.generation_seconds),
+    ("mlxcel_slots_total", "gauge", "Total number of parallel slots", lambda s: len(s.slots)),
+    ("mlxcel_slots_available", "gauge", "Available parallel slots", lambda s: s.n_idle),
+    ("mlxcel_queue_depth", "gauge", "Current prefill queue depth", lambda s: s.queue_depth),
     ("mlxcel_batch_sequences_started", "counter", "Total sequences that entered prefill",
-     lambda e: e.stats.sequences_started),
+     lambda s: s.stats.sequences_started),
     ("mlxcel_batch_sequences_completed", "counter", "Total sequences that completed generation",
-     lambda e: e.stats.sequences_completed),
+     lambda s: s.stats.sequences_completed),
     ("mlxcel_batch_prefill_tokens_total", "counter", "Cumulative prefill tokens processed",
-     lambda e: e.stats.prefill_tokens),
+     lambda s: s.stats.prefill_tokens),
     ("mlxcel_batch_decode_tokens_total", "counter", "Cumulative decode tokens generated",
-     lambda e: e.stats.decode_tokens),
-    ("mlxcel_batch_current_size", "gauge", "Current active batch size", lambda e: len(e.slots.busy())),
-    ("mlxcel_cache_pool_active", "gauge", "Active cache entries",
-     lambda e: sum(1 for s in e.slots if s.cached_tokens)),
+     lambda s: s.stats.decode_tokens),
+    ("mlxcel_batch_current_size", "gauge", "Current active batch size", lambda s: s.n_busy),
+    ("mlxcel_cache_pool_active", "gauge", "Active cache entries", lambda s: s.n_cached_slots),
 ]
 
 
 def render(host: ModelHost) -> str:
     """Prometheus text format, series named exactly as the spec lists them (its two
     counters without a `_total` suffix rule out prometheus_client's own renderer)."""
-    engine = host.engine
-    if engine is None:
+    if host.engine is None:
         return ""
+    snapshot = host.engine.snapshot
     lines = []
     for name, kind, help_text, read in _SERIES:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
-        lines.append(f"{name} {floatToGoString(read(engine))}")
+        lines.append(f"{name} {floatToGoString(read(snapshot))}")
     return "\n".join(lines) + "\n"
 
 

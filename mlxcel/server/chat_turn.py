@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from mlxcel.server.model_host import ModelHost
 
 log = logging.getLogger("mlxcel.chat")
-THINK_CLOSE = "</think>\n\n"
 
 
 @dataclass
@@ -90,6 +89,7 @@ class ChatTurn:
             tool_parser_cls=host.tool_parser_cls,
             tools=prepared.plan.tools,
             request_id=request_id,
+            markers=prepared.markers,
         )
 
     @classmethod
@@ -125,8 +125,11 @@ class ChatTurn:
             generation.constraint = await compile_response_format(tokenizer, spec.response_format)
         generation.logprobs = spec.logprobs
         if spec.thinking_budget is not None and spec.thinking_budget >= 0 and prepared.parse_reasoning:
+            markers = prepared.markers
             generation.reasoning_budget = spec.thinking_budget
-            generation.reasoning_close_tokens = tokenizer.encode(THINK_CLOSE, add_special=False, parse_special=True)
+            generation.reasoning_markers = (markers.open, markers.close)
+            generation.reasoning_close_tokens = tokenizer.encode(markers.close + "\n\n", add_special=False,
+                                                                 parse_special=True)
             generation.reasoning_open_at_start = prepared.start_in_reasoning
         self.generation = generation
         return self

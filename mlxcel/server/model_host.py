@@ -19,6 +19,7 @@ from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
+from mlxcel.structured.constraint import BatchMasker
 from mlxcel.server.errors import APIError, engine_unavailable
 
 log = logging.getLogger("mlxcel.server")
@@ -134,6 +135,7 @@ class ModelHost:
                     draft_min=cfg.spec_draft_min,
                     decode_costs=costs,
                     on_failure=self._engine_failed,
+                    masker=BatchMasker,
                 ),
             )
             engine.start()

@@ -122,6 +122,9 @@ class BatchMasker:
             self._helper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlxcel-mask")
         return self._helper.submit(self.fill, list(constraints))
 
+    def apply(self, logits: np.ndarray, row: np.ndarray) -> None:
+        apply_mask(logits, row)
+
     def close(self) -> None:
         if self._helper is not None:
             self._helper.shutdown(wait=True)

@@ -6,7 +6,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel import __version__
-from mlxcel.engine.slots import SlotState
 from mlxcel.server.errors import not_supported
 from mlxcel.server.generation_settings import generation_settings
 from mlxcel.server.model_host import ModelHost
@@ -26,17 +25,17 @@ async def health(request: Request):
         return JSONResponse({"status": "error", "error": host.error}, status_code=503)
     if not host.ready:
         return JSONResponse({"status": "loading model"}, status_code=503)
-    engine = host.engine
-    stats = engine.stats
-    busy = len(engine.slots.busy())
-    has_free_slot = busy < len(engine.slots)
+    snapshot = host.engine.snapshot
+    stats = snapshot.stats
+    busy = snapshot.n_busy
+    has_free_slot = snapshot.n_idle > 0
     body = {
         "status": "ok" if has_free_slot else "no slot available",
         "model": host.model_id,
         "batch": {
             "active_sequences": busy,
-            "queue_depth": engine.queue_depth,
-            "max_batch_size": len(engine.slots),
+            "queue_depth": snapshot.queue_depth,
+            "max_batch_size": len(snapshot.slots),
         },
         "observability": {
             "sequences_started": stats.sequences_started,
@@ -46,7 +45,7 @@ async def health(request: Request):
             "decode_steps_processed": stats.decode_steps,
             "prefill_chunks_processed": stats.prefill_chunks,
             "current_batch_size": busy,
-            "cache_pool_active": sum(1 for s in engine.slots if s.cached_tokens),
+            "cache_pool_active": snapshot.n_cached_slots,
         },
         "context_size": host.slot_context,
         "tool_call_parser": host.tool_call_parser,
@@ -96,20 +95,19 @@ async def slots(request: Request):
         raise not_supported("This server does not support the slots endpoint; start it with --slots")
     host.require_ready()
     rows = []
-    for slot in host.engine.slots:
-        request_ = slot.request
+    for slot in host.engine.snapshot.slots:
         rows.append(
             {
                 "id": slot.id,
                 "state": slot.state.value,
                 "model": host.model_id,
                 "context_size": host.slot_context,
-                "is_processing": slot.state is not SlotState.IDLE,
+                "is_processing": slot.busy,
                 "n_ctx": host.slot_context,
-                "id_task": request_.id if request_ is not None else -1,
-                "n_prompt_tokens": len(request_.prompt_tokens) if request_ is not None else 0,
-                "n_decoded": slot.n_generated if request_ is not None else 0,
-                "n_cached": len(slot.cached_tokens),
+                "id_task": slot.request_id,
+                "n_prompt_tokens": slot.n_prompt_tokens,
+                "n_decoded": slot.n_decoded,
+                "n_cached": slot.n_cached,
             }
         )
     return rows
