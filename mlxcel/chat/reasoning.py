@@ -66,25 +66,13 @@ class ReasoningSplitter:
         self._buf = ""  # undecided text
         self._block_started = False  # non-whitespace reasoning seen
         self._pending_ws = ""  # reasoning whitespace that may be trailing
-        self._entered_reasoning = start_in_reasoning
-        self._saw_text = False
-        self._saw_content = False
 
     @property
     def in_reasoning(self) -> bool:
         """Whether text fed now would count as reasoning."""
         return self._state == _REASONING
 
-    @property
-    def reasoning_only(self) -> bool:
-        """The generation produced text, but all of it stayed in the reasoning
-        channel (e.g. a thinking block cut off by max_tokens). The caller must
-        still rule out tool calls, where empty content is expected."""
-        return self._saw_text and self._entered_reasoning and not self._saw_content
-
     def feed(self, text: str) -> ParsedDelta:
-        if text:
-            self._saw_text = True
         self._buf += text
         out = ParsedDelta()
         self._run(out, final=False)
@@ -103,7 +91,6 @@ class ReasoningSplitter:
                 if body.startswith(self._open):
                     self._buf = body[len(self._open) :]
                     self._state = _REASONING
-                    self._entered_reasoning = True
                     continue
                 if not final and (not body or self._open.startswith(body)):
                     return  # only whitespace, or a partial opening marker, so far
@@ -156,9 +143,7 @@ class ReasoningSplitter:
             out.reasoning += body
 
     def _emit_content(self, out: ParsedDelta, text: str) -> None:
-        if text:
-            self._saw_content = True
-            out.content += text
+        out.content += text
 
 
 def split_reasoning(

@@ -34,20 +34,6 @@ CHATML_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
 )
 
-_THINK_OPEN = THINK.open
-_PROBE_USER = [{"role": "user", "content": "Hello"}]
-_PROBE_TOOL_NAME = "mlxcel_probe_tool"
-_PROBE_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": _PROBE_TOOL_NAME,
-            "description": "probe",
-            "parameters": {"type": "object", "properties": {}},
-        },
-    }
-]
-
 
 class TemplateError(ValueError):
     """A chat template failed to compile or render; the message says why."""
@@ -163,18 +149,6 @@ class ChatTemplate:
             raise TemplateError(_describe(exc)) from None
         return "".join(pieces)
 
-    def _probe(self, messages: Sequence[Mapping[str, Any]], **kwargs: Any) -> str | None:
-        try:
-            return self.render(messages, **kwargs)
-        except TemplateError:
-            return None
-
-    @cached_property
-    def opens_reasoning(self) -> bool:
-        """The generation prompt for a plain user turn leaves a ``<think>`` block open."""
-        prompt = self._probe(_PROBE_USER)
-        return prompt is not None and ends_inside_think(prompt)
-
     @property
     def reasoning_markers(self) -> ReasoningMarkers:
         """The markers of this template's reasoning blocks."""
@@ -183,19 +157,7 @@ class ChatTemplate:
     @cached_property
     def supports_thinking(self) -> bool:
         """The template knows think blocks or an ``enable_thinking`` switch."""
-        return _THINK_OPEN in self.source or "enable_thinking" in self.source
-
-    @cached_property
-    def supports_tools(self) -> bool:
-        """Declared tools show up in the rendered prompt."""
-        prompt = self._probe(_PROBE_USER, tools=_PROBE_TOOLS)
-        return prompt is not None and _PROBE_TOOL_NAME in prompt
-
-
-def ends_inside_think(prompt: str) -> bool:
-    """Whether a rendered prompt ends with ``<think>`` and at most a newline after it."""
-    tail = prompt[:-1] if prompt.endswith("\n") else prompt
-    return tail.endswith(_THINK_OPEN)
+        return self.reasoning_markers.open in self.source or "enable_thinking" in self.source
 
 
 def load_chat_template(

@@ -36,12 +36,6 @@ def _drop_mask(logits: np.ndarray, temperature: float, scratch: np.ndarray | Non
     return drop
 
 
-def p_less_keep_mask(logits: np.ndarray, temperature: float, scratch: np.ndarray | None = None) -> np.ndarray:
-    """Boolean mask of the tokens p-less keeps. `scratch`, a float32 array as long
-    as `logits`, saves an allocation per call."""
-    return ~_drop_mask(_as_float32(logits), temperature, scratch)
-
-
 def apply_p_less(logits_view: np.ndarray, temperature: float, scratch: np.ndarray | None = None) -> int:
     """Sets the dropped logits to -inf in place (e.g. a view of llama.cpp's logits
     row). Returns how many tokens survive."""
@@ -50,7 +44,3 @@ def apply_p_less(logits_view: np.ndarray, temperature: float, scratch: np.ndarra
     drop = _drop_mask(logits_view, temperature, scratch)
     np.copyto(logits_view, np.float32(-np.inf), where=drop)
     return int(logits_view.shape[0] - np.count_nonzero(drop))
-
-
-def _as_float32(logits: np.ndarray) -> np.ndarray:
-    return logits if logits.dtype == np.float32 else np.asarray(logits, dtype=np.float32)

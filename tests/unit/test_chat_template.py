@@ -13,10 +13,10 @@ from mlxcel.chat.template import (
     CHATML_TEMPLATE,
     ChatTemplate,
     TemplateError,
-    ends_inside_think,
     load_chat_template,
 )
 from tests.fixtures.think_model import qwen3_template
+from tests.unit.template_probes import ends_inside_think, opens_reasoning, supports_tools
 
 CONVERSATION = [
     {"role": "user", "content": "What is 2+2?"},
@@ -193,11 +193,15 @@ def test_qwen3_keeps_reasoning_within_the_current_tool_loop(qwen3: ChatTemplate)
 # -- what a template supports --------------------------------------------------------
 
 
+def _properties(template: ChatTemplate) -> tuple[bool, bool, bool]:
+    return opens_reasoning(template), template.supports_thinking, supports_tools(template)
+
+
 def test_properties_of_real_templates(smollm2: ChatTemplate, qwen_coder: ChatTemplate, qwen3: ChatTemplate) -> None:
-    assert (smollm2.opens_reasoning, smollm2.supports_thinking, smollm2.supports_tools) == (False, False, False)
-    assert (qwen_coder.opens_reasoning, qwen_coder.supports_thinking, qwen_coder.supports_tools) == (False, False, True)
+    assert _properties(smollm2) == (False, False, False)
+    assert _properties(qwen_coder) == (False, False, True)
     # Qwen3 lets the model open <think> itself; its prompt does not.
-    assert (qwen3.opens_reasoning, qwen3.supports_thinking, qwen3.supports_tools) == (False, True, True)
+    assert _properties(qwen3) == (False, True, True)
 
 
 def test_a_prompt_that_opens_think_is_detected() -> None:
@@ -205,15 +209,15 @@ def test_a_prompt_that_opens_think_is_detected() -> None:
         "{% for m in messages %}<｜{{ m.role }}｜>{{ m.content }}{% endfor %}"
         "{% if add_generation_prompt %}<｜Assistant｜><think>\n{% endif %}"
     )
-    assert r1_like.opens_reasoning and r1_like.supports_thinking
-    assert not r1_like.supports_tools
+    assert opens_reasoning(r1_like) and r1_like.supports_thinking
+    assert not supports_tools(r1_like)
     assert ends_inside_think("x<think>") and ends_inside_think("x<think>\n")
     assert not ends_inside_think("x<think>\n\n</think>\n\n") and not ends_inside_think("x<think>\n\n")
 
 
 def test_a_template_that_fails_on_probes_supports_nothing() -> None:
     broken = ChatTemplate("{{ raise_exception('no') }}")
-    assert not broken.opens_reasoning and not broken.supports_tools
+    assert not opens_reasoning(broken) and not supports_tools(broken)
 
 
 # -- the environment transformers renders with ---------------------------------------

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mlxcel.engine.p_less import apply_p_less
-from mlxcel.engine.token_data import TokenDataArray
+from tests.unit.token_data import TokenDataArray
 
 PROBS = np.array([0.40, 0.25, 0.15, 0.12, 0.05, 0.03], dtype=np.float32)
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
-from mlxcel.engine.p_less import apply_p_less, p_less_keep_mask
+from mlxcel.engine.p_less import apply_p_less
+
+
+def p_less_keep_mask(logits, temperature: float, scratch: np.ndarray | None = None) -> np.ndarray:
+    """The tokens p-less keeps, read off apply_p_less on a copy."""
+    row = np.array(logits, dtype=np.float32)
+    apply_p_less(row, temperature, scratch)
+    return np.isfinite(row)
 
 
 def _reference(logits, temperature):

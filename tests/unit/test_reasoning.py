@@ -112,25 +112,6 @@ def test_custom_markers():
     assert split_reasoning("[THINK]x[/THINK] y", False, "[THINK]", "[/THINK]") == ("x", "y")
 
 
-def test_reasoning_only_flag():
-    cut_off = ReasoningSplitter(True)
-    cut_off.feed("thinking forever")
-    cut_off.finish()
-    assert cut_off.reasoning_only
-
-    answered = ReasoningSplitter(True)
-    answered.feed("t</think>answer")
-    assert not answered.reasoning_only
-
-    empty = ReasoningSplitter(True)
-    empty.finish()
-    assert not empty.reasoning_only
-
-    plain = ReasoningSplitter(False)
-    plain.feed("")
-    assert not plain.reasoning_only
-
-
 # --- strip_prior_reasoning ---------------------------------------------------
 
 

@@ -1,7 +1,7 @@
-"""Tool-call formats, registered by name. Importing this package registers them all,
-in detection order: the most specific template markers first."""
+"""Tool-call formats, registered by name. Importing this package registers them all;
+each declares its own detection priority (see ToolCallParser.detect_priority)."""
 
-from mlxcel.chat.tool_parsers import (  # noqa: F401  (imported to register, in this order)
+from mlxcel.chat.tool_parsers import (  # noqa: F401  (imported to register)
     qwen3_coder,
     glm47,
     longcat,

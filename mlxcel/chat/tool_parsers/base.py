@@ -22,6 +22,9 @@ Tool = dict[str, Any]
 class ToolCallParser(ABC):
     #: registry name, as `--tool-call-parser NAME` takes it
     name: ClassVar[str]
+    #: detection order (lowest first): formats whose template markers are more
+    #: specific come before those whose markers other templates share
+    detect_priority: ClassVar[int]
     #: True when names and arguments stream as generated; False when a call is sent
     #: as one start chunk and one arguments chunk at the end of generation
     streams_arguments: ClassVar[bool] = False
@@ -71,15 +74,17 @@ TOOL_PARSERS: dict[str, type[ToolCallParser]] = {}
 def register(cls: type[ToolCallParser]) -> type[ToolCallParser]:
     if cls.name in TOOL_PARSERS:
         raise ValueError(f"tool parser {cls.name!r} registered twice")
+    if not isinstance(getattr(cls, "detect_priority", None), int):
+        raise ValueError(f"tool parser {cls.name!r} declares no detect_priority")
     TOOL_PARSERS[cls.name] = cls
     return cls
 
 
 def detect_parser(template: str | None) -> type[ToolCallParser] | None:
-    """The first registered format whose markers the template carries."""
+    """The format, in detection priority, whose markers the template carries first."""
     if not template:
         return None
-    for cls in TOOL_PARSERS.values():
+    for cls in sorted(TOOL_PARSERS.values(), key=lambda c: (c.detect_priority, c.name)):
         if cls.matches_template(template):
             return cls
     return None

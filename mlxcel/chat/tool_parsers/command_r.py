@@ -40,6 +40,7 @@ def _skip(text: str, i: int, chars: str) -> int:
 @register
 class CommandRParser(BlockStreamParser):
     name = "command_r"
+    detect_priority = 90
     OPENINGS: ClassVar[dict[str, Kind]] = {
         "<|START_THINKING|>": "reasoning",
         START_ACTION: "call",

@@ -20,6 +20,7 @@ START, END = "<start_function_call>", "<end_function_call>"
 @register
 class FunctionGemmaParser(GemmaCallParser):
     name = "function_gemma"
+    detect_priority = 110
     QUOTE: ClassVar[str] = "<escape>"
     OPENINGS: ClassVar[dict[str, Kind]] = {START: "call", "<start_function_response>": "skip"}
     CLOSINGS: ClassVar[dict[str, str]] = {START: END, "<start_function_response>": "<end_function_response>"}

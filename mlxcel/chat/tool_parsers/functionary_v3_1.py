@@ -26,6 +26,7 @@ _DECODER = json.JSONDecoder()
 @register
 class FunctionaryV31Parser(BufferedToolParser):
     name = "functionary_v3_1"
+    detect_priority = 130
     start_markers = (FUNCTION, PYTHON_TAG)
 
     @classmethod

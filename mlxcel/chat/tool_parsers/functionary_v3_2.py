@@ -30,6 +30,7 @@ _NAME_CHAR = re.compile(r"[\w.\-]")
 @register
 class FunctionaryV32Parser(BlockStreamParser):
     name = "functionary_v3_2"
+    detect_priority = 120
     CLOSINGS: ClassVar[dict[str, str]] = {}
 
     @classmethod

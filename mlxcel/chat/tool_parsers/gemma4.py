@@ -21,6 +21,7 @@ START, END = "<|tool_call>", "<tool_call|>"
 @register
 class Gemma4Parser(GemmaCallParser):
     name = "gemma4"
+    detect_priority = 100
     QUOTE: ClassVar[str] = '<|"|>'
     OPENINGS: ClassVar[dict[str, Kind]] = {START: "call", "<|tool_response>": "skip"}
     CLOSINGS: ClassVar[dict[str, str]] = {START: END, "<|tool_response>": "<tool_response|>"}

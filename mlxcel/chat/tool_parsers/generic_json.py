@@ -24,6 +24,7 @@ _FENCED = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)\r?\n?[ \t]*```", re.DO
 @register
 class GenericJsonParser(BufferedToolParser):
     name = "generic_json"
+    detect_priority = 190
     reply_openers = "{`"
 
     @classmethod

@@ -18,6 +18,7 @@ from mlxcel.chat.tool_parsers.block_stream import Kind
 @register
 class Glm47Parser(ArgPairsParser):
     name = "glm47"
+    detect_priority = 20
     KEY_TAG: ClassVar[str] = "arg_key"
     VALUE_TAG: ClassVar[str] = "arg_value"
     OPENINGS: ClassVar[dict[str, Kind]] = {"<tool_call>": "call"}

@@ -22,6 +22,7 @@ TAGGED_CALL, TAGGED_END = "<tool_call>", "</tool_call>"
 @register
 class GraniteParser(BlockStreamParser):
     name = "granite"
+    detect_priority = 80
     OPENINGS: ClassVar[dict[str, Kind]] = {
         TOOL_CALL: "call",
         TAGGED_CALL: "call",

@@ -40,6 +40,7 @@ class HarmonyOutput(ParsedOutput):
 @register
 class HarmonyParser(StreamMachineParser):
     name = "harmony"
+    detect_priority = 70
 
     def __init__(self, tools: list[dict] | None = None) -> None:
         super().__init__(tools)

@@ -16,6 +16,7 @@ from mlxcel.chat.tool_parsers.tool_call_tags import FUNCTION, OPEN, ToolCallTagP
 @register
 class HermesParser(ToolCallTagParser):
     name = "hermes"
+    detect_priority = 170
     streams_arguments = True
     json_wrapper = True
     content_markers = (OPEN,)

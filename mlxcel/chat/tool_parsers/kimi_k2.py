@@ -32,6 +32,7 @@ _CALL = re.compile(
 @register
 class KimiK2Parser(BufferedToolParser):
     name = "kimi_k2"
+    detect_priority = 60
     start_markers = SECTION_BEGINS + (CALL_BEGIN,)
 
     @classmethod

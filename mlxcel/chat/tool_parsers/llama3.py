@@ -26,6 +26,7 @@ _CODE_TOOLS = ("python", "code_interpreter")
 @register
 class Llama3Parser(StreamMachineParser):
     name = "llama3"
+    detect_priority = 160
     streams_arguments = True
     json_wrapper = True
 

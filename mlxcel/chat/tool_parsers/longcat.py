@@ -20,6 +20,7 @@ from mlxcel.chat.tool_parsers.block_stream import Kind
 @register
 class LongCatParser(ArgPairsParser):
     name = "longcat"
+    detect_priority = 30
     KEY_TAG: ClassVar[str] = "longcat_arg_key"
     VALUE_TAG: ClassVar[str] = "longcat_arg_value"
     OPENINGS: ClassVar[dict[str, Kind]] = {"<longcat_tool_call>": "call"}

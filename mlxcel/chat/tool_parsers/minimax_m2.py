@@ -27,6 +27,7 @@ _PARAMETER = re.compile(r"<parameter\s+name=([\"'])(.*?)\1\s*>(.*?)</parameter>"
 @register
 class MiniMaxM2Parser(BlockStreamParser):
     name = "minimax_m2"
+    detect_priority = 50
     OPENINGS: ClassVar[dict[str, Kind]] = {"<minimax:tool_call>": "call", "<invoke name=": "call"}
     CLOSINGS: ClassVar[dict[str, str]] = {
         "<minimax:tool_call>": "</minimax:tool_call>",

@@ -92,6 +92,7 @@ def _mapping(node: _Node, schema: dict | None) -> dict[str, Any]:
 @register
 class MiniMaxM3Parser(BlockStreamParser):
     name = "minimax_m3"
+    detect_priority = 40
     OPENINGS: ClassVar[dict[str, Kind]] = {NS + "<tool_call>": "call", NS + "<invoke name=": "call"}
     CLOSINGS: ClassVar[dict[str, str]] = {
         NS + "<tool_call>": NS + "</tool_call>",

@@ -28,6 +28,7 @@ _CALL_ID_SO_FAR = re.compile(r"[^\[\]\s]*(\[(A(R(G(S)?)?)?)?)?")
 @register
 class MistralParser(StreamMachineParser):
     name = "mistral"
+    detect_priority = 140
     streams_arguments = True
 
     def __init__(self, tools: list[dict] | None = None) -> None:

@@ -14,6 +14,7 @@ from mlxcel.chat.tool_parsers.mistral import ARGS, TOOL_CALLS, MistralParser
 @register
 class MistralNemoParser(MistralParser):
     name = "mistral_nemo"
+    detect_priority = 150
     streams_arguments = True
     json_wrapper = True
 

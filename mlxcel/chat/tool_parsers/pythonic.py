@@ -81,6 +81,7 @@ def python_calls(text: str) -> list[tuple[str, str]] | None:
 @register
 class PythonicParser(BufferedToolParser):
     name = "pythonic"
+    detect_priority = 180
     start_markers = (START,)
     reply_openers = "["
 

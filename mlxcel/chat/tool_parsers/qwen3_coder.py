@@ -22,6 +22,7 @@ from mlxcel.chat.tool_parsers.tool_call_tags import FUNCTION, OPEN, PARAMETER, T
 @register
 class Qwen3CoderParser(ToolCallTagParser):
     name = "qwen3_coder"
+    detect_priority = 10
     streams_arguments = True
     content_markers = (OPEN, FUNCTION)
 

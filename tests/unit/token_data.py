@@ -1,5 +1,5 @@
 """A llama_token_data_array over a numpy buffer, for running llama.cpp samplers
-on logits we hold (tests, or engine steps that post-process logits in numpy).
+on logits a test holds.
 
 Samplers may shrink the array, reorder it, move its `data` pointer forward (XTC
 does) or set logits to -inf (top-n-sigma does); `current()` and `surviving_ids()`
