@@ -91,6 +91,7 @@ class EngineConfig:
     decode_costs: DecodeCosts | None = None  # measured batch costs; speculation sizes drafts by them
     on_failure: Callable[[str], None] | None = None  # told once when the engine itself fails
     masker: MaskerFactory | None = None  # builds the structured-output masker; None: no constrained requests
+    sampler: Callable[..., SamplerChain] = SamplerChain  # builds a slot's sampler (SamplerChain's arguments)
 
 
 @dataclass
@@ -312,7 +313,7 @@ class Engine:
                 raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []
             self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
-            sampler = SamplerChain(
+            sampler = self.config.sampler(
                 request.sampling,
                 self.runtime.vocab,
                 self.tokenizer.n_vocab,
