@@ -309,6 +309,8 @@ class Engine:
         try:
             if self._injecting and request.fault is Fault.ADMIT:
                 raise InjectedFault("admission")
+            if not request.prompt_tokens:  # nothing to take logits from: it would sample another slot's row
+                raise ValueError("the prompt is empty")
             if request.constraint is not None and self._masker is None:
                 raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []

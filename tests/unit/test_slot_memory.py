@@ -1,0 +1,107 @@
+"""SlotMemory over the fake runtime: what a slot's sequence holds once a request is
+admitted into it (its own prefix, one copied from a busy slot, one restored from the
+host cache), and what it saves before that memory is overwritten."""
+
+from __future__ import annotations
+
+from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache
+from mlxcel.engine.request import GenerationRequest
+from mlxcel.engine.slot_memory import SlotMemory
+from mlxcel.engine.slots import Slot, SlotTable
+from tests.unit.fake_runtime import FakeRuntime
+
+SHARED = list(range(1, 41))  # 40 tokens: more than MIN_GAIN past an empty slot
+
+
+def holding(runtime: FakeRuntime, slot: Slot, tokens: list[int], *, busy: bool = False, cache_prompt=True) -> Slot:
+    """Make `slot` hold `tokens` (and serve a request when `busy`)."""
+    runtime.memory[slot.id] = list(tokens)
+    slot.cached_tokens = list(tokens)
+    if busy:
+        slot.request = GenerationRequest(prompt_tokens=list(tokens), emit=lambda e: None, cache_prompt=cache_prompt)
+    return slot
+
+
+def test_the_slots_own_prefix_is_kept_and_the_rest_cut():
+    runtime = FakeRuntime(n_parallel=1)
+    slot = holding(runtime, SlotTable(1).slots[0], [1, 2, 3, 4, 5, 6])
+    SlotMemory(runtime, None).admit(slot, [1, 2, 3, 9], n_common=3, reuse=True)
+    assert runtime.memory[0] == slot.cached_tokens == [1, 2, 3]
+    assert slot.cache_tier == "slot"
+
+
+def test_an_identical_prompt_keeps_all_but_its_last_token():
+    runtime = FakeRuntime(n_parallel=1)
+    slot = holding(runtime, SlotTable(1).slots[0], [1, 2, 3, 4])
+    SlotMemory(runtime, None).admit(slot, [1, 2, 3, 4], n_common=4, reuse=True)
+    assert runtime.memory[0] == slot.cached_tokens == [1, 2, 3]  # the last is decoded again for its logits
+
+
+def test_without_reuse_the_sequence_is_emptied():
+    runtime = FakeRuntime(n_parallel=1)
+    slot = holding(runtime, SlotTable(1).slots[0], [1, 2, 3, 4])
+    SlotMemory(runtime, None).admit(slot, [1, 2, 3, 9], n_common=0, reuse=False)
+    assert runtime.memory[0] == slot.cached_tokens == []
+    assert slot.cache_tier == "miss"
+
+
+def test_a_longer_prefix_is_copied_from_a_busy_slot():
+    runtime = FakeRuntime(n_parallel=2)
+    idle, busy = SlotTable(2).slots
+    holding(runtime, busy, SHARED + [50, 51], busy=True)
+    SlotMemory(runtime, None).admit(idle, SHARED + [60, 61], n_common=0, reuse=True, busy=[busy])
+    assert runtime.memory[0] == idle.cached_tokens == SHARED
+    assert idle.cache_tier == "slot"
+    assert runtime.memory[1] == busy.cached_tokens == SHARED + [50, 51]  # the source keeps its own
+
+
+def test_no_copy_from_a_request_that_opted_out_or_for_a_small_gain():
+    runtime = FakeRuntime(n_parallel=2)
+    idle, busy = SlotTable(2).slots
+    holding(runtime, busy, SHARED, busy=True, cache_prompt=False)
+    SlotMemory(runtime, None).admit(idle, SHARED + [60], n_common=0, reuse=True, busy=[busy])
+    assert runtime.memory[0] == idle.cached_tokens == []
+    short = SHARED[: BLOCK_SIZE - 1]  # saves fewer prompt tokens than a copy is worth
+    holding(runtime, busy, short, busy=True)
+    SlotMemory(runtime, None).admit(idle, short + [60], n_common=0, reuse=True, busy=[busy])
+    assert runtime.memory[0] == idle.cached_tokens == []
+
+
+def test_a_prefix_is_restored_from_the_host_cache_and_cut_to_what_is_shared():
+    runtime = FakeRuntime(n_parallel=1)
+    cache = HostPromptCache(capacity_bytes=1 << 20, max_entries=8, ttl_seconds=0)
+    saved = SHARED + [70, 71, 72]
+    runtime.memory[0] = saved
+    cache.insert(saved, runtime.seq_state(0))  # what an earlier request left in the cache
+    runtime.memory[0] = []
+    slot = SlotTable(1).slots[0]
+    prompt = SHARED[:35] + [80] * 15  # shares 35 tokens, two whole blocks
+    SlotMemory(runtime, cache).admit(slot, prompt, n_common=0, reuse=True)
+    assert runtime.memory[0] == slot.cached_tokens == SHARED[:35]
+    assert slot.cache_tier == "block"  # less than the prompt's whole blocks (48)
+
+
+def test_an_unsaved_slot_is_saved_to_the_host_cache_before_it_is_overwritten():
+    runtime = FakeRuntime(n_parallel=1)
+    cache = HostPromptCache(capacity_bytes=1 << 20, max_entries=8, ttl_seconds=0)
+    slot = holding(runtime, SlotTable(1).slots[0], SHARED + [90] * 8)
+    slot.unsaved = True
+    SlotMemory(runtime, cache).admit(slot, [5, 6, 7], n_common=0, reuse=True)
+    assert runtime.memory[0] == slot.cached_tokens == [] and not slot.unsaved
+    entry, n = cache.lookup(SHARED + [90] * 8)
+    assert entry.tokens == SHARED + [90] * 8 and list(entry.state) == entry.tokens and n == 48
+
+
+def test_idle_slots_are_saved_one_at_a_time_while_nothing_else_runs():
+    runtime = FakeRuntime(n_parallel=2)
+    cache = HostPromptCache(capacity_bytes=1 << 20, max_entries=8, ttl_seconds=0)
+    table = SlotTable(2)
+    for slot, first in zip(table, (100, 200)):
+        holding(runtime, slot, list(range(first, first + 40)))
+        slot.release()
+    memory = SlotMemory(runtime, cache)
+    assert memory.has_unsaved(table)
+    assert memory.save_one_idle(table) and memory.save_one_idle(table)
+    assert not memory.save_one_idle(table) and not memory.has_unsaved(table)
+    assert cache.stats()["entries"] == 2
+    assert runtime.memory[0] == list(range(100, 140))  # saving copies, the slot keeps its tokens
