@@ -5,7 +5,9 @@ model produced its first token) → completed / incomplete / failed / cancelled.
 the cancel route cancels a job; a client that goes away changes nothing. Admission is
 bounded by a job count and a rough byte budget shared with the response store: past
 either, create answers 429 rate_limit_exceeded. Active jobs are outside the store's
-TTL and LRU; a finished job's object moves to the store.
+TTL and LRU; a finished job's object moves to the store. Whatever a job's run
+raises, the job ends failed with an error object, and its body, like every body a
+job shows, serializes as JSON, so polling it keeps answering.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mlxcel.responses.json_safe import json_safe
 from mlxcel.server.errors import APIError
 
 if TYPE_CHECKING:
@@ -49,13 +52,17 @@ class Job:
     status: JobStatus = JobStatus.QUEUED
     task: asyncio.Task | None = None
     on_final: list[Callable[[Job], None]] = field(default_factory=list)
+    owner: str | None = None  # the API key's digest
+
+    def __post_init__(self) -> None:
+        self.body = json_safe(self.body)
 
     def move(self, status: JobStatus, body: dict | None = None) -> bool:
         """Take a legal step of the state machine (False, and nothing changes, otherwise)."""
         if status not in MOVES.get(self.status, ()):
             return False
         self.status = status
-        self.body = body if body is not None else {**self.body, "status": status.value}
+        self.body = json_safe(body) if body is not None else {**self.body, "status": status.value}
         if status in FINAL:
             for callback in self.on_final:
                 callback(self)
@@ -80,13 +87,13 @@ class BackgroundJobs:
     def active_bytes(self) -> int:
         return sum(job.size for job in self._active.values())
 
-    def admit(self, job_id: str, size: int, body: dict) -> Job:
+    def admit(self, job_id: str, size: int, body: dict, owner: str | None = None) -> Job:
         if len(self._active) >= self.max_jobs:
             raise rate_limited(f"{self.max_jobs} background responses are already active; retry when one finishes")
         if self.active_bytes + size > self.max_bytes:
             raise rate_limited("active background responses fill the response store's byte budget; "
                                "retry when one finishes")
-        job = Job(job_id, size, body)
+        job = Job(job_id, size, body, owner=owner)
         job.on_final.append(lambda j: self._active.pop(j.id, None))
         self._active[job_id] = job
         return job
@@ -125,30 +132,49 @@ def _generated(event: dict) -> bool:
 async def run_job(run: ResponseRun, job: Job) -> None:
     """A background response from queued to its end. Failures are the job's
     (failed, with code invalid_prompt, server_overloaded or server_error), never the
-    create call's."""
-    from mlxcel.chat.errors import ChatInputError
-    from mlxcel.chat.template import TemplateError
-    from mlxcel.structured.errors import StructuredOutputError
-
+    create call's; any exception at all fails the job rather than leaving it queued."""
     try:
-        if run.turn is None:  # compaction runs in the job
-            try:
-                await run.ready()
-            except (APIError, ChatInputError, TemplateError, StructuredOutputError) as exc:
-                message = exc.message if isinstance(exc, (APIError, ChatInputError)) else str(exc)
-                job.move(JobStatus.FAILED, run.failed("invalid_prompt", message))
-                return
-        try:
-            run.turn.submit()
-        except APIError as exc:
-            job.move(JobStatus.FAILED, run.failed("server_overloaded", exc.message))
-            return
-        async for event in run.events():
-            if job.status is JobStatus.QUEUED and _generated(event):
-                job.move(JobStatus.IN_PROGRESS)
-        job.move(JobStatus(run.final["status"]), run.final)
+        await _run(run, job)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the job fails, the server goes on
         log.exception("background response %s failed", job.id)
-        job.move(JobStatus.FAILED, run.failed("server_error", f"internal error: {type(exc).__name__}"))
+        fail_job(run, job, "server_error", f"internal error: {type(exc).__name__}")
+
+
+async def _run(run: ResponseRun, job: Job) -> None:
+    from mlxcel.chat.errors import ChatInputError
+    from mlxcel.chat.template import TemplateError
+    from mlxcel.structured.errors import StructuredOutputError
+
+    if run.turn is None:  # compaction runs in the job
+        try:
+            await run.ready()
+        except (APIError, ChatInputError, TemplateError, StructuredOutputError) as exc:
+            message = exc.message if isinstance(exc, (APIError, ChatInputError)) else str(exc)
+            fail_job(run, job, "invalid_prompt", message)
+            return
+    try:
+        run.turn.submit()
+    except APIError as exc:
+        fail_job(run, job, "server_overloaded", exc.message)
+        return
+    async for event in run.events():
+        if job.status is JobStatus.QUEUED and _generated(event):
+            job.move(JobStatus.IN_PROGRESS)
+    job.move(JobStatus(run.final["status"]), run.final)
+
+
+def fail_job(run: ResponseRun, job: Job, code: str, message: str) -> None:
+    """The job ends failed, its object recorded for polling; should recording itself
+    fail, a bare failed object is kept instead. A job already ended (cancelled)
+    stays as it is."""
+    if job.finished:
+        return
+    try:
+        body = run.failed(code, message)
+    except Exception:  # noqa: BLE001
+        log.exception("background response %s: recording its failure failed", job.id)
+        body = {**job.body, "status": "failed", "output": [], "error": {"code": code, "message": message}}
+        run.keep_bare(body)
+    job.move(JobStatus.FAILED, body)

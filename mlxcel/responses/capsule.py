@@ -26,16 +26,23 @@ def encode_capsule(capsule: Capsule) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def decode_capsule(text: object, where: str) -> Capsule:
+    """The capsule in a compaction item; anything but one this server made (garbled
+    base64, other JSON, lone surrogates, NaN, nesting too deep) is a 400."""
     def bad(why: str) -> ChatInputError:
         return ChatInputError(f"{where}.encrypted_content: {why}", code="invalid_encrypted_content")
 
     if not isinstance(text, str) or not text:
         raise bad("a compaction capsule string is required")
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        payload = json.loads(raw)
-    except (binascii.Error, ValueError):
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+        payload = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")  # no lone surrogates
+    except (binascii.Error, ValueError, RecursionError):  # UnicodeError is a ValueError
         raise bad("not a compaction capsule made by this server") from None
     if not isinstance(payload, dict) or payload.get("v") != VERSION:
         raise bad("not a compaction capsule made by this server")

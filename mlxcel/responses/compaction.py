@@ -12,6 +12,7 @@ context_length_exceeded, and nothing changes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,27 +63,47 @@ def _is_summary(item: dict) -> bool:
     return bool(item.get(SUMMARY_MARK))
 
 
+def _call_key(item: dict) -> str | None:
+    call_id = item.get("call_id")
+    return call_id if isinstance(call_id, str) else None
+
+
 def valid_splits(turns: list[dict]) -> list[int]:
     """Positions i (turns[:i] summarized, turns[i:] kept) before a user message or
     after a completed tool group, with no call on one side and its output on the
-    other, and after any earlier summary."""
+    other, and after any earlier summary. Linear: a call whose first call is at c and
+    whose last output is at o rules out the splits c < i <= o, marked as a range."""
+    n = len(turns)
     floor = max((i + 1 for i, t in enumerate(turns) if _is_summary(t)), default=0)
+    first_call: dict[str | None, int] = {}
+    last_output: dict[str | None, int] = {}
+    for i, t in enumerate(turns):
+        kind = item_kind(t)
+        if kind == "function_call":
+            first_call.setdefault(_call_key(t), i)
+        elif kind == "function_call_output":
+            last_output[_call_key(t)] = i
+    open_calls = [0] * (n + 2)  # difference array: calls open across a split at i
+    for key, call_at in first_call.items():
+        output_at = last_output.get(key, -1)
+        if call_at < output_at:
+            open_calls[call_at + 1] += 1
+            open_calls[output_at + 1] -= 1
     out = []
-    for i in range(max(floor, 1), len(turns) + 1):
-        before_user = i < len(turns) and is_user(turns[i])
+    crossing = sum(open_calls[:max(floor, 1)])
+    for i in range(max(floor, 1), n + 1):
+        crossing += open_calls[i]
+        before_user = i < n and is_user(turns[i])
         after_tools = item_kind(turns[i - 1]) == "function_call_output"
-        if not (before_user or after_tools):
-            continue
-        calls = {t.get("call_id") for t in turns[:i] if item_kind(t) == "function_call"}
-        outputs_after = {t.get("call_id") for t in turns[i:] if item_kind(t) == "function_call_output"}
-        if not calls & outputs_after:
+        if (before_user or after_tools) and crossing == 0:
             out.append(i)
     return out
 
 
 def split_history(items: list[dict], keep_tokens: int, item_tokens: Callable[[dict], int]) -> HistorySplit:
     """`items` already replayed. The split keeps the latest user message and then as
-    many newer whole turns as fit `keep_tokens`."""
+    many newer whole turns as fit `keep_tokens`. Items are sized from the newest back,
+    and only as far as `keep_tokens` reaches."""
     system = [i for i in items if is_system(i) and not _is_summary(i)]
     turns = [i for i in items if not (is_system(i) and not _is_summary(i))]
     splits = valid_splits(turns)
@@ -91,12 +112,15 @@ def split_history(items: list[dict], keep_tokens: int, item_tokens: Callable[[di
         splits = [s for s in splits if s <= last_user]
     if not splits:
         return HistorySplit(system, [], turns)
-    sizes = [item_tokens(t) for t in turns]
     chosen = splits[-1]  # the fewest turns kept: at least the latest user message
-    for s in splits:
-        if sum(sizes[s:]) <= keep_tokens:
-            chosen = s
+    kept_tokens, sized_from = 0, len(turns)  # tokens of turns[sized_from:]
+    for s in reversed(splits):
+        while sized_from > s and kept_tokens <= keep_tokens:
+            sized_from -= 1
+            kept_tokens += item_tokens(turns[sized_from])
+        if sized_from > s or kept_tokens > keep_tokens:
             break
+        chosen = s
     return HistorySplit(system, turns[:chosen], turns[chosen:])
 
 
@@ -146,24 +170,31 @@ class Compactor:
 
     async def compact(self, items: list[dict], keep_tokens: int | None = None, max_output_tokens: int | None = None,
                       tokens_before: int | None = None) -> Compaction:
+        """Counting, splitting and rendering run on a worker thread, off the event loop."""
         n_ctx = self.host.slot_context
-        before = self.count(items) if tokens_before is None else tokens_before
-        split = split_history(replay(items), keep_tokens or default_keep_tokens(n_ctx), self._item_tokens)
+        before = await asyncio.to_thread(self.count, items) if tokens_before is None else tokens_before
+        split = await asyncio.to_thread(self._split, items, keep_tokens or default_keep_tokens(n_ctx))
         if not split.older:
             raise NothingToCompact()
         summary, n_in, n_out = await self._summarize(split.older, max_output_tokens or DEFAULT_SUMMARY_TOKENS)
         item = compaction_item(new_id("cmp"), encode_capsule(Capsule(summary, split.retained)))
         compacted = [*split.system, *split.retained, item]
-        after = self.count(compacted)
+        after = await asyncio.to_thread(self.count, compacted)
         if after >= before:
             raise too_long(f"compaction would not shorten the input ({before} tokens before, {after} after)")
         return Compaction(compacted, item, n_in, n_out, before, after)
 
-    async def _summarize(self, older: list[dict], max_tokens: int) -> tuple[str, int, int]:
+    def _split(self, items: list[dict], keep_tokens: int) -> HistorySplit:
+        return split_history(replay(items), keep_tokens, self._item_tokens)
+
+    def _render_summary(self, older: list[dict]) -> tuple[ChatTurnSpec, ChatTurn]:
         transcript = "\n\n".join(t for t in (item_text(i) for i in older) if t)
         messages = [{"role": "system", "content": SUMMARIZER}, {"role": "user", "content": transcript}]
         spec = ChatTurnSpec(messages=messages, sampling=self.sampling, template_kwargs=self.template_kwargs)
-        turn = ChatTurn.render(self.host, spec, f"{self.request_id}-compaction")
+        return spec, ChatTurn.render(self.host, spec, f"{self.request_id}-compaction")
+
+    async def _summarize(self, older: list[dict], max_tokens: int) -> tuple[str, int, int]:
+        spec, turn = await asyncio.to_thread(self._render_summary, older)
         n_ctx = self.host.slot_context
         room = n_ctx - turn.prompt_tokens - 1
         if turn.prompt_tokens >= n_ctx:

@@ -11,6 +11,7 @@ retained. Media on this text-only server, and file inputs, are 400s.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -59,19 +60,22 @@ def collapse(items: list[dict]) -> list[dict]:
 
 
 def replay(items: list[dict], where: str = "input") -> list[dict]:
-    """Compaction items expanded: the system messages before each, a system message
-    with its summary, the items it retained, then what follows it."""
-    out: list[dict] = []
+    """Compaction items expanded: each stands for everything before it but the
+    system and developer messages (an earlier summary included, as its own summary
+    covers it), and replays as those messages, a system message with its summary,
+    the items it retained, then what follows it. One pass: the system messages
+    before the latest compaction item are kept apart from what came after it."""
+    kept: list[dict] = []  # system and developer messages before the latest compaction item
+    tail: list[dict] = []  # everything since it
     for i, item in enumerate(items):
         if item_kind(item) != "compaction":
-            out.append(item)
+            tail.append(item)
             continue
         capsule = decode_capsule(item.get("encrypted_content"), f"{where}[{i}]")
-        out = [x for x in out if is_system(x)]
-        out.append({"type": "message", "role": "system", "content": SUMMARY_HEADING + capsule.summary,
-                    SUMMARY_MARK: True})
-        out.extend(replay(capsule.retained, f"{where}[{i}].retained"))
-    return out
+        kept.extend(x for x in tail if is_system(x) and not x.get(SUMMARY_MARK))
+        tail = [{"type": "message", "role": "system", "content": SUMMARY_HEADING + capsule.summary,
+                 SUMMARY_MARK: True}, *replay(capsule.retained, f"{where}[{i}].retained")]
+    return kept + tail
 
 
 def _part_text(part: Any, role: str, where: str) -> str:
@@ -105,9 +109,31 @@ def content_string(content: Any, role: str, where: str) -> str:
     return "\n".join(_part_text(p, role, f"{where}.content[{n}]") for n, p in enumerate(content))
 
 
-def _reasoning_text(item: dict) -> str:
-    parts = item.get("content") or []
-    return "\n".join(p.get("text", "") for p in parts if isinstance(p, dict) and p.get("type") == "reasoning_text")
+def _reasoning_text(item: dict, where: str) -> str:
+    parts = item.get("content")
+    if parts is None:
+        return ""
+    if not isinstance(parts, list):
+        raise ChatInputError(f"{where}.content must be an array of reasoning_text parts")
+    texts = []
+    for n, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("type") != "reasoning_text":
+            continue  # summaries and unknown parts carry nothing to render
+        text = part.get("text", "")
+        if not isinstance(text, str):
+            raise ChatInputError(f"{where}.content[{n}]: reasoning_text needs a string 'text'")
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _check_nesting(text: str, where: str) -> None:
+    """Templates read arguments as parsed JSON: refuse what the parser cannot nest."""
+    try:
+        json.loads(text)
+    except RecursionError:
+        raise ChatInputError(f"{where}: the JSON is nested too deeply") from None
+    except ValueError:
+        pass  # text that is not JSON is rendered as text
 
 
 class _MessageBuilder:
@@ -146,6 +172,7 @@ class _MessageBuilder:
         arguments = item.get("arguments", "")
         if not isinstance(arguments, str):
             raise ChatInputError(f"{where}.arguments must be a string of JSON")
+        _check_nesting(arguments, f"{where}.arguments")
         message = self._assistant(can_merge=True)
         message.setdefault("tool_calls", []).append(
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}})
@@ -185,7 +212,7 @@ def items_to_messages(items: list[dict], where: str = "input") -> list[dict]:
             builder.function_call_output(item, at)
         elif kind == "reasoning":
             builder.close_turn()
-            builder.pending_reasoning = _reasoning_text(item)
+            builder.pending_reasoning = _reasoning_text(item, at)
         elif kind == "compaction":
             raise ChatInputError(f"{at}: compaction items are replayed before translation")  # see replay()
         else:

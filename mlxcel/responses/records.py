@@ -1,6 +1,12 @@
 """What the Responses API keeps between requests: stored responses (each with the
 history it continues), the final objects of background requests made with store:
-false, conversation transcripts, and the reasoning echo."""
+false, conversation transcripts, and the reasoning echo.
+
+Responses and conversations belong to the API key that made them (`owner`: a digest
+of the key, None when the server has no keys): for any other key they do not exist.
+A conversation whose transcript alone outgrows --conversation-store-max-bytes is
+refused (400 conversation_too_large) and keeps its last transcript, rather than
+being dropped and restarting empty."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from dataclasses import dataclass
 
 from mlxcel.config import ResponsesLimits
 from mlxcel.responses.input_items import collapse
+from mlxcel.responses.json_safe import json_safe
 from mlxcel.responses.reasoning_echo import ReasoningEcho
 from mlxcel.responses.store import BoundedStore, json_size
 from mlxcel.server.errors import APIError, invalid_request
@@ -20,14 +27,32 @@ CONVERSATIONS_OFF = "conversations are disabled (--conversation-store-max-entrie
 class ResponseRecord:
     body: dict  # the response object
     history: list[dict]  # the items a previous_response_id continues: prior history, input, output
+    owner: str | None = None  # the API key's digest
 
     @property
     def size(self) -> int:
         return json_size(self.body, self.history)
 
 
+@dataclass
+class Conversation:
+    owner: str | None
+    history: list[dict]
+
+
 def not_found(response_id: str) -> APIError:
     return APIError(404, f"no response with id '{response_id}' is stored", "invalid_request_error", "not_found")
+
+
+def conversation_not_found(conversation_id: str) -> APIError:
+    return APIError(404, f"no conversation with id '{conversation_id}' is stored", "invalid_request_error",
+                    "conversation_not_found")
+
+
+def conversation_too_large(conversation_id: str, size: int, budget: int) -> APIError:
+    return invalid_request(f"conversation '{conversation_id}' would hold about {size} bytes, more than the "
+                           f"conversation store's budget of {budget} bytes (--conversation-store-max-bytes): "
+                           "compact it or start a new conversation", code="conversation_too_large")
 
 
 class ResponseRecords:
@@ -38,7 +63,7 @@ class ResponseRecords:
         # background store: false results; polled for a while, never continued
         self.ephemeral: BoundedStore[ResponseRecord] = BoundedStore(
             limits.store_max_entries, limits.store_max_bytes, limits.background_ephemeral_ttl_secs)
-        self.conversations: BoundedStore[list[dict]] = BoundedStore(
+        self.conversations: BoundedStore[Conversation] = BoundedStore(
             limits.conversation_max_entries, limits.conversation_max_bytes, limits.conversation_ttl_secs)
         self.reasoning_echo = ReasoningEcho(limits.reasoning_echo_max_bytes, enabled=prompt_cache)
 
@@ -52,20 +77,26 @@ class ResponseRecords:
 
     def save(self, record: ResponseRecord, ephemeral: bool = False) -> bool:
         record.history = collapse(record.history)
+        record.body = json_safe(record.body)
         store = self.ephemeral if ephemeral else self.responses
         return store.put(record.body["id"], record, record.size)
 
-    def find(self, response_id: str) -> ResponseRecord | None:
-        return self.responses.get(response_id) or self.ephemeral.get(response_id)
+    def find(self, response_id: str, owner: str | None = None) -> ResponseRecord | None:
+        record = self.responses.get(response_id) or self.ephemeral.get(response_id)
+        return record if record is not None and record.owner == owner else None
 
-    def drop(self, response_id: str) -> bool:
+    def drop(self, response_id: str, owner: str | None = None) -> bool:
+        if self.find(response_id, owner) is None:
+            return False
         return (self.responses.pop(response_id) or self.ephemeral.pop(response_id)) is not None
 
-    def previous_history(self, response_id: str) -> list[dict]:
+    def previous_history(self, response_id: str, owner: str | None = None) -> list[dict]:
+        """An unknown id and another key's are the same 400."""
         self.require_storing()
         record = self.responses.get(response_id)
-        if record is None:
-            if response_id in self.ephemeral:
+        if record is None or record.owner != owner:
+            ephemeral = self.ephemeral.peek(response_id)
+            if ephemeral is not None and ephemeral.owner == owner:
                 raise invalid_request(f"previous response '{response_id}' was not stored (store: false)",
                                       code="previous_response_not_found")
             raise invalid_request(f"previous response '{response_id}' not found", code="previous_response_not_found")
@@ -73,11 +104,33 @@ class ResponseRecords:
 
     # -- conversations ------------------------------------------------------------
 
-    def conversation_history(self, conversation_id: str) -> list[dict]:
+    def conversation_history(self, conversation_id: str, owner: str | None = None) -> list[dict]:
+        """The transcript so far ([] for a new conversation); another key's is a 404."""
         if not self.conversations.enabled:
             raise invalid_request(CONVERSATIONS_OFF, code="conversation_store_disabled")
-        return list(self.conversations.get(conversation_id) or [])
+        conversation = self.conversations.get(conversation_id)
+        if conversation is None:
+            return []
+        if conversation.owner != owner:
+            raise conversation_not_found(conversation_id)
+        return list(conversation.history)
 
-    def save_conversation(self, conversation_id: str, history: list[dict]) -> None:
+    def check_conversation_size(self, conversation_id: str, history: list[dict]) -> tuple[list[dict], int]:
+        """The transcript `history` saves as (collapsed) and its size; a 400
+        conversation_too_large when it alone exceeds the budget. A budget of 0 keeps
+        nothing and refuses nothing."""
         history = collapse(history)
-        self.conversations.put(conversation_id, history, json_size(history))
+        size = json_size(history)
+        budget = self.conversations.max_bytes
+        if budget > 0 and self.conversations.enabled and size > budget:
+            raise conversation_too_large(conversation_id, size, budget)
+        return history, size
+
+    def save_conversation(self, conversation_id: str, history: list[dict], owner: str | None = None) -> None:
+        """Raises (and keeps the last transcript) when the new one is too large or the
+        id was meanwhile taken by another key."""
+        history, size = self.check_conversation_size(conversation_id, history)
+        current = self.conversations.peek(conversation_id)
+        if current is not None and current.owner != owner:
+            raise conversation_not_found(conversation_id)
+        self.conversations.put(conversation_id, Conversation(owner, history), size)

@@ -1,10 +1,16 @@
 """One response: its history resolved (previous_response_id or conversation, then the
 input), compacted when its context_management says so, generated as a ChatTurn, its
 output built as typed events, and the result recorded (store, conversation,
-reasoning echo)."""
+reasoning echo).
+
+The stores are read on the event loop; translating the items, rendering the template
+and tokenizing run on a worker thread (`asyncio.to_thread`), so a long history never
+stalls other requests. Everything it stores belongs to `owner`, the API key's digest."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,21 +25,28 @@ from mlxcel.protocol.responses import ContextManagement, ResponsesRequest, new_i
 from mlxcel.responses.compaction import Compaction, Compactor, NothingToCompact
 from mlxcel.responses.events import EventSequence, OutputBuilder
 from mlxcel.responses.input_items import as_items
+from mlxcel.responses.json_safe import is_json_safe, json_safe
 from mlxcel.responses.records import ResponseRecord
+from mlxcel.responses.store import json_size
 from mlxcel.responses.translate import check_request, conversation_id, turn_spec
 from mlxcel.server.chat_logprobs import LogprobFormatter
 from mlxcel.server.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
+from mlxcel.server.errors import APIError, generation_error, server_error
 
 if TYPE_CHECKING:
     from mlxcel.responses.state import ResponsesState
     from mlxcel.server.model_host import ModelHost
 
+log = logging.getLogger("mlxcel.responses")
 TERMINAL_EVENTS = {
     "completed": "response.completed",
     "incomplete": "response.incomplete",
     "cancelled": "response.incomplete",
     "failed": "response.failed",
 }
+# failures of a finished generation that are the request's doing: their HTTP status
+CLIENT_FAILURES = {"conversation_too_large": 400, "conversation_not_found": 404}
+UNENCODABLE = "the response cannot be encoded as JSON (a lone surrogate or a non-finite number)"
 
 
 @dataclass
@@ -54,12 +67,13 @@ def compaction_policy(entries: list[ContextManagement] | None) -> CompactionPoli
 
 class ResponseRun:
     def __init__(self, state: ResponsesState, host: ModelHost, data: dict, body: ResponsesRequest,
-                 http_request: Request) -> None:
+                 http_request: Request, owner: str | None = None) -> None:
         self.state = state
         self.host = host
         self.data = data
         self.body = body
         self.http_request = http_request
+        self.owner = owner
         self.id = new_id("resp")
         self.created_at = int(time.time())
         self.background = body.background
@@ -67,40 +81,54 @@ class ResponseRun:
         self.conversation = conversation_id(body)
         self.parallel_tool_calls = body.parallel_tool_calls is not False
         self.history: list[dict] = []  # what the output continues: prior history, then the input
+        self.size = 0  # rough bytes of the request and its history (a background job's admission)
         self.spec: ChatTurnSpec | None = None
         self.turn: ChatTurn | None = None
         self.compaction: Compaction | None = None
         self.final: dict | None = None
+        self.failed_generation: FinishEvent | None = None  # the engine's error, when generation failed
 
     # -- before generation ----------------------------------------------------------
 
-    def translate(self) -> None:
+    async def translate(self) -> None:
         """History and chat turn; every problem with the request is a 400 here."""
         check_request(self.body)
         prior: list[dict] = []
         if self.body.previous_response_id:
-            prior = self.state.previous_history(self.body.previous_response_id)
+            prior = self.state.previous_history(self.body.previous_response_id, self.owner)
         elif self.conversation:
-            prior = self.state.records.conversation_history(self.conversation)
+            prior = self.state.records.conversation_history(self.conversation, self.owner)
+        await asyncio.to_thread(self._prepare, prior)
+
+    def _prepare(self, prior: list[dict]) -> None:
+        if not is_json_safe(response_object(self.id, self.created_at, "", self.body, "queued")):
+            raise ChatInputError("the request holds text that is not valid Unicode (a lone surrogate?) or a "
+                                 "non-finite number in a field the response echoes")
         self.history = prior + as_items(self.body.input)
         self.spec = self._spec(self.history)
+        if self.background:
+            self.size = json_size(self.data, self.history)
 
     def _spec(self, history: list[dict]) -> ChatTurnSpec:
         return turn_spec(self.data, self.body, history, self.host.config.chat_template_kwargs,
                          self.state.records.reasoning_echo.lookup)
 
     def count(self, history: list[dict]) -> int:
-        """Rendered input tokens of a history, as /v1/responses/input_tokens counts them."""
+        """Rendered input tokens of a history, as /v1/responses/input_tokens counts them
+        (a blocking call: run it on a worker thread)."""
         return ChatTurn.render(self.host, self._spec(history), self.id).prompt_tokens
 
     async def ready(self) -> None:
-        """Compaction when due, then the engine request (limits, constraint)."""
-        turn = ChatTurn.render(self.host, self.spec, self.id)
+        """Compaction when due, the conversation's byte budget (400 when the history
+        alone is over it), then the engine request (limits, constraint)."""
+        turn = await asyncio.to_thread(ChatTurn.render, self.host, self.spec, self.id)
         if self.policy is not None:
             turn = await self._compact_if_due(turn)
             room = self.host.slot_context - turn.prompt_tokens - 1
             if room >= 1:
                 self.spec.max_tokens = min(self.spec.max_tokens or room, room)
+        if self.conversation is not None:
+            await asyncio.to_thread(self.state.records.check_conversation_size, self.conversation, self.history)
         await turn.build(self.http_request)
         self.turn = turn
 
@@ -119,14 +147,14 @@ class ResponseRun:
                 raise
             return turn  # the threshold is reached, but there is nothing older to summarize
         self.history = self.compaction.items
-        self.spec = self._spec(self.history)
-        return ChatTurn.render(self.host, self.spec, self.id)
+        self.spec = await asyncio.to_thread(self._spec, self.history)
+        return await asyncio.to_thread(ChatTurn.render, self.host, self.spec, self.id)
 
     # -- generation ---------------------------------------------------------------
 
     def snapshot(self, status: str) -> dict:
-        return response_object(self.id, self.created_at, self.host.model_id, self.body, status,
-                               conversation_id=self.conversation)
+        return json_safe(response_object(self.id, self.created_at, self.host.model_id, self.body, status,
+                                         conversation_id=self.conversation))
 
     async def events(self) -> AsyncIterator[dict]:
         """The typed events of the whole response (the turn already submitted);
@@ -159,6 +187,8 @@ class ResponseRun:
                 yield e
         calls = outcome.final.tool_calls if self.parallel_tool_calls else outcome.final.tool_calls[:1]
         status, details, error = _status(outcome.finish)
+        if outcome.finish.reason is FinishReason.ERROR:
+            self.failed_generation = outcome.finish
         for e in builder.finish(calls, status):
             yield e
         usage = usage_body(outcome.finish.prompt_tokens, outcome.finish.completion_tokens,
@@ -167,45 +197,72 @@ class ResponseRun:
                                prefix + builder.output, usage, error=error, incomplete_details=details,
                                completed_at=int(time.time()), conversation_id=self.conversation)
         self.final = self.record(body)
-        yield event(TERMINAL_EVENTS[status], response=body)
+        yield event(TERMINAL_EVENTS[self.final["status"]], response=self.final)
 
     def _token_count(self, text: str) -> int:
         return len(self.host.tokenizer.encode(text, add_special=False, parse_special=False)) if text else 0
 
     # -- after generation ---------------------------------------------------------
 
-    def failed(self, code: str, message: str) -> dict:
-        body = response_object(self.id, self.created_at, self.host.model_id, self.body, "failed",
+    def _failure(self, code: str, message: str) -> dict:
+        return response_object(self.id, self.created_at, self.host.model_id, self.body, "failed",
                                error={"code": code, "message": message}, completed_at=int(time.time()),
                                conversation_id=self.conversation)
-        return self.record(body)
+
+    def failed(self, code: str, message: str) -> dict:
+        return self.record(self._failure(code, message))
 
     def cancelled(self) -> dict:
         body = response_object(self.id, self.created_at, self.host.model_id, self.body, "cancelled",
                                completed_at=int(time.time()), conversation_id=self.conversation)
         return self.record(body)
 
+    def failure_error(self) -> APIError:
+        """A failed final object as the HTTP error a whole (not streamed) request answers:
+        a failed generation as the other APIs answer it (503 when the engine failed)."""
+        if self.failed_generation is not None:
+            return generation_error(self.failed_generation)
+        error = self.final["error"]
+        status = CLIENT_FAILURES.get(error["code"])
+        if status is None:
+            return server_error(error["message"])
+        return APIError(status, error["message"], "invalid_request_error", error["code"])
+
     def record(self, body: dict) -> dict:
         """Store the finished object (the store, or for a background store: false
         request the ephemeral store); continue the conversation and remember the
-        reasoning of a finished generation. Returns the object polling will see."""
+        reasoning of a finished generation. Returns the object polling will see: a
+        failed one when the output cannot be encoded or the conversation refuses it."""
+        if not is_json_safe(body):
+            body = json_safe(self._failure("server_error", UNENCODABLE))
         output = body["output"]
         if body["status"] in ("completed", "incomplete"):
             self.state.records.reasoning_echo.remember(output)
             if self.conversation is not None:
-                self.state.records.save_conversation(self.conversation, self.history + output)
+                try:
+                    self.state.records.save_conversation(self.conversation, self.history + output, self.owner)
+                except APIError as exc:  # the transcript stays as it was
+                    message = f"the output was generated but is not kept: {exc.message}"
+                    body, output = json_safe(self._failure(str(exc.code), message)), []
         records = self.state.records
         if not records.storing or not (self.body.store or self.background):
             return body
-        saved = records.save(ResponseRecord(body, self.history + output), ephemeral=not self.body.store)
+        saved = records.save(ResponseRecord(body, self.history + output, self.owner), ephemeral=not self.body.store)
         if saved or not self.background:
             return body
         # a background result larger than the store's budget: leave a failed object to poll
         fallback = {**body, "status": "failed", "output": [], "usage": usage_body(), "incomplete_details": None,
                     "error": {"code": "server_error",
                               "message": "the response is larger than the response store's byte budget"}}
-        records.save(ResponseRecord(fallback, []), ephemeral=not self.body.store)
+        self.keep_bare(fallback)
         return fallback
+
+    def keep_bare(self, body: dict) -> None:
+        """Store a failed object without history, so that polling finds it; never raises."""
+        try:
+            self.state.records.save(ResponseRecord(body, [], self.owner), ephemeral=not self.body.store)
+        except Exception:  # noqa: BLE001 - the caller is already handling a failure
+            log.exception("response %s: its failed object could not be stored", self.id)
 
 
 def _status(finish: FinishEvent) -> tuple[str, dict | None, dict | None]:

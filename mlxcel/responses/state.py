@@ -1,12 +1,13 @@
 """The Responses API's state on one server: records, background jobs, and the
-responses being generated now (which the cancel route can reach)."""
+responses being generated now (which the cancel route can reach). Every lookup by id
+takes the caller's `owner` (its API key's digest): another key's finds nothing."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from mlxcel.config import ResponsesLimits
-from mlxcel.responses.background import BackgroundJobs
+from mlxcel.responses.background import BackgroundJobs, Job
 from mlxcel.responses.records import ResponseRecords
 from mlxcel.server.errors import invalid_request
 
@@ -26,10 +27,18 @@ class ResponsesState:
         limits = self.limits
         return limits.background_max_jobs > 0 and limits.store_max_entries > 0 and limits.store_max_bytes > 0
 
-    def previous_history(self, response_id: str) -> list[dict]:
-        self.records.require_storing()
+    def job(self, response_id: str, owner: str | None) -> Job | None:
         job = self.jobs.get(response_id)
+        return job if job is not None and job.owner == owner else None
+
+    def run(self, response_id: str, owner: str | None) -> ResponseRun | None:
+        run = self.running.get(response_id)
+        return run if run is not None and run.owner == owner else None
+
+    def previous_history(self, response_id: str, owner: str | None) -> list[dict]:
+        self.records.require_storing()
+        job = self.job(response_id, owner)
         if job is not None:
             raise invalid_request(f"previous response '{response_id}' has not finished (status: {job.status.value})",
                                   code="previous_response_not_finished")
-        return self.records.previous_history(response_id)
+        return self.records.previous_history(response_id, owner)

@@ -1,10 +1,12 @@
 """In-memory stores with an entry cap, a rough byte budget and a time to live,
 evicting the least recently used entry first. A cap of 0 entries disables a store;
-a byte budget of 0 keeps it answering but evicts every entry at once."""
+a byte budget of 0 keeps it answering but evicts every entry at once. A lock guards
+each call: requests are prepared on worker threads while the event loop records."""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -34,6 +36,7 @@ class BoundedStore(Generic[Value]):
         self.ttl_secs = ttl_secs
         self._clock = clock
         self._entries: OrderedDict[str, _Entry[Value]] = OrderedDict()  # least recently used first
+        self._lock = threading.RLock()
         self.bytes = 0
 
     @property
@@ -41,47 +44,54 @@ class BoundedStore(Generic[Value]):
         return self.max_entries > 0
 
     def put(self, key: str, value: Value, size: int, ttl_secs: float | None = None) -> bool:
-        """Store (or replace) an entry as the most recently used; False when the
-        store is off or the entry alone exceeds the byte budget (nothing kept)."""
-        self.pop(key)
-        if not self.enabled or size > self.max_bytes:
-            return False
-        ttl = self.ttl_secs if ttl_secs is None else ttl_secs
-        self._entries[key] = _Entry(value, size, self._clock() + ttl if ttl > 0 else None)
-        self.bytes += size
-        self._evict()
-        return key in self._entries
+        """Store (or replace) an entry as the most recently used; False, and the store
+        unchanged, when it is off or the entry alone exceeds the byte budget."""
+        with self._lock:
+            if not self.enabled or size > self.max_bytes:
+                return False
+            self.pop(key)
+            ttl = self.ttl_secs if ttl_secs is None else ttl_secs
+            self._entries[key] = _Entry(value, size, self._clock() + ttl if ttl > 0 else None)
+            self.bytes += size
+            self._evict()
+            return key in self._entries
 
     def get(self, key: str) -> Value | None:
         """The entry's value, marked most recently used; None when absent or expired."""
-        entry = self._live(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry.value
+        with self._lock:
+            entry = self._live(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry.value
 
     def peek(self, key: str) -> Value | None:
-        entry = self._live(key)
-        return None if entry is None else entry.value
+        with self._lock:
+            entry = self._live(key)
+            return None if entry is None else entry.value
 
     def pop(self, key: str) -> Value | None:
-        entry = self._entries.pop(key, None)
-        if entry is None:
-            return None
-        self.bytes -= entry.size
-        return entry.value
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                return None
+            self.bytes -= entry.size
+            return entry.value
 
     def keys(self) -> Iterator[str]:
         """Live keys, least recently used first."""
-        self._expire()
-        return iter(list(self._entries))
+        with self._lock:
+            self._expire()
+            return iter(list(self._entries))
 
     def __len__(self) -> int:
-        self._expire()
-        return len(self._entries)
+        with self._lock:
+            self._expire()
+            return len(self._entries)
 
     def __contains__(self, key: str) -> bool:
-        return self._live(key) is not None
+        with self._lock:
+            return self._live(key) is not None
 
     def _live(self, key: str) -> _Entry[Value] | None:
         entry = self._entries.get(key)

@@ -11,6 +11,8 @@ from mlxcel.protocol.responses import ResponsesInput, ResponsesRequest
 from mlxcel.responses.input_items import fill_reasoning, items_to_messages, replay
 from mlxcel.server.chat_turn import ChatTurnSpec
 
+TOOL_CHOICE_MODES = ("none", "auto", "required")
+
 
 def check_request(body: ResponsesInput) -> None:
     """The 400s every route of the family shares."""
@@ -31,6 +33,12 @@ def conversation_id(body: ResponsesInput) -> str | None:
     return value
 
 
+def _optional(function: dict, key: str, kind: type, where: str) -> None:
+    value = function.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise ChatInputError(f"{where}.{key} must be {'an object' if kind is dict else f'a {kind.__name__}'}")
+
+
 def chat_tools(tools: list[dict] | None) -> list[dict]:
     out = []
     for i, tool in enumerate(tools or []):
@@ -42,6 +50,8 @@ def chat_tools(tools: list[dict] | None) -> list[dict]:
         name = function.get("name")
         if not isinstance(name, str) or not 1 <= len(name) <= 256:
             raise ChatInputError(f"tools[{i}].name must be a string of 1 to 256 characters")
+        for key, key_kind in (("description", str), ("parameters", dict), ("strict", bool)):
+            _optional(function, key, key_kind, f"tools[{i}]")
         definition = {"name": name}
         for key in ("description", "parameters", "strict"):
             if function.get(key) is not None:
@@ -50,22 +60,41 @@ def chat_tools(tools: list[dict] | None) -> list[dict]:
     return out
 
 
+def _choice_name(choice: dict, where: str) -> str:
+    """A function's name in the Responses shape ({"name"}) or the chat one ({"function": {"name"}})."""
+    function = choice.get("function")
+    name = choice.get("name")
+    if name is None and isinstance(function, dict):
+        name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise ChatInputError(f"{where} needs a function 'name' string")
+    return name
+
+
 def chat_tool_choice(tool_choice: Any, tools: list[dict]) -> tuple[Any, list[dict]]:
     """(the chat tool_choice, the tools it leaves rendered)."""
-    if tool_choice is None or isinstance(tool_choice, str):
+    if tool_choice is None:
+        return None, tools
+    if isinstance(tool_choice, str):
+        if tool_choice not in TOOL_CHOICE_MODES:
+            raise ChatInputError("tool_choice must be 'none', 'auto', 'required' or an object")
         return tool_choice, tools
     if not isinstance(tool_choice, dict):
         raise ChatInputError("tool_choice must be 'none', 'auto', 'required' or an object")
     kind = tool_choice.get("type")
     if kind == "function":
-        name = tool_choice.get("name") or (tool_choice.get("function") or {}).get("name")
-        return {"type": "function", "function": {"name": name}}, tools
+        return {"type": "function", "function": {"name": _choice_name(tool_choice, "tool_choice")}}, tools
     if kind == "allowed_tools":
-        allowed = {t.get("name") or (t.get("function") or {}).get("name") for t in tool_choice.get("tools") or []}
+        listed = tool_choice.get("tools")
+        if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
+            raise ChatInputError("tool_choice.tools must be an array of tool objects")
+        allowed = {_choice_name(t, f"tool_choice.tools[{n}]") for n, t in enumerate(listed)}
         mode = tool_choice.get("mode", "auto")
         if mode not in ("auto", "required"):
             raise ChatInputError("tool_choice.mode must be 'auto' or 'required'")
         return mode, [t for t in tools if t["function"]["name"] in allowed]
+    if not isinstance(kind, str):
+        raise ChatInputError("tool_choice.type must be a string")
     raise ChatInputError(f"tool_choice type {kind!r} is not supported: only function tools are",
                          code="unsupported_tool_type")
 

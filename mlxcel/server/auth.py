@@ -1,9 +1,13 @@
 """API-key check: `Authorization: Bearer KEY`, the raw key in the same header, or
 `x-api-key: KEY` as Anthropic clients send it. GET /health and GET / stay open; keys
-are compared in constant time. Anthropic routes get Anthropic's error shape."""
+are compared in constant time. Anthropic routes get Anthropic's error shape.
+
+The key a request was accepted with is recorded in its scope's state as `api_key_id`
+(a short SHA-256 digest, never the key), so that what a key stores stays its own."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 
@@ -12,6 +16,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mlxcel.server.errors import anthropic_error_body, is_anthropic_path
 
 OPEN_PATHS = frozenset({"/health", "/"})
+KEY_ID = "api_key_id"
+
+
+def key_id(key: bytes) -> str:
+    return hashlib.sha256(key).hexdigest()[:32]
+
+
+def request_key_id(scope: Scope) -> str | None:
+    """The digest of the key the request was accepted with; None on a server without keys."""
+    return (scope.get("state") or {}).get(KEY_ID)
 
 
 def _error(path: str, message: str, kind: str) -> bytes:
@@ -56,9 +70,11 @@ class APIKeyMiddleware:
             message = "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
             await self._reject(send, _error(path, message, "missing_api_key"))
             return
-        if not any([self._accepts(key) for key in presented]):  # a list: every presented key is compared
+        accepted = [key for key in presented if self._accepts(key)]  # every presented key is compared
+        if not accepted:
             await self._reject(send, _error(path, "Invalid API key", "invalid_api_key"))
             return
+        scope["state"] = {**(scope.get("state") or {}), KEY_ID: key_id(accepted[0])}
         await self.app(scope, receive, send)
 
     @staticmethod

@@ -1,6 +1,10 @@
 """The OpenAI Responses API: POST /v1/responses (whole, streamed or background),
 GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
-POST /v1/responses/compact and POST /v1/responses/input_tokens; each also without /v1."""
+POST /v1/responses/compact and POST /v1/responses/input_tokens; each also without /v1.
+
+Work that grows with the history (parsing, validation, translation, rendering,
+tokenizing, compaction planning) runs on worker threads; stored objects are looked up for the
+API key the request came with (`request_key_id`)."""
 
 from __future__ import annotations
 
@@ -23,15 +27,16 @@ from mlxcel.responses.background import run_job
 from mlxcel.responses.compaction import Compactor
 from mlxcel.responses.events import sse_event
 from mlxcel.responses.input_items import as_items
+from mlxcel.responses.json_safe import is_json_safe
 from mlxcel.responses.records import not_found
 from mlxcel.responses.response_run import ResponseRun
 from mlxcel.responses.state import ResponsesState
-from mlxcel.responses.store import json_size
 from mlxcel.responses.translate import check_request, turn_spec
+from mlxcel.server.auth import request_key_id
 from mlxcel.server.chat_turn import ChatTurn
-from mlxcel.server.errors import invalid_request, server_busy, server_error
+from mlxcel.server.errors import invalid_request, server_busy
 from mlxcel.server.ignored_fields import warn_ignored_fields
-from mlxcel.server.json_body import read_json_object, validate
+from mlxcel.server.json_body import read_model
 from mlxcel.server.sse import EventStreamResponse
 from mlxcel.server.structured_output import compile_response_format
 
@@ -43,10 +48,15 @@ def _state(request: Request) -> ResponsesState:
     return request.app.state.responses
 
 
+def _owner(request: Request) -> str | None:
+    return request_key_id(request.scope)
+
+
 async def _read(request: Request, model):
+    """The body, checked at the edge (Unicode, numbers, nesting, and the --max-messages
+    cap on `input`) and validated, on a worker thread when large."""
     host = request.app.state.host
-    data = await read_json_object(request, host.config.max_body_bytes)
-    body = validate(model, data)
+    data, body = await read_model(request, model)
     host.require_ready()
     return host, data, body
 
@@ -56,11 +66,11 @@ async def _read(request: Request, model):
 async def create_response(request: Request):
     host, data, body = await _read(request, ResponsesRequest)
     state = _state(request)
-    run = ResponseRun(state, host, data, body, request)
+    run = ResponseRun(state, host, data, body, request, _owner(request))
     warn_ignored_fields(data, HONORED_FIELDS, run.id)
     if body.background:
         return await _create_background(run)
-    run.translate()
+    await run.translate()
     await run.ready()
     run.turn.submit()
     if body.stream:
@@ -74,7 +84,7 @@ async def create_response(request: Request):
         watcher.cancel()
         state.running.pop(run.id, None)
     if run.final["status"] == "failed":
-        raise server_error(run.final["error"]["message"])
+        raise run.failure_error()
     return JSONResponse(run.final)
 
 
@@ -102,14 +112,14 @@ async def _create_background(run: ResponseRun):
     if not state.background_enabled:
         raise invalid_request("background mode is disabled (a response store, its byte budget and "
                               "--responses-background-max-jobs must all be above 0)", code="background_disabled")
-    run.translate()
+    await run.translate()
     if run.policy is None:
         await run.ready()
     else:  # compaction happens in the job; the schema is checked now
         await compile_response_format(host.tokenizer, run.spec.response_format)
     if not host.engine.has_room:
         raise server_busy()
-    job = state.jobs.admit(run.id, json_size(run.data, run.history), run.snapshot("queued"))
+    job = state.jobs.admit(run.id, run.size, run.snapshot("queued"), run.owner)
     state.running[run.id] = run
     job.on_final.append(lambda _job: state.running.pop(run.id, None))
     state.jobs.start(job, run_job(run, job))
@@ -119,12 +129,12 @@ async def _create_background(run: ResponseRun):
 @router.get("/v1/responses/{response_id}")
 @router.get("/responses/{response_id}")
 async def get_response(response_id: str, request: Request):
-    state = _state(request)
+    state, owner = _state(request), _owner(request)
     state.records.require_storing()
-    job = state.jobs.get(response_id)
+    job = state.job(response_id, owner)
     if job is not None:
         return JSONResponse(job.body)
-    record = state.records.find(response_id)
+    record = state.records.find(response_id, owner)
     if record is None:
         raise not_found(response_id)
     return JSONResponse(record.body)
@@ -133,13 +143,13 @@ async def get_response(response_id: str, request: Request):
 @router.delete("/v1/responses/{response_id}")
 @router.delete("/responses/{response_id}")
 async def delete_response(response_id: str, request: Request):
-    state = _state(request)
+    state, owner = _state(request), _owner(request)
     state.records.require_storing()
-    job = state.jobs.get(response_id)
+    job = state.job(response_id, owner)
     if job is not None:
         raise invalid_request(f"response '{response_id}' has not finished (status: {job.status.value}): "
                               "cancel it before deleting it")
-    if not state.records.drop(response_id):
+    if not state.records.drop(response_id, owner):
         raise not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
 
@@ -147,18 +157,18 @@ async def delete_response(response_id: str, request: Request):
 @router.post("/v1/responses/{response_id}/cancel")
 @router.post("/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, request: Request):
-    state = _state(request)
+    state, owner = _state(request), _owner(request)
     state.records.require_storing()
-    run = state.running.get(response_id)
-    job = state.jobs.get(response_id)
+    run = state.run(response_id, owner)
+    job = state.job(response_id, owner)
     if run is not None and job is not None:
         body = run.cancelled()
         state.jobs.cancel(job, body)
-        return JSONResponse(body)
+        return JSONResponse(job.body)
     if run is not None and run.turn is not None:
         run.turn.cancel()  # its request then ends as cancelled, and is recorded so
         return JSONResponse(run.snapshot("cancelled"))
-    record = state.records.find(response_id)
+    record = state.records.find(response_id, owner)
     if record is None:
         raise not_found(response_id)
     status = record.body["status"]
@@ -171,9 +181,10 @@ async def cancel_response(response_id: str, request: Request):
 @router.post("/responses/input_tokens")
 async def count_input_tokens(request: Request):
     host, data, body = await _read(request, ResponsesRequest)
-    run = ResponseRun(_state(request), host, data, body, request)
-    run.translate()
-    return JSONResponse({"object": "response.input_tokens", "input_tokens": run.count(run.history)})
+    run = ResponseRun(_state(request), host, data, body, request, _owner(request))
+    await run.translate()
+    tokens = await asyncio.to_thread(run.count, run.history)
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": tokens})
 
 
 @router.post("/v1/responses/compact")
@@ -189,18 +200,24 @@ async def compact(request: Request):
         raise invalid_request("keep_tokens must be above 0")
     if body.max_output_tokens is not None and not 1 <= body.max_output_tokens <= COMPACT_MAX_OUTPUT_TOKENS:
         raise invalid_request(f"max_output_tokens must be between 1 and {COMPACT_MAX_OUTPUT_TOKENS}")
-    check_request(body)
-    items = as_items(body.input)
-    if not items:
-        raise ChatInputError("input is empty: compact takes the history to compact")
     response_id = new_id("resp")
-    kwargs_spec = turn_spec(data, body, items, host.config.chat_template_kwargs)
 
-    def count(history: list[dict]) -> int:
+    def prepare() -> tuple[list[dict], dict]:
+        check_request(body)
+        items = as_items(body.input)
+        if not items:
+            raise ChatInputError("input is empty: compact takes the history to compact")
+        if not is_json_safe(items):  # the output echoes the kept items
+            raise ChatInputError("input holds text that is not valid Unicode (a lone surrogate?) or a non-finite "
+                                 "number")
+        return items, turn_spec(data, body, items, host.config.chat_template_kwargs).template_kwargs
+
+    def count(history: list[dict]) -> int:  # runs on a worker thread
         return ChatTurn.render(host, turn_spec(data, body, history, host.config.chat_template_kwargs),
                                response_id).prompt_tokens
 
-    compactor = Compactor(host, body, kwargs_spec.template_kwargs, count, request, response_id)
+    items, template_kwargs = await asyncio.to_thread(prepare)
+    compactor = Compactor(host, body, template_kwargs, count, request, response_id)
     result = await compactor.compact(items, body.keep_tokens, body.max_output_tokens)
     return JSONResponse({
         "id": response_id,
