@@ -76,6 +76,10 @@ class ChatOutputParser:
                 self._streamed[call.index].arguments += call.arguments
         return delta
 
+    def add_text(self, text: str) -> None:
+        """Take a whole generation without the streaming parse (only `final` follows)."""
+        self._text.append(text)
+
     def final(self) -> tuple[FinalChat, list[ToolCallDelta]]:
         """The authoritative parse of everything generated, and the tool-call deltas
         still owed to a stream so its calls end up equal to that parse."""

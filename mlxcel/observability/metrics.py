@@ -7,7 +7,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
-from mlxcel.server.model_host import ModelHost
+from mlxcel.turn.model_host import ModelHost
 
 router = APIRouter()
 

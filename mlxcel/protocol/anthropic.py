@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mlxcel.protocol.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import SamplingFields
 
 ContentBlock = dict[str, Any]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlxcel.protocol.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import SamplingFields
 
 NativePrompt = str | list[int] | list[str | int | list[int]]
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlxcel.protocol.openai_completions import StreamOptions
-from mlxcel.protocol.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import SamplingFields
 
 
 class ContentPart(BaseModel):

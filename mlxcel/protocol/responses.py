@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlxcel.protocol.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import SamplingFields
 
 COMPACT_THRESHOLD_MAX = 100_000_000
 COMPACT_MAX_OUTPUT_TOKENS = 16_384

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mlxcel.responses.json_safe import json_safe
-from mlxcel.server.errors import APIError
+from mlxcel.turn.errors import RateLimited, TurnError
 
 if TYPE_CHECKING:
     from mlxcel.responses.response_run import ResponseRun
@@ -73,8 +73,8 @@ class Job:
         return self.status in FINAL
 
 
-def rate_limited(message: str) -> APIError:
-    return APIError(429, message, "rate_limit_error", "rate_limit_exceeded")
+def rate_limited(message: str) -> RateLimited:
+    return RateLimited(message, "rate_limit_exceeded")
 
 
 class BackgroundJobs:
@@ -150,13 +150,13 @@ async def _run(run: ResponseRun, job: Job) -> None:
     if run.turn is None:  # compaction runs in the job
         try:
             await run.ready()
-        except (APIError, ChatInputError, TemplateError, StructuredOutputError) as exc:
-            message = exc.message if isinstance(exc, (APIError, ChatInputError)) else str(exc)
+        except (TurnError, ChatInputError, TemplateError, StructuredOutputError) as exc:
+            message = exc.message if isinstance(exc, (TurnError, ChatInputError)) else str(exc)
             fail_job(run, job, "invalid_prompt", message)
             return
     try:
         run.turn.submit()
-    except APIError as exc:
+    except TurnError as exc:
         fail_job(run, job, "server_overloaded", exc.message)
         return
     async for event in run.events():

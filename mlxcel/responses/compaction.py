@@ -16,15 +16,14 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastapi import Request
-
 from mlxcel.engine.request import FinishReason
 from mlxcel.protocol.responses import compaction_item, new_id
-from mlxcel.protocol.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import SamplingFields
 from mlxcel.responses.capsule import Capsule, encode_capsule
 from mlxcel.responses.input_items import SUMMARY_MARK, content_string, is_system, is_user, item_kind, replay
-from mlxcel.server.chat_turn import ChatTurn, ChatTurnSpec
-from mlxcel.server.errors import APIError, invalid_request
+from mlxcel.turn.chat_turn import ChatTurn, ChatTurnSpec, RenderedTurn
+from mlxcel.turn.context import RequestContext
+from mlxcel.turn.errors import InvalidRequest
 
 DEFAULT_SUMMARY_TOKENS = 1024
 KEEP_TOKENS_CAP = 8192
@@ -40,16 +39,16 @@ def default_keep_tokens(n_ctx_slot: int) -> int:
     return max(1, min(n_ctx_slot // 16, KEEP_TOKENS_CAP))
 
 
-def too_long(message: str) -> APIError:
-    return invalid_request(message, code="context_length_exceeded")
+def too_long(message: str) -> InvalidRequest:
+    return InvalidRequest(message, code="context_length_exceeded")
 
 
-class NothingToCompact(APIError):
+class NothingToCompact(InvalidRequest):
     """No turn is old enough to summarize (the latest user message is always kept)."""
 
     def __init__(self) -> None:
-        super().__init__(400, "compaction would not shorten the input: there are no earlier turns to summarize",
-                         "invalid_request_error", "context_length_exceeded")
+        super().__init__("compaction would not shorten the input: there are no earlier turns to summarize",
+                         code="context_length_exceeded")
 
 
 @dataclass
@@ -155,14 +154,17 @@ class Compactor:
     the request would (instructions, tools) and counts its tokens."""
 
     def __init__(self, host, sampling: SamplingFields, template_kwargs: dict, count: Callable[[list[dict]], int],
-                 http_request: Request, request_id: str, watch_disconnect: bool = True) -> None:
+                 context: RequestContext) -> None:
         self.host = host
         self.sampling = sampling
         self.template_kwargs = template_kwargs
         self.count = count
-        self.http_request = http_request
-        self.request_id = request_id
-        self.watch_disconnect = watch_disconnect  # a background job's summary outlives its HTTP request
+        self.context = context
+        self.turn: ChatTurn | None = None  # the summary being generated
+
+    def cancel(self) -> None:
+        if self.turn is not None:
+            self.turn.cancel()
 
     def _item_tokens(self, item: dict) -> int:
         return len(self.host.tokenizer.encode(item_text(item), add_special=False, parse_special=False)) + \
@@ -187,11 +189,11 @@ class Compactor:
     def _split(self, items: list[dict], keep_tokens: int) -> HistorySplit:
         return split_history(replay(items), keep_tokens, self._item_tokens)
 
-    def _render_summary(self, older: list[dict]) -> tuple[ChatTurnSpec, ChatTurn]:
+    def _render_summary(self, older: list[dict]) -> tuple[ChatTurnSpec, RenderedTurn]:
         transcript = "\n\n".join(t for t in (item_text(i) for i in older) if t)
         messages = [{"role": "system", "content": SUMMARIZER}, {"role": "user", "content": transcript}]
         spec = ChatTurnSpec(messages=messages, sampling=self.sampling, template_kwargs=self.template_kwargs)
-        return spec, ChatTurn.render(self.host, spec, f"{self.request_id}-compaction")
+        return spec, RenderedTurn.render(self.host, spec)
 
     async def _summarize(self, older: list[dict], max_tokens: int) -> tuple[str, int, int]:
         spec, turn = await asyncio.to_thread(self._render_summary, older)
@@ -203,9 +205,9 @@ class Compactor:
         if room < 1:
             raise too_long("the summary does not fit the context window after the history")
         spec.max_tokens = min(max_tokens, room)
-        await turn.build(self.http_request)
-        turn.submit()
-        outcome = await turn.run(self.http_request if self.watch_disconnect else None)
+        self.turn = await turn.build(self.context)
+        self.turn.submit()
+        outcome = await self.turn.run()
         if outcome.finish.reason is FinishReason.LENGTH and spec.max_tokens < max_tokens:
             raise too_long("the summary does not fit the context window after the history")
         summary = outcome.final.content.strip() or outcome.final.reasoning.strip()

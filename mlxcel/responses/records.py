@@ -17,7 +17,7 @@ from mlxcel.responses.input_items import collapse
 from mlxcel.responses.json_safe import json_safe
 from mlxcel.responses.reasoning_echo import ReasoningEcho
 from mlxcel.responses.store import BoundedStore, json_size
-from mlxcel.server.errors import APIError, invalid_request
+from mlxcel.turn.errors import InvalidRequest, NotFound
 
 STORE_OFF = "response storage is disabled (--responses-store-max-entries 0)"
 CONVERSATIONS_OFF = "conversations are disabled (--conversation-store-max-entries 0)"
@@ -40,17 +40,16 @@ class Conversation:
     history: list[dict]
 
 
-def not_found(response_id: str) -> APIError:
-    return APIError(404, f"no response with id '{response_id}' is stored", "invalid_request_error", "not_found")
+def not_found(response_id: str) -> NotFound:
+    return NotFound(f"no response with id '{response_id}' is stored", "not_found")
 
 
-def conversation_not_found(conversation_id: str) -> APIError:
-    return APIError(404, f"no conversation with id '{conversation_id}' is stored", "invalid_request_error",
-                    "conversation_not_found")
+def conversation_not_found(conversation_id: str) -> NotFound:
+    return NotFound(f"no conversation with id '{conversation_id}' is stored", "conversation_not_found")
 
 
-def conversation_too_large(conversation_id: str, size: int, budget: int) -> APIError:
-    return invalid_request(f"conversation '{conversation_id}' would hold about {size} bytes, more than the "
+def conversation_too_large(conversation_id: str, size: int, budget: int) -> InvalidRequest:
+    return InvalidRequest(f"conversation '{conversation_id}' would hold about {size} bytes, more than the "
                            f"conversation store's budget of {budget} bytes (--conversation-store-max-bytes): "
                            "compact it or start a new conversation", code="conversation_too_large")
 
@@ -73,7 +72,7 @@ class ResponseRecords:
 
     def require_storing(self) -> None:
         if not self.storing:
-            raise invalid_request(STORE_OFF, code="store_disabled")
+            raise InvalidRequest(STORE_OFF, code="store_disabled")
 
     def save(self, record: ResponseRecord, ephemeral: bool = False) -> bool:
         record.history = collapse(record.history)
@@ -97,9 +96,9 @@ class ResponseRecords:
         if record is None or record.owner != owner:
             ephemeral = self.ephemeral.peek(response_id)
             if ephemeral is not None and ephemeral.owner == owner:
-                raise invalid_request(f"previous response '{response_id}' was not stored (store: false)",
+                raise InvalidRequest(f"previous response '{response_id}' was not stored (store: false)",
                                       code="previous_response_not_found")
-            raise invalid_request(f"previous response '{response_id}' not found", code="previous_response_not_found")
+            raise InvalidRequest(f"previous response '{response_id}' not found", code="previous_response_not_found")
         return list(record.history)
 
     # -- conversations ------------------------------------------------------------
@@ -107,7 +106,7 @@ class ResponseRecords:
     def conversation_history(self, conversation_id: str, owner: str | None = None) -> list[dict]:
         """The transcript so far ([] for a new conversation); another key's is a 404."""
         if not self.conversations.enabled:
-            raise invalid_request(CONVERSATIONS_OFF, code="conversation_store_disabled")
+            raise InvalidRequest(CONVERSATIONS_OFF, code="conversation_store_disabled")
         conversation = self.conversations.get(conversation_id)
         if conversation is None:
             return []

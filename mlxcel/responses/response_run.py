@@ -13,15 +13,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-
-from fastapi import Request
 
 from mlxcel.chat.deltas import ParsedDelta
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.engine.request import FinishEvent, FinishReason
-from mlxcel.protocol.responses import ContextManagement, ResponsesRequest, new_id, response_object, usage_body
+from mlxcel.protocol.responses import ContextManagement, ResponsesRequest, response_object, usage_body
 from mlxcel.responses.compaction import Compaction, Compactor, NothingToCompact
 from mlxcel.responses.events import EventSequence, OutputBuilder
 from mlxcel.responses.input_items import as_items
@@ -29,13 +27,14 @@ from mlxcel.responses.json_safe import is_json_safe, json_safe
 from mlxcel.responses.records import ResponseRecord
 from mlxcel.responses.store import json_size
 from mlxcel.responses.translate import check_request, conversation_id, turn_spec
-from mlxcel.server.chat_logprobs import LogprobFormatter
-from mlxcel.server.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
-from mlxcel.server.errors import APIError, generation_error, server_error
+from mlxcel.turn.chat_logprobs import LogprobFormatter
+from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec, RenderedTurn, count_prompt_tokens
+from mlxcel.turn.context import RequestContext
+from mlxcel.turn.errors import GenerationFailed, InvalidRequest, NotFound, TurnError, generation_error
 
 if TYPE_CHECKING:
     from mlxcel.responses.state import ResponsesState
-    from mlxcel.server.model_host import ModelHost
+    from mlxcel.turn.model_host import ModelHost
 
 log = logging.getLogger("mlxcel.responses")
 TERMINAL_EVENTS = {
@@ -44,8 +43,8 @@ TERMINAL_EVENTS = {
     "cancelled": "response.incomplete",
     "failed": "response.failed",
 }
-# failures of a finished generation that are the request's doing: their HTTP status
-CLIENT_FAILURES = {"conversation_too_large": 400, "conversation_not_found": 404}
+# failures of a finished generation that are the request's doing: the error they are
+CLIENT_FAILURES = {"conversation_too_large": InvalidRequest, "conversation_not_found": NotFound}
 UNENCODABLE = "the response cannot be encoded as JSON (a lone surrogate or a non-finite number)"
 
 
@@ -67,14 +66,14 @@ def compaction_policy(entries: list[ContextManagement] | None) -> CompactionPoli
 
 class ResponseRun:
     def __init__(self, state: ResponsesState, host: ModelHost, data: dict, body: ResponsesRequest,
-                 http_request: Request, owner: str | None = None) -> None:
+                 context: RequestContext) -> None:
         self.state = state
         self.host = host
         self.data = data
         self.body = body
-        self.http_request = http_request
-        self.owner = owner
-        self.id = new_id("resp")
+        self.id = context.request_id
+        self.context = context
+        self.owner = context.owner
         self.created_at = int(time.time())
         self.background = body.background
         self.policy = compaction_policy(body.context_management)
@@ -83,7 +82,8 @@ class ResponseRun:
         self.history: list[dict] = []  # what the output continues: prior history, then the input
         self.size = 0  # rough bytes of the request and its history (a background job's admission)
         self.spec: ChatTurnSpec | None = None
-        self.turn: ChatTurn | None = None
+        self.turn: ChatTurn | None = None  # built by ready(); submitted by whoever runs it
+        self._compactor: Compactor | None = None
         self.compaction: Compaction | None = None
         self.final: dict | None = None
         self.failed_generation: FinishEvent | None = None  # the engine's error, when generation failed
@@ -116,12 +116,12 @@ class ResponseRun:
     def count(self, history: list[dict]) -> int:
         """Rendered input tokens of a history, as /v1/responses/input_tokens counts them
         (a blocking call: run it on a worker thread)."""
-        return ChatTurn.render(self.host, self._spec(history), self.id).prompt_tokens
+        return count_prompt_tokens(self.host, self._spec(history))
 
     async def ready(self) -> None:
         """Compaction when due, the conversation's byte budget (400 when the history
         alone is over it), then the engine request (limits, constraint)."""
-        turn = await asyncio.to_thread(ChatTurn.render, self.host, self.spec, self.id)
+        turn = await asyncio.to_thread(RenderedTurn.render, self.host, self.spec)
         if self.policy is not None:
             turn = await self._compact_if_due(turn)
             room = self.host.slot_context - turn.prompt_tokens - 1
@@ -129,18 +129,24 @@ class ResponseRun:
                 self.spec.max_tokens = min(self.spec.max_tokens or room, room)
         if self.conversation is not None:
             await asyncio.to_thread(self.state.records.check_conversation_size, self.conversation, self.history)
-        await turn.build(self.http_request)
-        self.turn = turn
+        self.turn = await turn.build(self.context)
 
-    async def _compact_if_due(self, turn: ChatTurn) -> ChatTurn:
+    def cancel(self) -> None:
+        """Stop whatever runs for this response now: its summary, or its generation."""
+        if self._compactor is not None:
+            self._compactor.cancel()
+        if self.turn is not None:
+            self.turn.cancel()
+
+    async def _compact_if_due(self, turn: RenderedTurn) -> RenderedTurn:
         n = turn.prompt_tokens
         full = n + 1 >= self.host.slot_context
         if not full and (self.policy.threshold is None or n < self.policy.threshold):
             return turn
-        compactor = Compactor(self.host, self.body, self.spec.template_kwargs, self.count, self.http_request, self.id,
-                              watch_disconnect=not self.background)
+        self._compactor = Compactor(self.host, self.body, self.spec.template_kwargs, self.count,
+                                    replace(self.context, request_id=f"{self.id}-compaction"))
         try:
-            self.compaction = await compactor.compact(self.history, self.policy.keep_tokens, self.policy.summary_tokens,
+            self.compaction = await self._compactor.compact(self.history, self.policy.keep_tokens, self.policy.summary_tokens,
                                                       tokens_before=n)
         except NothingToCompact:
             if full:
@@ -148,7 +154,7 @@ class ResponseRun:
             return turn  # the threshold is reached, but there is nothing older to summarize
         self.history = self.compaction.items
         self.spec = await asyncio.to_thread(self._spec, self.history)
-        return await asyncio.to_thread(ChatTurn.render, self.host, self.spec, self.id)
+        return await asyncio.to_thread(RenderedTurn.render, self.host, self.spec)
 
     # -- generation ---------------------------------------------------------------
 
@@ -217,16 +223,16 @@ class ResponseRun:
                                completed_at=int(time.time()), conversation_id=self.conversation)
         return self.record(body)
 
-    def failure_error(self) -> APIError:
+    def failure_error(self) -> TurnError:
         """A failed final object as the HTTP error a whole (not streamed) request answers:
         a failed generation as the other APIs answer it (503 when the engine failed)."""
         if self.failed_generation is not None:
             return generation_error(self.failed_generation)
         error = self.final["error"]
-        status = CLIENT_FAILURES.get(error["code"])
-        if status is None:
-            return server_error(error["message"])
-        return APIError(status, error["message"], "invalid_request_error", error["code"])
+        kind = CLIENT_FAILURES.get(error["code"])
+        if kind is None:
+            return GenerationFailed(error["message"])
+        return kind(error["message"], error["code"])
 
     def record(self, body: dict) -> dict:
         """Store the finished object (the store, or for a background store: false
@@ -241,7 +247,7 @@ class ResponseRun:
             if self.conversation is not None:
                 try:
                     self.state.records.save_conversation(self.conversation, self.history + output, self.owner)
-                except APIError as exc:  # the transcript stays as it was
+                except TurnError as exc:  # the transcript stays as it was
                     message = f"the output was generated but is not kept: {exc.message}"
                     body, output = json_safe(self._failure(str(exc.code), message)), []
         records = self.state.records

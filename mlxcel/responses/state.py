@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from mlxcel.config import ResponsesLimits
 from mlxcel.responses.background import BackgroundJobs, Job
 from mlxcel.responses.records import ResponseRecords
-from mlxcel.server.errors import invalid_request
+from mlxcel.turn.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from mlxcel.responses.response_run import ResponseRun
@@ -39,6 +39,6 @@ class ResponsesState:
         self.records.require_storing()
         job = self.job(response_id, owner)
         if job is not None:
-            raise invalid_request(f"previous response '{response_id}' has not finished (status: {job.status.value})",
+            raise InvalidRequest(f"previous response '{response_id}' has not finished (status: {job.status.value})",
                                   code="previous_response_not_finished")
         return self.records.previous_history(response_id, owner)

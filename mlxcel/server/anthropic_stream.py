@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from mlxcel.chat.deltas import ParsedDelta, ToolCallDelta
 from mlxcel.protocol.anthropic import message_body, usage_body
 from mlxcel.server.anthropic_translation import stop_reason, thinking_signature, tool_use_id
-from mlxcel.server.chat_turn import ChatOutcome
+from mlxcel.turn.chat_turn import ChatOutcome
 from mlxcel.server.errors import APIError
 from mlxcel.server.sse import sse_event
 

@@ -15,7 +15,7 @@ from mlxcel.chat.output import FinalChat
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.engine.request import FinishReason
 from mlxcel.protocol.anthropic import AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest
-from mlxcel.server.chat_turn import ChatOutcome, ChatTurnSpec
+from mlxcel.turn.chat_turn import ChatOutcome, ChatTurnSpec
 from mlxcel.server.errors import invalid_request
 
 log = logging.getLogger("mlxcel.anthropic")

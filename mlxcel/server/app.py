@@ -13,7 +13,7 @@ from mlxcel import __version__
 from mlxcel.config import ServerConfig
 from mlxcel.server.auth import APIKeyMiddleware
 from mlxcel.server.errors import install_error_handlers
-from mlxcel.server.model_host import ModelHost
+from mlxcel.turn.model_host import ModelHost
 from mlxcel.responses.state import ResponsesState
 from mlxcel.server.routes import anthropic, cache, chat, completions, info, native, responses
 

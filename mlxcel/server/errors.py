@@ -14,6 +14,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template import TemplateError
 from mlxcel.structured.errors import StructuredOutputError
+from mlxcel.turn.errors import (
+    EngineUnavailable,
+    GenerationFailed,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    ServerBusy,
+    TurnError,
+)
 
 log = logging.getLogger("mlxcel.server")
 
@@ -76,20 +85,6 @@ def server_error(message: str) -> APIError:
     return APIError(500, message, "server_error")
 
 
-def engine_unavailable(reason: str) -> APIError:
-    """The engine failed: nothing is served until the server restarts."""
-    return APIError(503, f"the server cannot generate: {reason}", "unavailable_error", "engine_failed")
-
-
-def generation_error(finish) -> APIError:
-    """The error a failed generation (an engine FinishEvent with reason ERROR) is
-    answered with: 503 when the engine itself failed, else 500 (a bug of ours; the
-    message names the engine request the log describes)."""
-    if finish.engine_failed:
-        return engine_unavailable(finish.error or "the engine failed")
-    return server_error(f"generation failed: {finish.error}")
-
-
 def describe_validation_errors(errors: list[dict]) -> str:
     """'invalid request: field.path: what is wrong; ...' for pydantic's error list."""
     parts = []
@@ -99,10 +94,25 @@ def describe_validation_errors(errors: list[dict]) -> str:
     return "invalid request: " + ("; ".join(parts) or "malformed body")
 
 
+# each typed error of the layers below, as (status, OpenAI error type)
+TURN_ERRORS: dict[type[TurnError], tuple[int, str]] = {
+    InvalidRequest: (400, "invalid_request_error"),
+    NotFound: (404, "invalid_request_error"),
+    RateLimited: (429, "rate_limit_error"),
+    ServerBusy: (503, "server_busy"),
+    EngineUnavailable: (503, "unavailable_error"),
+    GenerationFailed: (500, "server_error"),
+}
+
+
 def as_api_error(exc: Exception) -> APIError:
-    """Every failure a route can raise, as the APIError it is shown as."""
+    """Every failure a route can raise, as the APIError it is shown as: the one place
+    where typed errors become HTTP statuses."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, TurnError):
+        status, kind = next((v for k, v in TURN_ERRORS.items() if isinstance(exc, k)), (500, "server_error"))
+        return APIError(status, exc.message, kind, exc.code, **exc.extra)
     if isinstance(exc, StructuredOutputError):
         return invalid_request(str(exc), code="invalid_response_format")
     if isinstance(exc, TemplateError):
@@ -127,7 +137,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _known(request: Request, exc: Exception) -> JSONResponse:
         return render_error(request, exc)
 
-    for kind in (APIError, StructuredOutputError, TemplateError, ChatInputError, RequestValidationError,
+    for kind in (APIError, TurnError, StructuredOutputError, TemplateError, ChatInputError, RequestValidationError,
                  StarletteHTTPException):
         app.add_exception_handler(kind, _known)
 

@@ -22,7 +22,7 @@ from mlxcel.server.anthropic_translation import (
     tool_input,
     turn_spec,
 )
-from mlxcel.server.chat_turn import ChatOutcome
+from mlxcel.turn.chat_turn import ChatOutcome
 from mlxcel.server.errors import APIError, as_api_error, server_busy
 from mlxcel.server.sse import with_heartbeat
 

@@ -8,12 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from mlxcel.turn.context import RequestContext
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.config import ResponsesLimits
 from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.responses.response_run import ResponseRun
 from mlxcel.responses.state import ResponsesState
 from mlxcel.server.errors import APIError, as_api_error
+from mlxcel.turn.errors import TurnError
 from mlxcel.server.json_body import validate
 from tests.fixtures.hostile_responses import HOSTILE_BODIES
 
@@ -23,13 +25,13 @@ def translate(data: dict) -> None:
     body = validate(ResponsesRequest, data)
     state = ResponsesState(ResponsesLimits(), prompt_cache=True)
     host = SimpleNamespace(model_id="m", config=SimpleNamespace(chat_template_kwargs={}))
-    run = ResponseRun(state, host, data, body, None)
+    run = ResponseRun(state, host, data, body, RequestContext("resp_test"))
     asyncio.run(run.translate())
 
 
 @pytest.mark.parametrize("name", list(HOSTILE_BODIES))
 def test_hostile_bodies_are_400s(name):
-    with pytest.raises((ChatInputError, APIError)) as exc:
+    with pytest.raises((ChatInputError, APIError, TurnError)) as exc:
         translate(HOSTILE_BODIES[name])
     error = as_api_error(exc.value)
     assert error.status == 400 and error.type == "invalid_request_error" and error.message

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from mlxcel.server.errors import as_api_error
+from mlxcel.turn.context import RequestContext
 from mlxcel.config import ResponsesLimits
 from mlxcel.protocol.responses import ResponsesRequest, message_item, response_object
 from mlxcel.responses.background import Job, JobStatus, run_job
@@ -28,7 +30,7 @@ def background_run(**request) -> tuple[ResponsesState, ResponseRun, Job]:
     state = ResponsesState(ResponsesLimits(), prompt_cache=True)
     host = SimpleNamespace(model_id="m", config=SimpleNamespace(chat_template_kwargs={}))
     body = ResponsesRequest(input="hi", background=True, **request)
-    run = ResponseRun(state, host, {}, body, None, owner="key1")
+    run = ResponseRun(state, host, {}, body, RequestContext("resp_test", owner="key1"))
     run.history = [{"role": "user", "content": "hi"}]
     run.turn = SimpleNamespace(submit=lambda: None)
     job = state.jobs.admit(run.id, 10, run.snapshot("queued"), run.owner)
@@ -147,4 +149,4 @@ def test_a_failed_generation_answers_as_the_other_apis_do(engine_failed, status)
     run.failed_generation = FinishEvent(FinishReason.ERROR, 3, 0, 0, Timings(), error="decode failed",
                                         engine_failed=engine_failed)
     run.final = run.failed("server_error", "generation failed: decode failed")
-    assert run.failure_error().status == status
+    assert as_api_error(run.failure_error()).status == status

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from mlxcel.turn.context import RequestContext
 from mlxcel.config import ResponsesLimits
 from mlxcel.protocol.responses import ResponsesRequest, message_item
 from mlxcel.responses.records import ResponseRecord, ResponseRecords
@@ -16,7 +17,8 @@ from mlxcel.responses.response_run import ResponseRun
 from mlxcel.responses.state import ResponsesState
 from mlxcel.responses.store import json_size
 from mlxcel.server.auth import APIKeyMiddleware, request_key_id
-from mlxcel.server.errors import APIError
+from mlxcel.server.errors import as_api_error
+from mlxcel.turn.errors import TurnError
 
 HISTORY = [{"role": "user", "content": "hi"}]
 
@@ -33,11 +35,11 @@ def test_a_response_is_found_only_with_its_owners_key():
     assert records.find("r1") is None  # no key is a scope of its own
     assert not records.drop("r1", "b") and records.find("r1", "a") is not None
     assert records.previous_history("r1", "a") == HISTORY
-    with pytest.raises(APIError, match="previous response 'r1' not found"):
+    with pytest.raises(TurnError, match="previous response 'r1' not found"):
         records.previous_history("r1", "b")
-    with pytest.raises(APIError, match="not found"):  # not "store: false": another key learns nothing
+    with pytest.raises(TurnError, match="not found"):  # not "store: false": another key learns nothing
         records.previous_history("e1", "b")
-    with pytest.raises(APIError, match="store: false"):
+    with pytest.raises(TurnError, match="store: false"):
         records.previous_history("e1", "a")
     assert records.drop("r1", "a") and records.find("r1", "a") is None
 
@@ -49,9 +51,9 @@ def test_a_conversation_is_another_keys_404_and_is_not_taken_over():
     assert records.conversation_history("new", "b") == []
     for attempt in (lambda: records.conversation_history("c", "b"),
                     lambda: records.save_conversation("c", [{"role": "user", "content": "mine"}], owner="b")):
-        with pytest.raises(APIError) as exc:
+        with pytest.raises(TurnError) as exc:
             attempt()
-        assert exc.value.status == 404 and exc.value.code == "conversation_not_found"
+        assert as_api_error(exc.value).status == 404 and exc.value.code == "conversation_not_found"
     assert records.conversation_history("c", "a") == HISTORY
 
 
@@ -61,9 +63,9 @@ def test_jobs_and_running_responses_are_looked_up_by_owner():
     state.running["r"] = SimpleNamespace(owner="a")
     assert state.job("r", "a") is not None and state.job("r", "b") is None
     assert state.run("r", "a") is not None and state.run("r", "b") is None
-    with pytest.raises(APIError, match="has not finished"):
+    with pytest.raises(TurnError, match="has not finished"):
         state.previous_history("r", "a")
-    with pytest.raises(APIError, match="not found"):
+    with pytest.raises(TurnError, match="not found"):
         state.previous_history("r", "b")
 
 
@@ -71,12 +73,12 @@ def test_a_conversation_over_its_budget_is_refused_and_keeps_its_transcript():
     small = [{"role": "user", "content": "x" * 50}]
     records = ResponseRecords(ResponsesLimits(conversation_max_bytes=json_size(small) + 10), prompt_cache=True)
     records.save_conversation("c", small)
-    with pytest.raises(APIError) as exc:
+    with pytest.raises(TurnError) as exc:
         records.save_conversation("c", small + [{"role": "assistant", "content": "y" * 50}])
-    assert exc.value.status == 400 and exc.value.code == "conversation_too_large"
+    assert as_api_error(exc.value).status == 400 and exc.value.code == "conversation_too_large"
     assert "--conversation-store-max-bytes" in exc.value.message
     assert records.conversation_history("c") == small
-    with pytest.raises(APIError, match="conversation_too_large|budget"):
+    with pytest.raises(TurnError, match="conversation_too_large|budget"):
         records.check_conversation_size("c", small * 2)
 
 
@@ -89,7 +91,7 @@ def test_a_zero_conversation_budget_keeps_nothing_and_refuses_nothing():
 def test_a_finished_turn_over_the_conversation_budget_fails_the_response():
     state = ResponsesState(ResponsesLimits(conversation_max_bytes=300), prompt_cache=True)
     host = SimpleNamespace(model_id="m", config=SimpleNamespace(chat_template_kwargs={}))
-    run = ResponseRun(state, host, {}, ResponsesRequest(input="hi", conversation="c"), None, owner="a")
+    run = ResponseRun(state, host, {}, ResponsesRequest(input="hi", conversation="c"), RequestContext("resp_test", owner="a"))
     run.history = list(HISTORY)
     state.records.save_conversation("c", [], owner="a")
     final = run.record({**run.snapshot("completed"), "output": [message_item("msg_1", "z" * 400)]})
@@ -98,7 +100,7 @@ def test_a_finished_turn_over_the_conversation_budget_fails_the_response():
     assert final["error"]["message"].startswith("the output was generated but is not kept")
     run.final = final
     error = run.failure_error()
-    assert error.status == 400 and error.code == "conversation_too_large"
+    assert as_api_error(error).status == 400 and error.code == "conversation_too_large"
     assert state.records.conversation_history("c", "a") == []  # unchanged, not dropped
     assert state.records.find(run.id, "a").body["status"] == "failed"
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from mlxcel.turn.context import RequestContext
 from mlxcel.config import ResponsesLimits
 from mlxcel.responses.background import BackgroundJobs, Job, JobStatus
 from mlxcel.responses.records import ResponseRecord, ResponseRecords
 from mlxcel.responses.store import BoundedStore, json_size
-from mlxcel.server.errors import APIError
+from mlxcel.server.errors import as_api_error
+from mlxcel.turn.errors import TurnError
 
 
 class Clock:
@@ -87,12 +89,12 @@ def test_records_collapse_history_at_the_last_compaction_item():
 def test_previous_history_errors():
     records = ResponseRecords(ResponsesLimits(), prompt_cache=True)
     records.save(ResponseRecord({"id": "eph", "status": "completed", "output": []}, []), ephemeral=True)
-    with pytest.raises(APIError, match="store: false"):
+    with pytest.raises(TurnError, match="store: false"):
         records.previous_history("eph")
-    with pytest.raises(APIError, match="not found"):
+    with pytest.raises(TurnError, match="not found"):
         records.previous_history("nope")
     off = ResponseRecords(ResponsesLimits(store_max_entries=0), prompt_cache=True)
-    with pytest.raises(APIError, match="disabled"):
+    with pytest.raises(TurnError, match="disabled"):
         off.previous_history("x")
 
 
@@ -112,11 +114,11 @@ def test_job_state_machine_moves_only_forward():
 def test_admission_caps_jobs_and_bytes_with_429():
     jobs = BackgroundJobs(max_jobs=2, max_bytes=100)
     first = jobs.admit("a", 60, {"status": "queued"})
-    with pytest.raises(APIError) as exc:
+    with pytest.raises(TurnError) as exc:
         jobs.admit("b", 50, {})
-    assert exc.value.status == 429 and exc.value.code == "rate_limit_exceeded"
+    assert as_api_error(exc.value).status == 429 and exc.value.code == "rate_limit_exceeded"
     jobs.admit("b", 40, {})
-    with pytest.raises(APIError, match="already active"):
+    with pytest.raises(TurnError, match="already active"):
         jobs.admit("c", 1, {})
     first.move(JobStatus.FAILED)
     assert jobs.get("a") is None and len(jobs) == 1
@@ -132,7 +134,8 @@ def _run(background: bool, store: bool = True, max_bytes: int = 3000):
 
     state = ResponsesState(ResponsesLimits(store_max_bytes=max_bytes), prompt_cache=True)
     host = SimpleNamespace(model_id="m", config=SimpleNamespace(chat_template_kwargs={}))
-    run = ResponseRun(state, host, {}, ResponsesRequest(input="hi", background=background, store=store), None)
+    run = ResponseRun(state, host, {}, ResponsesRequest(input="hi", background=background, store=store),
+                      RequestContext("resp_test"))
     run.history = [{"role": "user", "content": "hi"}]
     return state, run
 

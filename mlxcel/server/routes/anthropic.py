@@ -17,10 +17,12 @@ from mlxcel.engine.request import FinishReason
 from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest, message_body, usage_body
 from mlxcel.server.anthropic_stream import MessageStream
 from mlxcel.server.anthropic_translation import content_blocks, stop_reason, turn_spec
-from mlxcel.server.chat_turn import ChatOutcome, ChatTurn
-from mlxcel.server.errors import as_api_error, generation_error
+from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, count_prompt_tokens
+from mlxcel.server.errors import as_api_error
+from mlxcel.turn.errors import generation_error
 from mlxcel.server.ignored_fields import warn_ignored_fields
 from mlxcel.server.json_body import read_model
+from mlxcel.server.request_context import cancel_on_disconnect, request_context
 from mlxcel.server.sse import EventStreamResponse, with_heartbeat
 
 router = APIRouter()
@@ -42,12 +44,13 @@ async def create_message(request: Request):
     message_id = f"msg_{uuid.uuid4().hex}"
     warn_ignored_fields(data, HONORED_FIELDS, message_id, IGNORED_FIELDS)
     spec = await asyncio.to_thread(turn_spec, data, body, host.config.chat_template_kwargs)
-    turn = await ChatTurn.start(host, request, spec, message_id)
+    turn = await ChatTurn.start(host, spec, request_context(request, message_id))
     if body.stream:
         return EventStreamResponse(
             _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel
         )
-    outcome = await turn.run(request)
+    async with cancel_on_disconnect(request, turn.cancel):
+        outcome = await turn.run()
     reason, sequence = stop_reason(outcome)
     usage = usage_body(outcome.finish.prompt_tokens, outcome.finish.completion_tokens)
     return JSONResponse(message_body(message_id, host.model_id, content_blocks(outcome.final), reason, sequence,
@@ -61,11 +64,10 @@ async def count_tokens(request: Request):
     data, body = await read_model(request, CountTokensRequest)
     host.require_ready()
 
-    def render() -> ChatTurn:
-        return ChatTurn.render(host, turn_spec(data, body, host.config.chat_template_kwargs), "count_tokens")
+    def render() -> int:
+        return count_prompt_tokens(host, turn_spec(data, body, host.config.chat_template_kwargs))
 
-    turn = await asyncio.to_thread(render)
-    return JSONResponse({"input_tokens": turn.prompt_tokens})
+    return JSONResponse({"input_tokens": await asyncio.to_thread(render)})
 
 
 async def _stream(turn: ChatTurn, writer: MessageStream) -> AsyncIterator[str]:
@@ -80,7 +82,7 @@ async def _stream(turn: ChatTurn, writer: MessageStream) -> AsyncIterator[str]:
                 if not isinstance(step, ChatOutcome):
                     events = writer.feed(step.delta)
                 elif step.finish.reason is FinishReason.ERROR:
-                    events = [writer.error(generation_error(step.finish))]
+                    events = [writer.error(as_api_error(generation_error(step.finish)))]
                 else:
                     events = writer.finish(step)
                 for event in events:

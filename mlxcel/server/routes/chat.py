@@ -13,10 +13,11 @@ from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.protocol.openai_chat import ChatCompletionRequest, chat_body, chat_message, chunk_body
 from mlxcel.protocol.openai_completions import usage_body
-from mlxcel.server.chat_logprobs import LogprobFormatter
-from mlxcel.server.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
+from mlxcel.turn.chat_logprobs import LogprobFormatter
+from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
 from mlxcel.server.ignored_fields import warn_ignored_fields
 from mlxcel.server.json_body import read_model
+from mlxcel.server.request_context import cancel_on_disconnect, request_context
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -74,7 +75,8 @@ async def chat_completions(request: Request):
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     warn_ignored_fields(data, HONORED_FIELDS, completion_id, IGNORED_FIELDS,
                         ["n (one choice is returned)"] if body.n > 1 else [])
-    turn = await ChatTurn.start(host, request, turn_spec(data, body, host.config.chat_template_kwargs), completion_id)
+    spec = turn_spec(data, body, host.config.chat_template_kwargs)
+    turn = await ChatTurn.start(host, spec, request_context(request, completion_id))
     created = int(time.time())
     logprobs = LogprobFormatter(host.tokenizer) if body.logprobs else None
     if body.stream:
@@ -83,7 +85,8 @@ async def chat_completions(request: Request):
             _stream(turn, logprobs, completion_id, created, host.model_id, include_usage, body.timings_per_token),
             on_close=turn.cancel,
         )
-    outcome = await turn.run(request)
+    async with cancel_on_disconnect(request, turn.cancel):
+        outcome = await turn.run()
     final = outcome.final
     message = chat_message(final.content, final.reasoning or None, [_tool_call_json(c) for c in final.tool_calls])
     if outcome.reasoning_only:

@@ -12,11 +12,12 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason
 from mlxcel.protocol.openai_completions import CompletionRequest, completion_body, completion_choice, usage_body
-from mlxcel.server.errors import generation_error
-from mlxcel.server.generation import GenerationGroup
+from mlxcel.turn.errors import generation_error
+from mlxcel.turn.generation import GenerationGroup
 from mlxcel.server.json_body import read_model
-from mlxcel.server.request_builder import build_requests, tokenize_prompts
-from mlxcel.server.structured_output import compile_response_format
+from mlxcel.server.request_context import cancel_on_disconnect, request_context
+from mlxcel.turn.request_builder import TurnShaping, build_requests, tokenize_prompts
+from mlxcel.turn.structured_output import compile_response_format
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -34,12 +35,11 @@ async def create_completion(request: Request):
     engine, tokenizer = host.require_ready()
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
-    requests = build_requests(host, request, body, prompts, max_tokens)
-    for generation in requests:
-        generation.constraint = await compile_response_format(tokenizer, body.response_format)
-    group = GenerationGroup(engine, requests)
-    group.submit()
     completion_id = f"cmpl-{uuid.uuid4().hex}"
+    constraints = [await compile_response_format(tokenizer, body.response_format) for _ in prompts]
+    group = GenerationGroup(engine)
+    group.submit(build_requests(host, body, prompts, max_tokens, request_context(request, completion_id), group,
+                                TurnShaping(constraints=constraints)))
     created = int(time.time())
     echoes = [body.prompt if isinstance(body.prompt, str) else tokenizer.decode(p) for p in prompts] if body.echo else None
     if body.stream:
@@ -48,7 +48,8 @@ async def create_completion(request: Request):
             _stream(group, completion_id, created, host.model_id, include_usage, echoes), on_close=group.cancel
         )
 
-    results = await group.collect(request)
+    async with cancel_on_disconnect(request, group.cancel):
+        results = await group.collect()
     choices, prompt_tokens, completion_tokens, cached = [], 0, 0, 0
     for index, result in enumerate(results):
         finish = result.finish

@@ -7,8 +7,8 @@ from fastapi.responses import JSONResponse
 
 from mlxcel import __version__
 from mlxcel.server.errors import not_supported
-from mlxcel.server.generation_settings import generation_settings
-from mlxcel.server.model_host import ModelHost
+from mlxcel.turn.generation_settings import generation_settings
+from mlxcel.turn.model_host import ModelHost
 
 router = APIRouter()
 

@@ -10,11 +10,13 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
 from mlxcel.protocol.native import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
-from mlxcel.server.errors import generation_error, invalid_request, server_error
-from mlxcel.server.generation import Completion, GenerationGroup
-from mlxcel.server.generation_settings import generation_settings
+from mlxcel.server.errors import as_api_error, invalid_request, server_error
+from mlxcel.turn.errors import generation_error
+from mlxcel.turn.generation import Completion, GenerationGroup
+from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.server.json_body import read_model
-from mlxcel.server.request_builder import build_requests, tokenize_prompts
+from mlxcel.server.request_context import cancel_on_disconnect, request_context
+from mlxcel.turn.request_builder import build_requests, tokenize_prompts
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -64,12 +66,13 @@ async def native_completion(request: Request):
         raise invalid_request("response_format is not supported on /completion; use /v1/chat/completions")
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
-    requests = build_requests(host, request, body, prompts, max_tokens)
-    group = GenerationGroup(engine, requests)
-    group.submit()
+    group = GenerationGroup(engine)
+    requests = build_requests(host, body, prompts, max_tokens, request_context(request, "completion"), group)
+    group.submit(requests)
     if body.stream:
         return EventStreamResponse(_stream(group, host.model_id, body.return_tokens), on_close=group.cancel)
-    results = await group.collect(request)
+    async with cancel_on_disconnect(request, group.cancel):
+        results = await group.collect()
     bodies = []
     for index, (result, req) in enumerate(zip(results, requests)):
         if result.finish.reason is FinishReason.ERROR:
@@ -101,7 +104,7 @@ async def _stream(group: GenerationGroup, model: str, return_tokens: bool) -> As
         result.finish = event
         result.parts.append(event.text)
         if event.reason is FinishReason.ERROR:
-            yield sse_data(generation_error(event).body())
+            yield sse_data(as_api_error(generation_error(event)).body())
             continue
         yield sse_data(_final_body(index, event.text, result, group.requests[index], model, return_tokens))
 

@@ -33,12 +33,13 @@ from mlxcel.responses.response_run import ResponseRun
 from mlxcel.responses.state import ResponsesState
 from mlxcel.responses.translate import check_request, turn_spec
 from mlxcel.server.auth import request_key_id
-from mlxcel.server.chat_turn import ChatTurn
+from mlxcel.turn.chat_turn import count_prompt_tokens
 from mlxcel.server.errors import invalid_request, server_busy
 from mlxcel.server.ignored_fields import warn_ignored_fields
 from mlxcel.server.json_body import read_model
+from mlxcel.server.request_context import cancel_on_disconnect, request_context
 from mlxcel.server.sse import EventStreamResponse
-from mlxcel.server.structured_output import compile_response_format
+from mlxcel.turn.structured_output import compile_response_format
 
 router = APIRouter()
 HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body"}
@@ -66,22 +67,22 @@ async def _read(request: Request, model):
 async def create_response(request: Request):
     host, data, body = await _read(request, ResponsesRequest)
     state = _state(request)
-    run = ResponseRun(state, host, data, body, request, _owner(request))
+    run = ResponseRun(state, host, data, body, request_context(request, new_id("resp")))
     warn_ignored_fields(data, HONORED_FIELDS, run.id)
     if body.background:
         return await _create_background(run)
     await run.translate()
-    await run.ready()
+    async with cancel_on_disconnect(request, run.cancel):  # a compaction summary may run here
+        await run.ready()
     run.turn.submit()
     if body.stream:
         return EventStreamResponse(_stream(run), on_close=run.turn.cancel)
     state.running[run.id] = run
-    watcher = asyncio.create_task(_cancel_on_disconnect(request, run))
     try:
-        async for _ in run.events():
-            pass
+        async with cancel_on_disconnect(request, run.cancel):
+            async for _ in run.events():
+                pass
     finally:
-        watcher.cancel()
         state.running.pop(run.id, None)
     if run.final["status"] == "failed":
         raise run.failure_error()
@@ -95,14 +96,6 @@ async def _stream(run: ResponseRun) -> AsyncIterator[str]:
             yield sse_event(event)
     finally:
         run.state.running.pop(run.id, None)
-
-
-async def _cancel_on_disconnect(request: Request, run: ResponseRun) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            run.turn.cancel()
-            return
 
 
 async def _create_background(run: ResponseRun):
@@ -181,7 +174,7 @@ async def cancel_response(response_id: str, request: Request):
 @router.post("/responses/input_tokens")
 async def count_input_tokens(request: Request):
     host, data, body = await _read(request, ResponsesRequest)
-    run = ResponseRun(_state(request), host, data, body, request, _owner(request))
+    run = ResponseRun(_state(request), host, data, body, request_context(request, new_id("resp")))
     await run.translate()
     tokens = await asyncio.to_thread(run.count, run.history)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": tokens})
@@ -213,12 +206,12 @@ async def compact(request: Request):
         return items, turn_spec(data, body, items, host.config.chat_template_kwargs).template_kwargs
 
     def count(history: list[dict]) -> int:  # runs on a worker thread
-        return ChatTurn.render(host, turn_spec(data, body, history, host.config.chat_template_kwargs),
-                               response_id).prompt_tokens
+        return count_prompt_tokens(host, turn_spec(data, body, history, host.config.chat_template_kwargs))
 
     items, template_kwargs = await asyncio.to_thread(prepare)
-    compactor = Compactor(host, body, template_kwargs, count, request, response_id)
-    result = await compactor.compact(items, body.keep_tokens, body.max_output_tokens)
+    compactor = Compactor(host, body, template_kwargs, count, request_context(request, response_id))
+    async with cancel_on_disconnect(request, compactor.cancel):
+        result = await compactor.compact(items, body.keep_tokens, body.max_output_tokens)
     return JSONResponse({
         "id": response_id,
         "object": "response.compaction",

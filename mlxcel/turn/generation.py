@@ -7,12 +7,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from fastapi import Request
-
 from mlxcel.engine.engine import Engine, EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, TokenEvent
-from mlxcel.server.errors import engine_unavailable, server_busy
+from mlxcel.turn.errors import EngineUnavailable, ServerBusy
 
 
 @dataclass
@@ -30,18 +28,18 @@ class Completion:
 
 
 class GenerationGroup:
-    """One or more engine requests submitted together (a prompt list fans out)."""
+    """One or more engine requests submitted together (a prompt list fans out); their
+    events come back on this event loop. `sink(i)` is request i's event sink: the
+    request builder wires it in, so a request is complete when it is built."""
 
-    def __init__(self, engine: Engine, requests: list[GenerationRequest]) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[tuple[int, EngineEvent]] = asyncio.Queue()
-        self.requests = requests
-        self._open = set(range(len(requests)))
-        for index, request in enumerate(requests):
-            request.emit = self._emitter(index)
+        self.requests: list[GenerationRequest] = []
+        self._open: set[int] = set()
 
-    def _emitter(self, index: int):
+    def sink(self, index: int):
         def emit(event: EngineEvent) -> None:
             try:
                 self._loop.call_soon_threadsafe(self._events.put_nowait, (index, event))
@@ -50,18 +48,20 @@ class GenerationGroup:
 
         return emit
 
-    def submit(self) -> None:
+    def submit(self, requests: list[GenerationRequest]) -> None:
         """Submit every request, or none: a full queue cancels those already in."""
-        for n, request in enumerate(self.requests):
+        self.requests = requests
+        self._open = set(range(len(requests)))
+        for n, request in enumerate(requests):
             try:
                 self._engine.submit(request)
             except (QueueFullError, EngineStoppedError, EngineFailedError) as exc:
-                for earlier in self.requests[:n]:
+                for earlier in requests[:n]:
                     self._engine.cancel(earlier.id)
                 self._open.clear()
                 if isinstance(exc, EngineFailedError):
-                    raise engine_unavailable(str(exc)) from None
-                raise server_busy() from None
+                    raise EngineUnavailable(str(exc)) from None
+                raise ServerBusy("All slots are busy. Please try again later.") from None
 
     def cancel(self) -> None:
         for index in self._open:
@@ -78,28 +78,15 @@ class GenerationGroup:
         finally:
             self.cancel()
 
-    async def collect(self, http_request: Request | None = None) -> list[Completion]:
-        """Gather every request's result; a client that disconnects cancels them."""
+    async def collect(self) -> list[Completion]:
+        """Gather every request's result."""
         results = [Completion() for _ in self.requests]
-        watcher = asyncio.create_task(_cancel_on_disconnect(http_request, self)) if http_request else None
-        try:
-            async for index, event in self.events():
-                result = results[index]
-                result.parts.append(event.text)
-                if isinstance(event, TokenEvent):
-                    result.tokens.append(event.token)
-                    result.events.append(event)
-                else:
-                    result.finish = event
-        finally:
-            if watcher is not None:
-                watcher.cancel()
+        async for index, event in self.events():
+            result = results[index]
+            result.parts.append(event.text)
+            if isinstance(event, TokenEvent):
+                result.tokens.append(event.token)
+                result.events.append(event)
+            else:
+                result.finish = event
         return results
-
-
-async def _cancel_on_disconnect(request: Request, group: GenerationGroup) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            group.cancel()
-            return

@@ -1,4 +1,5 @@
-"""From validated wire fields to engine requests: prompts, sampling, limits."""
+"""From validated request fields to complete engine requests: prompts, sampling,
+limits, and what a chat turn adds. Every GenerationRequest is built here."""
 
 from __future__ import annotations
 
@@ -6,22 +7,23 @@ import dataclasses
 import logging
 import math
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fastapi import Request
-
-from mlxcel.engine.faults import FAULT_HEADER, parse_fault
+from mlxcel.engine.constraints import TokenConstraint
 from mlxcel.engine.loop_detection import LOOP_ENV_VAR, LOOP_FIELDS, resolve_loop_policy
-from mlxcel.engine.request import GenerationRequest, Priority
+from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.sampling import SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.protocol.sampling_fields import SamplingFields
-from mlxcel.server.errors import invalid_request
+from mlxcel.turn.context import RequestContext
+from mlxcel.turn.errors import InvalidRequest
+from mlxcel.turn.sampling_fields import SamplingFields
 
 if TYPE_CHECKING:
-    from mlxcel.server.model_host import ModelHost
+    from mlxcel.turn.generation import GenerationGroup
+    from mlxcel.turn.model_host import ModelHost
 
-log = logging.getLogger("mlxcel.server")
+log = logging.getLogger("mlxcel.turn")
 
 
 def resolve_sampling(fields: SamplingFields, defaults: SamplingParams, tokenizer: Tokenizer) -> SamplingParams:
@@ -57,7 +59,7 @@ def _breaker_text(breaker: int | str, tokenizer: Tokenizer) -> str:
     if isinstance(breaker, str):
         return breaker
     if not 0 <= breaker < tokenizer.n_vocab:
-        raise invalid_request(f"dry_sequence_breakers: token id {breaker} is out of vocabulary range")
+        raise InvalidRequest(f"dry_sequence_breakers: token id {breaker} is out of vocabulary range")
     return tokenizer.special_piece(breaker).decode("utf-8", errors="replace")
 
 
@@ -69,7 +71,7 @@ def parse_logit_bias(raw, n_vocab: int) -> dict[int, float]:
     else:
         for i, pair in enumerate(raw):
             if len(pair) != 2:
-                raise invalid_request(f"logit_bias[{i}]: expected a [token_id, bias] pair")
+                raise InvalidRequest(f"logit_bias[{i}]: expected a [token_id, bias] pair")
         pairs = [tuple(p) for p in raw]
     biases: dict[int, float] = {}
     for key, value in pairs:
@@ -78,15 +80,15 @@ def parse_logit_bias(raw, n_vocab: int) -> dict[int, float]:
         except (TypeError, ValueError):
             token = None
         if token is None:
-            raise invalid_request(f"logit_bias: key {key!r} is not a token id") from None
+            raise InvalidRequest(f"logit_bias: key {key!r} is not a token id") from None
         if not 0 <= token < n_vocab:
-            raise invalid_request(f"logit_bias: token id {token} is out of vocabulary range (vocab_size {n_vocab})")
+            raise InvalidRequest(f"logit_bias: token id {token} is out of vocabulary range (vocab_size {n_vocab})")
         if value is False or (not isinstance(value, bool) and value <= -100):
             biases[token] = -math.inf
         elif value is True:
             continue
         elif not -100 <= value <= 100:
-            raise invalid_request(f"logit_bias: bias {value} for token {token} is outside [-100, 100]")
+            raise InvalidRequest(f"logit_bias: bias {value} for token {token} is outside [-100, 100]")
         else:
             biases[token] = float(value)
     return biases
@@ -104,7 +106,7 @@ def tokenize_prompts(tokenizer: Tokenizer, prompt, max_prompts: int) -> list[lis
     else:
         prompts = [prompt]
     if not prompts or len(prompts) > max_prompts:
-        raise invalid_request(f"prompt: between 1 and {max_prompts} prompts are accepted (--max-prompts)")
+        raise InvalidRequest(f"prompt: between 1 and {max_prompts} prompts are accepted (--max-prompts)")
     return [_tokenize_one(tokenizer, p) for p in prompts]
 
 
@@ -122,15 +124,15 @@ def _tokenize_one(tokenizer: Tokenizer, prompt) -> list[int]:
                 tokens += part
     bad = tokenizer.first_out_of_range(tokens)
     if bad is not None:
-        raise invalid_request(f"prompt: token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")
+        raise InvalidRequest(f"prompt: token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")
     if not tokens:
-        raise invalid_request("prompt: the prompt is empty")
+        raise InvalidRequest("prompt: the prompt is empty")
     return tokens
 
 
 def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
     if len(tokens) >= n_ctx_slot:
-        raise invalid_request(
+        raise InvalidRequest(
             f"the prompt has {len(tokens)} tokens, which does not fit the per-slot context of "
             f"{n_ctx_slot} tokens: prompts must be shorter than {n_ctx_slot} tokens",
             code="context_length_exceeded",
@@ -154,42 +156,60 @@ def resolve_loop_detection(fields: SamplingFields, model_family: str | None) -> 
     try:
         return resolve_loop_policy(request_fields, os.environ.get(LOOP_ENV_VAR), model_family)
     except ValueError as exc:
-        raise invalid_request(str(exc)) from None
+        raise InvalidRequest(str(exc)) from None
+
+
+@dataclass
+class TurnShaping:
+    """What a chat turn adds to its generation: output constraint, logprobs and the
+    thinking budget (the markers of the reasoning block and the tokens that close it)."""
+
+    constraints: list[TokenConstraint | None] = field(default_factory=list)  # one per prompt, if any
+    logprobs: int | None = None
+    reasoning_budget: int | None = None
+    reasoning_markers: tuple[str, str] = ("", "")
+    reasoning_close_tokens: list[int] = field(default_factory=list)
+    reasoning_open_at_start: bool = False
 
 
 def build_requests(
     host: ModelHost,
-    http_request: Request,
     fields: SamplingFields,
     prompts: list[list[int]],
     max_tokens: int | None,
+    context: RequestContext,
+    group: GenerationGroup,
+    shaping: TurnShaping | None = None,
 ) -> list[GenerationRequest]:
+    """The engine requests for `prompts`: every field set here, the event sink
+    included (request i emits into `group.sink(i)`)."""
     config, tokenizer, n_ctx_slot = host.config, host.tokenizer, host.slot_context
+    shaping = shaping or TurnShaping()
     sampling = resolve_sampling(fields, config.sampling, tokenizer)
     loop_detection = resolve_loop_detection(fields, host.model_family)
     cache_prompt = fields.extra_cache_prompt()
-    priority = Priority.from_header(http_request.headers.get("x-priority"))
-    fault = parse_fault(http_request.headers.get(FAULT_HEADER))
     limit = clamp_max_tokens(config.n_predict if max_tokens is None else max_tokens, n_ctx_slot)
     requests = []
-    for tokens in prompts:
+    for index, tokens in enumerate(prompts):
         check_fits(tokens, n_ctx_slot)
         requests.append(
             GenerationRequest(
                 prompt_tokens=tokens,
-                emit=_unset_emit,
+                emit=group.sink(index),
                 sampling=dataclasses.replace(sampling),
                 max_tokens=limit,
-                fault=fault,
                 stop=list(fields.stop or []),
                 ignore_eos=fields.ignore_eos,
-                priority=priority,
+                priority=context.priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,
+                logprobs=shaping.logprobs,
                 loop_detection=loop_detection,
+                reasoning_budget=shaping.reasoning_budget,
+                reasoning_markers=shaping.reasoning_markers,
+                reasoning_close_tokens=list(shaping.reasoning_close_tokens),
+                reasoning_open_at_start=shaping.reasoning_open_at_start,
+                constraint=shaping.constraints[index] if index < len(shaping.constraints) else None,
+                fault=context.fault,
             )
         )
     return requests
-
-
-def _unset_emit(_event) -> None:  # replaced by GenerationGroup before submission
-    raise RuntimeError("request submitted without an event sink")

@@ -20,7 +20,7 @@ from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
 from mlxcel.structured.constraint import BatchMasker
-from mlxcel.server.errors import APIError, engine_unavailable
+from mlxcel.turn.errors import EngineUnavailable, ServerBusy
 
 log = logging.getLogger("mlxcel.server")
 ENGINE_FAILURE_DRAIN_S = 2.0  # after the engine fails: answer 503s this long, then exit
@@ -219,9 +219,9 @@ class ModelHost:
 
     def require_ready(self) -> tuple[Engine, Tokenizer]:
         if self.state is HostState.FAILED:
-            raise engine_unavailable(self.error or "the model failed")
+            raise EngineUnavailable(self.error or "the model failed")
         if self.state is not HostState.READY:
-            raise APIError(503, "Loading model", "server_busy")
+            raise ServerBusy("Loading model")
         return self.engine, self.tokenizer
 
     @property

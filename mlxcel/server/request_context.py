@@ -1,0 +1,43 @@
+"""What a route reads off the HTTP request for the layers below (priority, the API
+key's digest, a test's injected fault), and cancelling work when the client leaves."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import Request
+
+from mlxcel.engine.faults import FAULT_HEADER, parse_fault
+from mlxcel.engine.request import Priority
+from mlxcel.server.auth import request_key_id
+from mlxcel.turn.context import RequestContext
+
+
+def request_context(request: Request, request_id: str) -> RequestContext:
+    return RequestContext(
+        request_id=request_id,
+        priority=Priority.from_header(request.headers.get("x-priority")),
+        fault=parse_fault(request.headers.get(FAULT_HEADER)),
+        owner=request_key_id(request.scope),
+    )
+
+
+@asynccontextmanager
+async def cancel_on_disconnect(request: Request, cancel: Callable[[], None]) -> AsyncIterator[None]:
+    """Within the block, a client that disconnects calls `cancel` (a whole, not
+    streamed, answer: streams end with their response)."""
+    watcher = asyncio.create_task(_watch(request, cancel))
+    try:
+        yield
+    finally:
+        watcher.cancel()
+
+
+async def _watch(request: Request, cancel: Callable[[], None]) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            cancel()
+            return

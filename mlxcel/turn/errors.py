@@ -1,0 +1,52 @@
+"""Typed errors of everything below the HTTP edge: why a request cannot be served
+as asked. The edge (mlxcel.http.errors) maps each kind to a status and an error body,
+once, for every API."""
+
+from __future__ import annotations
+
+
+class TurnError(Exception):
+    """Base: a message for the client, an optional machine-readable code, and extra
+    fields the error body carries."""
+
+    def __init__(self, message: str, code: str | None = None, **extra) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.extra = extra
+
+
+class InvalidRequest(TurnError):
+    """The request cannot be served as sent (400)."""
+
+
+class NotFound(TurnError):
+    """A named resource (a stored response, a conversation) does not exist for this client (404)."""
+
+
+class RateLimited(TurnError):
+    """A per-server allowance is used up for now (429)."""
+
+
+class ServerBusy(TurnError):
+    """No capacity now: the queue is full or the model is still loading (503, retry)."""
+
+
+class EngineUnavailable(TurnError):
+    """The engine failed: nothing is served until the server restarts (503)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the server cannot generate: {reason}", code="engine_failed")
+
+
+class GenerationFailed(TurnError):
+    """A generation broke on our side (500): a bug, described in the log."""
+
+
+def generation_error(finish) -> TurnError:
+    """The error a failed generation (an engine FinishEvent with reason ERROR) is
+    answered with: EngineUnavailable when the engine itself failed, else
+    GenerationFailed (its message names the engine request the log describes)."""
+    if finish.engine_failed:
+        return EngineUnavailable(finish.error or "the engine failed")
+    return GenerationFailed(f"generation failed: {finish.error}")
