@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishReason
@@ -20,9 +19,8 @@ from mlxcel.server.anthropic_translation import content_blocks, stop_reason, tur
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, count_prompt_tokens
 from mlxcel.server.errors import as_api_error
 from mlxcel.turn.errors import generation_error
-from mlxcel.server.ignored_fields import warn_ignored_fields
-from mlxcel.server.json_body import read_model
-from mlxcel.server.request_context import cancel_on_disconnect, request_context
+from mlxcel.server.opening import Opened, opening
+from mlxcel.server.request_context import cancel_on_disconnect
 from mlxcel.server.sse import EventStreamResponse, with_heartbeat
 
 router = APIRouter()
@@ -33,18 +31,16 @@ PING_INTERVAL_S = 5.0  # a ping event whenever no other event came for this long
 IGNORED_FIELDS = {"metadata", "container", "service_tier", "stop", "mcp_servers", "context_management",
                   "inference_geo", "user"}
 HONORED_FIELDS = set(MessagesRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt"}
+MESSAGES = opening(MessagesRequest, "msg_", HONORED_FIELDS, IGNORED_FIELDS)
+COUNT_TOKENS = opening(CountTokensRequest, "count_")
 
 
 @router.post("/v1/messages")
 @router.post("/messages")
-async def create_message(request: Request):
-    host = request.app.state.host
-    data, body = await read_model(request, MessagesRequest)
-    host.require_ready()
-    message_id = f"msg_{uuid.uuid4().hex}"
-    warn_ignored_fields(data, HONORED_FIELDS, message_id, IGNORED_FIELDS)
+async def create_message(request: Request, opened: Opened[MessagesRequest] = Depends(MESSAGES)):
+    host, data, body, message_id = opened.host, opened.data, opened.body, opened.id
     spec = await asyncio.to_thread(turn_spec, data, body, host.config.chat_template_kwargs)
-    turn = await ChatTurn.start(host, spec, request_context(request, message_id))
+    turn = await ChatTurn.start(host, spec, opened.context)
     if body.stream:
         return EventStreamResponse(
             _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel
@@ -59,10 +55,8 @@ async def create_message(request: Request):
 
 @router.post("/v1/messages/count_tokens")
 @router.post("/messages/count_tokens")
-async def count_tokens(request: Request):
-    host = request.app.state.host
-    data, body = await read_model(request, CountTokensRequest)
-    host.require_ready()
+async def count_tokens(opened: Opened[CountTokensRequest] = Depends(COUNT_TOKENS)):
+    host, data, body = opened.host, opened.data, opened.body
 
     def render() -> int:
         return count_prompt_tokens(host, turn_spec(data, body, host.config.chat_template_kwargs))

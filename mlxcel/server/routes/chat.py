@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
@@ -15,9 +14,8 @@ from mlxcel.protocol.openai_chat import ChatCompletionRequest, chat_body, chat_m
 from mlxcel.protocol.openai_completions import usage_body
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
-from mlxcel.server.ignored_fields import warn_ignored_fields
-from mlxcel.server.json_body import read_model
-from mlxcel.server.request_context import cancel_on_disconnect, request_context
+from mlxcel.server.opening import Opened, opening
+from mlxcel.server.request_context import cancel_on_disconnect
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -26,6 +24,8 @@ router = APIRouter()
 IGNORED_FIELDS = {"user", "metadata", "parallel_tool_calls", "service_tier", "store", "prediction", "modalities",
                   "audio", "web_search_options", "function_call", "functions"}
 HONORED_FIELDS = set(ChatCompletionRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt"}
+OPENING = opening(ChatCompletionRequest, "chatcmpl-", HONORED_FIELDS, IGNORED_FIELDS,
+                  lambda body: ["n (one choice is returned)"] if body.n > 1 else [])
 
 
 def _tool_call_json(call: ToolCall) -> dict:
@@ -68,15 +68,10 @@ def turn_spec(data: dict, body: ChatCompletionRequest, server_template_kwargs: d
 
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions")
-async def chat_completions(request: Request):
-    host = request.app.state.host
-    data, body = await read_model(request, ChatCompletionRequest)
-    host.require_ready()
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    warn_ignored_fields(data, HONORED_FIELDS, completion_id, IGNORED_FIELDS,
-                        ["n (one choice is returned)"] if body.n > 1 else [])
+async def chat_completions(request: Request, opened: Opened[ChatCompletionRequest] = Depends(OPENING)):
+    host, data, body, completion_id = opened.host, opened.data, opened.body, opened.id
     spec = turn_spec(data, body, host.config.chat_template_kwargs)
-    turn = await ChatTurn.start(host, spec, request_context(request, completion_id))
+    turn = await ChatTurn.start(host, spec, opened.context)
     created = int(time.time())
     logprobs = LogprobFormatter(host.tokenizer) if body.logprobs else None
     if body.stream:

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason
 from mlxcel.protocol.openai_completions import CompletionRequest, completion_body, completion_choice, usage_body
 from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import GenerationGroup
-from mlxcel.server.json_body import read_model
-from mlxcel.server.request_context import cancel_on_disconnect, request_context
+from mlxcel.server.opening import Opened, opening
+from mlxcel.server.request_context import cancel_on_disconnect
 from mlxcel.turn.request_builder import TurnShaping, build_requests, tokenize_prompts
 from mlxcel.turn.structured_output import compile_response_format
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
+OPENING = opening(CompletionRequest, "cmpl-")
 
 
 def finish_reason(event: FinishEvent) -> str:
@@ -29,16 +29,14 @@ def finish_reason(event: FinishEvent) -> str:
 
 @router.post("/v1/completions")
 @router.post("/completions")
-async def create_completion(request: Request):
-    host = request.app.state.host
-    _, body = await read_model(request, CompletionRequest)
-    engine, tokenizer = host.require_ready()
+async def create_completion(request: Request, opened: Opened[CompletionRequest] = Depends(OPENING)):
+    host, body, completion_id = opened.host, opened.body, opened.id
+    engine, tokenizer = host.engine, host.tokenizer
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
-    completion_id = f"cmpl-{uuid.uuid4().hex}"
     constraints = [await compile_response_format(tokenizer, body.response_format) for _ in prompts]
     group = GenerationGroup(engine)
-    group.submit(build_requests(host, body, prompts, max_tokens, request_context(request, completion_id), group,
+    group.submit(build_requests(host, body, prompts, max_tokens, opened.context, group,
                                 TurnShaping(constraints=constraints)))
     created = int(time.time())
     echoes = [body.prompt if isinstance(body.prompt, str) else tokenizer.decode(p) for p in prompts] if body.echo else None

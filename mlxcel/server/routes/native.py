@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
@@ -14,12 +14,15 @@ from mlxcel.server.errors import as_api_error, invalid_request, server_error
 from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import Completion, GenerationGroup
 from mlxcel.turn.generation_settings import generation_settings
-from mlxcel.server.json_body import read_model
-from mlxcel.server.request_context import cancel_on_disconnect, request_context
+from mlxcel.server.opening import Opened, opening
+from mlxcel.server.request_context import cancel_on_disconnect
 from mlxcel.turn.request_builder import build_requests, tokenize_prompts
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
+COMPLETION = opening(NativeCompletionRequest, "cmpl-")
+TOKENIZE = opening(TokenizeRequest, "tok-")
+DETOKENIZE = opening(DetokenizeRequest, "tok-")
 
 
 def _stop_type(finish: FinishEvent) -> str:
@@ -58,16 +61,15 @@ def _final_body(
 
 
 @router.post("/completion")
-async def native_completion(request: Request):
-    host = request.app.state.host
-    _, body = await read_model(request, NativeCompletionRequest)
-    engine, tokenizer = host.require_ready()
+async def native_completion(request: Request, opened: Opened[NativeCompletionRequest] = Depends(COMPLETION)):
+    host, body = opened.host, opened.body
+    engine, tokenizer = host.engine, host.tokenizer
     if body.response_format is not None and body.response_format.get("type") != "text":
         raise invalid_request("response_format is not supported on /completion; use /v1/chat/completions")
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
     group = GenerationGroup(engine)
-    requests = build_requests(host, body, prompts, max_tokens, request_context(request, "completion"), group)
+    requests = build_requests(host, body, prompts, max_tokens, opened.context, group)
     group.submit(requests)
     if body.stream:
         return EventStreamResponse(_stream(group, host.model_id, body.return_tokens), on_close=group.cancel)
@@ -110,10 +112,8 @@ async def _stream(group: GenerationGroup, model: str, return_tokens: bool) -> As
 
 
 @router.post("/tokenize")
-async def tokenize(request: Request):
-    host = request.app.state.host
-    _, body = await read_model(request, TokenizeRequest)
-    _, tokenizer = host.require_ready()
+async def tokenize(opened: Opened[TokenizeRequest] = Depends(TOKENIZE)):
+    body, tokenizer = opened.body, opened.host.tokenizer
     # tokenizing and rendering a long text's answer are CPU work: off the event loop
     return await asyncio.to_thread(_tokenize_response, tokenizer, body)
 
@@ -134,10 +134,8 @@ def _tokenize_response(tokenizer, body: TokenizeRequest) -> JSONResponse:
 
 
 @router.post("/detokenize")
-async def detokenize(request: Request):
-    host = request.app.state.host
-    _, body = await read_model(request, DetokenizeRequest)
-    _, tokenizer = host.require_ready()
+async def detokenize(opened: Opened[DetokenizeRequest] = Depends(DETOKENIZE)):
+    body, tokenizer = opened.body, opened.host.tokenizer
     bad = tokenizer.first_out_of_range(body.tokens)
     if bad is not None:
         raise server_error(f"token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")

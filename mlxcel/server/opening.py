@@ -1,0 +1,57 @@
+"""The opening every route that takes a body shares, as one FastAPI dependency: the
+body read, checked and validated into the route's wire model, the model ready, the
+request's id and context, and the fields it sent that change nothing named in one
+warning line."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel
+
+from mlxcel.server.ignored_fields import warn_ignored_fields
+from mlxcel.server.json_body import read_model
+from mlxcel.server.request_context import request_context
+from mlxcel.turn.context import RequestContext
+from mlxcel.turn.model_host import ModelHost
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+@dataclass
+class Opened(Generic[Model]):
+    host: ModelHost
+    data: dict  # the body as sent (checked at the edge)
+    body: Model  # validated
+    context: RequestContext
+
+    @property
+    def id(self) -> str:
+        return self.context.request_id
+
+
+def opening(
+    model: type[Model],
+    id_prefix: str,
+    honored: Collection[str] | None = None,
+    ignored: Collection[str] = (),
+    notes: Callable[[Model], list[str]] = lambda _body: [],
+) -> Callable[[Request], Opened[Model]]:
+    """The dependency for a route taking `model`: ids are `id_prefix` + 32 hex digits;
+    with `honored`, every other field of the body (and each of `ignored`) is named in
+    one warning line, with the route's `notes` about the body."""
+
+    async def open_request(request: Request) -> Opened[Model]:
+        host: ModelHost = request.app.state.host
+        data, body = await read_model(request, model)
+        host.require_ready()
+        context = request_context(request, f"{id_prefix}{uuid.uuid4().hex}")
+        if honored is not None:
+            warn_ignored_fields(data, honored, context.request_id, ignored, notes(body))
+        return Opened(host, data, body, context)
+
+    return open_request
