@@ -8,7 +8,8 @@ import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxcel.chat.errors import ChatInputError
@@ -32,6 +33,7 @@ ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 40
                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                    429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
 OVERLOADED_STATUS = 529
+CLIENT_CLOSED_REQUEST = 499
 
 
 def is_anthropic_path(path: str) -> bool:
@@ -140,6 +142,13 @@ def install_error_handlers(app: FastAPI) -> None:
     for kind in (APIError, TurnError, StructuredOutputError, TemplateError, ChatInputError, RequestValidationError,
                  StarletteHTTPException):
         app.add_exception_handler(kind, _known)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        """The client left while its body was read: nobody is there to answer, and
+        nothing went wrong on our side (499, as nginx logs it)."""
+        log.debug("client left during %s %s", request.method, request.url.path)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

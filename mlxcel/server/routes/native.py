@@ -20,6 +20,7 @@ from mlxcel.turn.request_builder import build_requests, tokenize_prompts
 from mlxcel.server.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
+UNSERVED_CONSTRAINTS = ("grammar", "json_schema")  # llama-server's; served once its native API is complete
 COMPLETION = opening(NativeCompletionRequest, "cmpl-")
 TOKENIZE = opening(TokenizeRequest, "tok-")
 DETOKENIZE = opening(DetokenizeRequest, "tok-")
@@ -66,6 +67,10 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
     engine, tokenizer = host.engine, host.tokenizer
     if body.response_format is not None and body.response_format.get("type") != "text":
         raise invalid_request("response_format is not supported on /completion; use /v1/chat/completions")
+    constraining = [name for name in UNSERVED_CONSTRAINTS if (body.model_extra or {}).get(name) is not None]
+    if constraining:  # refused rather than silently ignored: the output would not be what was asked
+        raise invalid_request(f"{', '.join(constraining)} is not supported on /completion yet; "
+                              "use response_format on /v1/chat/completions")
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
     group = GenerationGroup(engine)

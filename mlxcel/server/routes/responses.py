@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.chat.errors import ChatInputError
@@ -20,7 +20,6 @@ from mlxcel.protocol.responses import (
     COMPACT_MAX_OUTPUT_TOKENS,
     CompactRequest,
     ResponsesRequest,
-    new_id,
     usage_body,
 )
 from mlxcel.responses.background import run_job
@@ -35,14 +34,17 @@ from mlxcel.responses.translate import check_request, turn_spec
 from mlxcel.server.auth import request_key_id
 from mlxcel.turn.chat_turn import count_prompt_tokens
 from mlxcel.server.errors import invalid_request, server_busy
-from mlxcel.server.ignored_fields import warn_ignored_fields
-from mlxcel.server.json_body import read_model
-from mlxcel.server.request_context import cancel_on_disconnect, request_context
+from mlxcel.server.opening import Opened, opening
+from mlxcel.server.request_context import cancel_on_disconnect
 from mlxcel.server.sse import EventStreamResponse
 from mlxcel.turn.structured_output import compile_response_format
 
 router = APIRouter()
 HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body"}
+# the edge checks `input` against --max-messages, like every API's messages
+CREATE = opening(ResponsesRequest, "resp_", HONORED_FIELDS)
+COUNT = opening(ResponsesRequest, "resp_")
+COMPACT = opening(CompactRequest, "resp_")
 
 
 def _state(request: Request) -> ResponsesState:
@@ -53,22 +55,12 @@ def _owner(request: Request) -> str | None:
     return request_key_id(request.scope)
 
 
-async def _read(request: Request, model):
-    """The body, checked at the edge (Unicode, numbers, nesting, and the --max-messages
-    cap on `input`) and validated, on a worker thread when large."""
-    host = request.app.state.host
-    data, body = await read_model(request, model)
-    host.require_ready()
-    return host, data, body
-
-
 @router.post("/v1/responses")
 @router.post("/responses")
-async def create_response(request: Request):
-    host, data, body = await _read(request, ResponsesRequest)
+async def create_response(request: Request, opened: Opened[ResponsesRequest] = Depends(CREATE)):
+    host, data, body = opened.host, opened.data, opened.body
     state = _state(request)
-    run = ResponseRun(state, host, data, body, request_context(request, new_id("resp")))
-    warn_ignored_fields(data, HONORED_FIELDS, run.id)
+    run = ResponseRun(state, host, data, body, opened.context)
     if body.background:
         return await _create_background(run)
     await run.translate()
@@ -172,9 +164,9 @@ async def cancel_response(response_id: str, request: Request):
 
 @router.post("/v1/responses/input_tokens")
 @router.post("/responses/input_tokens")
-async def count_input_tokens(request: Request):
-    host, data, body = await _read(request, ResponsesRequest)
-    run = ResponseRun(_state(request), host, data, body, request_context(request, new_id("resp")))
+async def count_input_tokens(request: Request, opened: Opened[ResponsesRequest] = Depends(COUNT)):
+    host, data, body = opened.host, opened.data, opened.body
+    run = ResponseRun(_state(request), host, data, body, opened.context)
     await run.translate()
     tokens = await asyncio.to_thread(run.count, run.history)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": tokens})
@@ -182,8 +174,8 @@ async def count_input_tokens(request: Request):
 
 @router.post("/v1/responses/compact")
 @router.post("/responses/compact")
-async def compact(request: Request):
-    host, data, body = await _read(request, CompactRequest)
+async def compact(request: Request, opened: Opened[CompactRequest] = Depends(COMPACT)):
+    host, data, body = opened.host, opened.data, opened.body
     if body.stream:
         raise invalid_request("compact does not stream")
     if body.previous_response_id or body.conversation:
@@ -193,7 +185,7 @@ async def compact(request: Request):
         raise invalid_request("keep_tokens must be above 0")
     if body.max_output_tokens is not None and not 1 <= body.max_output_tokens <= COMPACT_MAX_OUTPUT_TOKENS:
         raise invalid_request(f"max_output_tokens must be between 1 and {COMPACT_MAX_OUTPUT_TOKENS}")
-    response_id = new_id("resp")
+    response_id = opened.id
 
     def prepare() -> tuple[list[dict], dict]:
         check_request(body)
@@ -209,7 +201,7 @@ async def compact(request: Request):
         return count_prompt_tokens(host, turn_spec(data, body, history, host.config.chat_template_kwargs))
 
     items, template_kwargs = await asyncio.to_thread(prepare)
-    compactor = Compactor(host, body, template_kwargs, count, request_context(request, response_id))
+    compactor = Compactor(host, body, template_kwargs, count, opened.context)
     async with cancel_on_disconnect(request, compactor.cancel):
         result = await compactor.compact(items, body.keep_tokens, body.max_output_tokens)
     return JSONResponse({

@@ -1,0 +1,153 @@
+"""The turn layer without a model: every GenerationRequest built complete in one place,
+a group submitted all or nothing, and typed errors mapped to HTTP once at the edge."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from mlxcel.config import ServerConfig
+from mlxcel.engine.engine import QueueFullError
+from mlxcel.engine.faults import EngineFailedError, Fault
+from mlxcel.engine.request import FinishEvent, FinishReason, Priority, Timings, TokenEvent
+from mlxcel.server.errors import as_api_error
+from mlxcel.turn.context import RequestContext
+from mlxcel.turn.errors import (
+    EngineUnavailable,
+    GenerationFailed,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    ServerBusy,
+    generation_error,
+)
+from mlxcel.turn.generation import GenerationGroup
+from mlxcel.turn.request_builder import TurnShaping, build_requests
+from mlxcel.turn.sampling_fields import SamplingFields
+from tests.unit.fake_runtime import FakeTokenizer
+
+SLOT = 64
+
+
+class FakeEngine:
+    """Records submissions; refuses the n-th with the given error."""
+
+    def __init__(self, refuse_at: int | None = None, error: Exception | None = None) -> None:
+        self.submitted, self.cancelled = [], []
+        self.refuse_at, self.error = refuse_at, error
+
+    def submit(self, request) -> None:
+        if self.refuse_at is not None and len(self.submitted) == self.refuse_at:
+            raise self.error
+        self.submitted.append(request)
+
+    def cancel(self, request_id: int) -> None:
+        self.cancelled.append(request_id)
+
+
+def _host(n_predict: int = -1):
+    tokenizer = FakeTokenizer()
+    tokenizer.n_vocab = 1000
+    return SimpleNamespace(config=ServerConfig(model="m", n_predict=n_predict), tokenizer=tokenizer,
+                           slot_context=SLOT, model_family=None)
+
+
+def _build(fields: SamplingFields, prompts, max_tokens=None, context=None, shaping=None, engine=None):
+    async def build():
+        group = GenerationGroup(engine or FakeEngine())
+        requests = build_requests(_host(), fields, prompts, max_tokens, context or RequestContext("r1"), group,
+                                  shaping)
+        return group, requests
+
+    return asyncio.run(build())
+
+
+def test_every_field_is_set_where_the_request_is_built():
+    fields = SamplingFields(temperature=0.5, stop=["END"], ignore_eos=True, cache_prompt=False, seed=7,
+                            logit_bias={"5": -100})
+    shaping = TurnShaping(constraints=["c0", "c1"], logprobs=3, reasoning_budget=10,
+                          reasoning_markers=("<think>", "</think>"), reasoning_close_tokens=[9, 8],
+                          reasoning_open_at_start=True)
+    context = RequestContext("r1", priority=Priority.HIGH, fault=Fault.SAMPLE)
+    _, (first, second) = _build(fields, [[1, 2], [3]], 5, context, shaping)
+    assert (first.prompt_tokens, second.prompt_tokens) == ([1, 2], [3])
+    assert first.sampling.temperature == 0.5 and first.sampling.seed == 7 and first.sampling.logit_bias == {
+        5: float("-inf")}
+    assert first.sampling is not second.sampling  # each request owns its parameters
+    assert (first.max_tokens, first.stop, first.ignore_eos, first.cache_prompt) == (5, ["END"], True, False)
+    assert (first.priority, first.fault) == (Priority.HIGH, Fault.SAMPLE)
+    assert (first.constraint, second.constraint) == ("c0", "c1")
+    assert (first.logprobs, first.reasoning_budget, first.reasoning_markers) == (3, 10, ("<think>", "</think>"))
+    assert first.reasoning_close_tokens == [9, 8] and first.reasoning_open_at_start
+
+
+def test_each_request_emits_into_its_own_sink_of_the_group():
+    async def run():
+        group = GenerationGroup(FakeEngine())
+        requests = build_requests(_host(), SamplingFields(), [[1], [2]], None, RequestContext("r"), group)
+        group.submit(requests)
+        requests[1].emit(TokenEvent(token=4, text="x"))
+        requests[1].emit(FinishEvent(FinishReason.STOP, 1, 1, 0, Timings()))
+        requests[0].emit(FinishEvent(FinishReason.LENGTH, 1, 0, 0, Timings()))
+        return await asyncio.wait_for(group.collect(), 5)
+
+    first, second = asyncio.run(run())
+    assert (first.text, first.finish.reason) == ("", FinishReason.LENGTH)
+    assert (second.text, second.tokens, second.finish.reason) == ("x", [4], FinishReason.STOP)
+
+
+def test_limits_default_and_clamp_to_the_slot():
+    _, (request,) = _build(SamplingFields(), [[1]], 10**9)
+    assert request.max_tokens == SLOT
+    _, (request,) = _build(SamplingFields(), [[1]], None)
+    assert request.max_tokens == -1  # the server's -n default
+
+
+def test_a_prompt_that_fills_the_slot_is_refused_with_its_sizes():
+    with pytest.raises(InvalidRequest) as info:
+        _build(SamplingFields(), [[1] * SLOT], None)
+    assert info.value.code == "context_length_exceeded"
+    assert info.value.extra == {"n_prompt_tokens": SLOT, "n_ctx": SLOT}
+
+
+@pytest.mark.parametrize("error, kind", [(QueueFullError("full"), ServerBusy),
+                                         (EngineFailedError("context broke"), EngineUnavailable)])
+def test_a_group_is_submitted_whole_or_not_at_all(error, kind):
+    engine = FakeEngine(refuse_at=1, error=error)
+    with pytest.raises(kind):
+        _build_and_submit(engine)
+    assert len(engine.submitted) == 1 and engine.cancelled == [engine.submitted[0].id]
+
+
+def _build_and_submit(engine):
+    async def run():
+        group = GenerationGroup(engine)
+        group.submit(build_requests(_host(), SamplingFields(), [[1], [2]], None, RequestContext("r"), group))
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("error, status, kind", [
+    (InvalidRequest("bad", "bad_field", n=1), 400, "invalid_request_error"),
+    (NotFound("gone", "not_found"), 404, "invalid_request_error"),
+    (RateLimited("later", "rate_limit_exceeded"), 429, "rate_limit_error"),
+    (ServerBusy("busy"), 503, "server_busy"),
+    (EngineUnavailable("the llama context failed"), 503, "unavailable_error"),
+    (GenerationFailed("broke"), 500, "server_error"),
+])
+def test_typed_errors_map_to_statuses_once(error, status, kind):
+    api = as_api_error(error)
+    assert (api.status, api.type, api.code) == (status, kind, error.code)
+    assert api.body()["error"]["message"] == error.message
+    if isinstance(error, InvalidRequest):
+        assert api.body()["error"]["n"] == 1
+
+
+def test_a_failed_generation_is_a_503_only_when_the_engine_failed():
+    failed = FinishEvent(FinishReason.ERROR, 1, 0, 0, Timings(), error="sampling broke")
+    assert isinstance(generation_error(failed), GenerationFailed)
+    failed.engine_failed = True
+    assert isinstance(generation_error(failed), EngineUnavailable)
+    assert as_api_error(generation_error(failed)).code == "engine_failed"
