@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 PROMPT = "The capital of France is"
 
 
