@@ -11,11 +11,16 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from mlxcel import __version__
 from mlxcel.config import ServerConfig
-from mlxcel.server.auth import APIKeyMiddleware
-from mlxcel.server.errors import install_error_handlers
+from mlxcel.http.auth import APIKeyMiddleware
+from mlxcel.http.errors import install_error_handlers
 from mlxcel.turn.model_host import ModelHost
-from mlxcel.responses.state import ResponsesState
-from mlxcel.server.routes import anthropic, cache, chat, completions, info, native, responses
+from mlxcel.api.responses.state import ResponsesState
+from mlxcel.api.anthropic import routes as anthropic
+from mlxcel.api.native import routes as native
+from mlxcel.api.openai import chat_routes as chat
+from mlxcel.api.openai import completions_routes as completions
+from mlxcel.api.responses import routes as responses
+from mlxcel.server.routes import cache, info
 
 log = logging.getLogger("mlxcel.server")
 

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from mlxcel.responses.capsule import Capsule, encode_capsule
+from mlxcel.api.responses.capsule import Capsule, encode_capsule
 from tests.fixtures.hostile_responses import HOSTILE_BODIES
 
 ROUTES = {

@@ -11,9 +11,9 @@ from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.output import FinalChat
 from mlxcel.engine.request import FinishEvent, FinishReason, Timings
-from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
-from mlxcel.server.anthropic_stream import MessageStream
-from mlxcel.server.anthropic_translation import (
+from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest
+from mlxcel.api.anthropic.stream import MessageStream
+from mlxcel.api.anthropic.translate import (
     chat_messages,
     chat_tool_choice,
     chat_tools,
@@ -23,8 +23,8 @@ from mlxcel.server.anthropic_translation import (
     turn_spec,
 )
 from mlxcel.turn.chat_turn import ChatOutcome
-from mlxcel.server.errors import APIError, as_api_error, server_busy
-from mlxcel.server.sse import with_heartbeat
+from mlxcel.http.errors import APIError, as_api_error, server_busy
+from mlxcel.http.sse import with_heartbeat
 
 WEATHER = {"name": "get_weather", "description": "Weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

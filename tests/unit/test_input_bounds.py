@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mlxcel.config import RequestLimits
-from mlxcel.server.input_bounds import BodyError, parse_and_check
+from mlxcel.http.input_bounds import BodyError, parse_and_check
 
 LIMITS = RequestLimits(max_messages=5, max_tools=2, max_stop=3, max_stop_chars=8, max_logit_bias=4, max_prompts=3,
                        max_depth=16)

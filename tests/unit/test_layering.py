@@ -19,8 +19,8 @@ LAYERS = [
     {"structured"},
     {"chat"},
     {"turn"},
-    {"protocol"},
-    {"responses"},
+    {"http"},
+    {"api"},
     {"observability"},
     {"server"},
     {"cli", "__main__"},
@@ -71,3 +71,14 @@ def test_imports_point_down(path: Path):
 def test_no_package_is_left_out():
     packages = {_top_package(p) for p in _modules()}
     assert packages <= set().union(*LAYERS)
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "api").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_apis_do_not_import_each_other(path: Path):
+    """Each API sub-package stands alone on the layers below (what two share lives there)."""
+    relative = path.relative_to(PACKAGE / "api").parts
+    own = relative[0] if len(relative) > 1 else None
+    for line, module in _imports(path):
+        parts = module.split(".")
+        if parts[:2] == ["mlxcel", "api"] and len(parts) > 2:
+            assert parts[2] == own, f"api/{'/'.join(relative)}:{line} imports {module}, another API"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mlxcel.responses.compaction import default_keep_tokens, item_text, split_history, valid_splits
-from mlxcel.responses.input_items import SUMMARY_HEADING, SUMMARY_MARK
+from mlxcel.api.responses.compaction import default_keep_tokens, item_text, split_history, valid_splits
+from mlxcel.api.responses.input_items import SUMMARY_HEADING, SUMMARY_MARK
 
 
 def user(text):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
-from mlxcel.responses.events import EventSequence, OutputBuilder, sse_event
+from mlxcel.api.responses.events import EventSequence, OutputBuilder, sse_event
 
 
 def _run(deltas, calls=(), status="completed", parallel=True):

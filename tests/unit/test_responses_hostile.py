@@ -11,12 +11,12 @@ import pytest
 from mlxcel.turn.context import RequestContext
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.config import ResponsesLimits
-from mlxcel.protocol.responses import ResponsesRequest
-from mlxcel.responses.response_run import ResponseRun
-from mlxcel.responses.state import ResponsesState
-from mlxcel.server.errors import APIError, as_api_error
+from mlxcel.api.responses.wire import ResponsesRequest
+from mlxcel.api.responses.response_run import ResponseRun
+from mlxcel.api.responses.state import ResponsesState
+from mlxcel.http.errors import APIError, as_api_error
 from mlxcel.turn.errors import TurnError
-from mlxcel.server.json_body import validate
+from mlxcel.http.json_body import validate
 from tests.fixtures.hostile_responses import HOSTILE_BODIES
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 import time
 
-from mlxcel.responses.capsule import Capsule, encode_capsule
-from mlxcel.responses.compaction import split_history, valid_splits
-from mlxcel.responses.input_items import SUMMARY_HEADING, SUMMARY_MARK, collapse, item_kind, replay
+from mlxcel.api.responses.capsule import Capsule, encode_capsule
+from mlxcel.api.responses.compaction import split_history, valid_splits
+from mlxcel.api.responses.input_items import SUMMARY_HEADING, SUMMARY_MARK, collapse, item_kind, replay
 
 N = 20_000
 FAST = 2.0  # seconds: generous for a loaded machine, far below what quadratic work takes at N

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel import __version__
-from mlxcel.server.errors import not_supported
+from mlxcel.http.errors import not_supported
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.model_host import ModelHost
 

@@ -11,7 +11,7 @@ from fastapi import Request
 
 from mlxcel.engine.faults import FAULT_HEADER, parse_fault
 from mlxcel.engine.request import Priority
-from mlxcel.server.auth import request_key_id
+from mlxcel.http.auth import request_key_id
 from mlxcel.turn.context import RequestContext
 
 

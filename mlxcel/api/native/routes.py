@@ -9,15 +9,15 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
-from mlxcel.protocol.native import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
-from mlxcel.server.errors import as_api_error, invalid_request, server_error
+from mlxcel.api.native.wire import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
+from mlxcel.http.errors import as_api_error, invalid_request, server_error
 from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import Completion, GenerationGroup
 from mlxcel.turn.generation_settings import generation_settings
-from mlxcel.server.opening import Opened, opening
-from mlxcel.server.request_context import cancel_on_disconnect
+from mlxcel.http.opening import Opened, opening
+from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.turn.request_builder import build_requests, tokenize_prompts
-from mlxcel.server.sse import EventStreamResponse, sse_data
+from mlxcel.http.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
 UNSERVED_CONSTRAINTS = ("grammar", "json_schema")  # llama-server's; served once its native API is complete

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mlxcel.chat.deltas import ParsedDelta, ToolCallDelta
-from mlxcel.protocol.anthropic import message_body, usage_body
-from mlxcel.server.anthropic_translation import stop_reason, thinking_signature, tool_use_id
+from mlxcel.api.anthropic.wire import message_body, usage_body
+from mlxcel.api.anthropic.translate import stop_reason, thinking_signature, tool_use_id
 from mlxcel.turn.chat_turn import ChatOutcome
-from mlxcel.server.errors import APIError
-from mlxcel.server.sse import sse_event
+from mlxcel.http.errors import APIError
+from mlxcel.http.sse import sse_event
 
 TEXT, THINKING, TOOL = "text", "thinking", "tool_use"
 DELTA_FIELDS = {TEXT: ("text_delta", "text"), THINKING: ("thinking_delta", "thinking")}

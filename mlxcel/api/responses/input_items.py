@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlxcel.chat.errors import ChatInputError
-from mlxcel.responses.capsule import decode_capsule
+from mlxcel.api.responses.capsule import decode_capsule
 
 SYSTEM_ROLES = ("system", "developer")
 MESSAGE_ROLES = ("user", "assistant", *SYSTEM_ROLES)

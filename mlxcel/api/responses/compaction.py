@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxcel.engine.request import FinishReason
-from mlxcel.protocol.responses import compaction_item, new_id
+from mlxcel.api.responses.wire import compaction_item, new_id
 from mlxcel.turn.sampling_fields import SamplingFields
-from mlxcel.responses.capsule import Capsule, encode_capsule
-from mlxcel.responses.input_items import SUMMARY_MARK, content_string, is_system, is_user, item_kind, replay
+from mlxcel.api.responses.capsule import Capsule, encode_capsule
+from mlxcel.api.responses.input_items import SUMMARY_MARK, content_string, is_system, is_user, item_kind, replay
 from mlxcel.turn.chat_turn import ChatTurn, ChatTurnSpec, RenderedTurn
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import InvalidRequest

@@ -16,27 +16,27 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.chat.errors import ChatInputError
-from mlxcel.protocol.responses import (
+from mlxcel.api.responses.wire import (
     COMPACT_MAX_OUTPUT_TOKENS,
     CompactRequest,
     ResponsesRequest,
     usage_body,
 )
-from mlxcel.responses.background import run_job
-from mlxcel.responses.compaction import Compactor
-from mlxcel.responses.events import sse_event
-from mlxcel.responses.input_items import as_items
-from mlxcel.responses.json_safe import is_json_safe
-from mlxcel.responses.records import not_found
-from mlxcel.responses.response_run import ResponseRun
-from mlxcel.responses.state import ResponsesState
-from mlxcel.responses.translate import check_request, turn_spec
-from mlxcel.server.auth import request_key_id
+from mlxcel.api.responses.background import run_job
+from mlxcel.api.responses.compaction import Compactor
+from mlxcel.api.responses.events import sse_event
+from mlxcel.api.responses.input_items import as_items
+from mlxcel.api.responses.json_safe import is_json_safe
+from mlxcel.api.responses.records import not_found
+from mlxcel.api.responses.response_run import ResponseRun
+from mlxcel.api.responses.state import ResponsesState
+from mlxcel.api.responses.translate import check_request, turn_spec
+from mlxcel.http.auth import request_key_id
 from mlxcel.turn.chat_turn import count_prompt_tokens
-from mlxcel.server.errors import invalid_request, server_busy
-from mlxcel.server.opening import Opened, opening
-from mlxcel.server.request_context import cancel_on_disconnect
-from mlxcel.server.sse import EventStreamResponse
+from mlxcel.http.errors import invalid_request, server_busy
+from mlxcel.http.opening import Opened, opening
+from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.sse import EventStreamResponse
 from mlxcel.turn.structured_output import compile_response_format
 
 router = APIRouter()

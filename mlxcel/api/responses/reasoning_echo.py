@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from mlxcel.responses.input_items import items_to_messages
-from mlxcel.responses.store import BoundedStore
+from mlxcel.api.responses.input_items import items_to_messages
+from mlxcel.api.responses.store import BoundedStore
 
 UNBOUNDED_ENTRIES = 1 << 62
 

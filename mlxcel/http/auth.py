@@ -13,7 +13,7 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlxcel.server.errors import anthropic_error_body, is_anthropic_path
+from mlxcel.http.errors import anthropic_error_body, is_anthropic_path
 
 OPEN_PATHS = frozenset({"/health", "/"})
 KEY_ID = "api_key_id"

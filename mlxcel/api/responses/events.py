@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
-from mlxcel.protocol.responses import function_call_item, message_item, new_id, output_text_part, reasoning_item
+from mlxcel.api.responses.wire import function_call_item, message_item, new_id, output_text_part, reasoning_item
 
 
 class EventSequence:

@@ -1,4 +1,4 @@
-"""Reading a request body as a checked JSON object (mlxcel.server.input_bounds) and
+"""Reading a request body as a checked JSON object (mlxcel.http.input_bounds) and
 validating it into a wire model, with every failure turned into a 4xx in the spec's
 error shape. Large bodies are parsed and checked on a worker thread, so a big body
 never stalls the event loop."""
@@ -11,8 +11,8 @@ from typing import TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from mlxcel.server.errors import APIError, describe_validation_errors, invalid_request
-from mlxcel.server.input_bounds import BodyError, parse_and_check
+from mlxcel.http.errors import APIError, describe_validation_errors, invalid_request
+from mlxcel.http.input_bounds import BodyError, parse_and_check
 
 Model = TypeVar("Model", bound=BaseModel)
 OFFLOAD_BYTES = 64 * 1024  # bodies larger than this are parsed off the event loop

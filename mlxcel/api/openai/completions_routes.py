@@ -10,14 +10,14 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishEvent, FinishReason
-from mlxcel.protocol.openai_completions import CompletionRequest, completion_body, completion_choice, usage_body
+from mlxcel.api.openai.completions_wire import CompletionRequest, completion_body, completion_choice, usage_body
 from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import GenerationGroup
-from mlxcel.server.opening import Opened, opening
-from mlxcel.server.request_context import cancel_on_disconnect
+from mlxcel.http.opening import Opened, opening
+from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.turn.request_builder import TurnShaping, build_requests, tokenize_prompts
 from mlxcel.turn.structured_output import compile_response_format
-from mlxcel.server.sse import EventStreamResponse, sse_data
+from mlxcel.http.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
 OPENING = opening(CompletionRequest, "cmpl-")

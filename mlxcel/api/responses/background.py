@@ -19,11 +19,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlxcel.responses.json_safe import json_safe
+from mlxcel.api.responses.json_safe import json_safe
 from mlxcel.turn.errors import RateLimited, TurnError
 
 if TYPE_CHECKING:
-    from mlxcel.responses.response_run import ResponseRun
+    from mlxcel.api.responses.response_run import ResponseRun
 
 log = logging.getLogger("mlxcel.responses")
 

@@ -13,9 +13,9 @@ from typing import Generic, TypeVar
 from fastapi import Request
 from pydantic import BaseModel
 
-from mlxcel.server.ignored_fields import warn_ignored_fields
-from mlxcel.server.json_body import read_model
-from mlxcel.server.request_context import request_context
+from mlxcel.http.ignored_fields import warn_ignored_fields
+from mlxcel.http.json_body import read_model
+from mlxcel.http.request_context import request_context
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.model_host import ModelHost
 

@@ -19,21 +19,21 @@ from typing import TYPE_CHECKING
 from mlxcel.chat.deltas import ParsedDelta
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.engine.request import FinishEvent, FinishReason
-from mlxcel.protocol.responses import ContextManagement, ResponsesRequest, response_object, usage_body
-from mlxcel.responses.compaction import Compaction, Compactor, NothingToCompact
-from mlxcel.responses.events import EventSequence, OutputBuilder
-from mlxcel.responses.input_items import as_items
-from mlxcel.responses.json_safe import is_json_safe, json_safe
-from mlxcel.responses.records import ResponseRecord
-from mlxcel.responses.store import json_size
-from mlxcel.responses.translate import check_request, conversation_id, turn_spec
+from mlxcel.api.responses.wire import ContextManagement, ResponsesRequest, response_object, usage_body
+from mlxcel.api.responses.compaction import Compaction, Compactor, NothingToCompact
+from mlxcel.api.responses.events import EventSequence, OutputBuilder
+from mlxcel.api.responses.input_items import as_items
+from mlxcel.api.responses.json_safe import is_json_safe, json_safe
+from mlxcel.api.responses.records import ResponseRecord
+from mlxcel.api.responses.store import json_size
+from mlxcel.api.responses.translate import check_request, conversation_id, turn_spec
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec, RenderedTurn, count_prompt_tokens
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import GenerationFailed, InvalidRequest, NotFound, TurnError, generation_error
 
 if TYPE_CHECKING:
-    from mlxcel.responses.state import ResponsesState
+    from mlxcel.api.responses.state import ResponsesState
     from mlxcel.turn.model_host import ModelHost
 
 log = logging.getLogger("mlxcel.responses")

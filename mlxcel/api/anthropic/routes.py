@@ -13,15 +13,15 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.engine.request import FinishReason
-from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest, message_body, usage_body
-from mlxcel.server.anthropic_stream import MessageStream
-from mlxcel.server.anthropic_translation import content_blocks, stop_reason, turn_spec
+from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest, message_body, usage_body
+from mlxcel.api.anthropic.stream import MessageStream
+from mlxcel.api.anthropic.translate import content_blocks, stop_reason, turn_spec
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, count_prompt_tokens
-from mlxcel.server.errors import as_api_error
+from mlxcel.http.errors import as_api_error
 from mlxcel.turn.errors import generation_error
-from mlxcel.server.opening import Opened, opening
-from mlxcel.server.request_context import cancel_on_disconnect
-from mlxcel.server.sse import EventStreamResponse, with_heartbeat
+from mlxcel.http.opening import Opened, opening
+from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.sse import EventStreamResponse, with_heartbeat
 
 router = APIRouter()
 log = logging.getLogger("mlxcel.anthropic")

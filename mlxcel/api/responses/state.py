@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mlxcel.config import ResponsesLimits
-from mlxcel.responses.background import BackgroundJobs, Job
-from mlxcel.responses.records import ResponseRecords
+from mlxcel.api.responses.background import BackgroundJobs, Job
+from mlxcel.api.responses.records import ResponseRecords
 from mlxcel.turn.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from mlxcel.responses.response_run import ResponseRun
+    from mlxcel.api.responses.response_run import ResponseRun
 
 
 class ResponsesState:

@@ -7,8 +7,8 @@ from typing import Any
 
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
-from mlxcel.protocol.responses import ResponsesInput, ResponsesRequest
-from mlxcel.responses.input_items import fill_reasoning, items_to_messages, replay
+from mlxcel.api.responses.wire import ResponsesInput, ResponsesRequest
+from mlxcel.api.responses.input_items import fill_reasoning, items_to_messages, replay
 from mlxcel.turn.chat_turn import ChatTurnSpec
 
 TOOL_CHOICE_MODES = ("none", "auto", "required")

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlxcel.protocol.openai_completions import StreamOptions
+from mlxcel.api.openai.completions_wire import StreamOptions
 from mlxcel.turn.sampling_fields import SamplingFields
 
 

@@ -10,13 +10,13 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
-from mlxcel.protocol.openai_chat import ChatCompletionRequest, chat_body, chat_message, chunk_body
-from mlxcel.protocol.openai_completions import usage_body
+from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message, chunk_body
+from mlxcel.api.openai.completions_wire import usage_body
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec
-from mlxcel.server.opening import Opened, opening
-from mlxcel.server.request_context import cancel_on_disconnect
-from mlxcel.server.sse import EventStreamResponse, sse_data
+from mlxcel.http.opening import Opened, opening
+from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
 

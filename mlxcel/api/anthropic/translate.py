@@ -14,9 +14,9 @@ from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.output import FinalChat
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.engine.request import FinishReason
-from mlxcel.protocol.anthropic import AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest
+from mlxcel.api.anthropic.wire import AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurnSpec
-from mlxcel.server.errors import invalid_request
+from mlxcel.http.errors import invalid_request
 
 log = logging.getLogger("mlxcel.anthropic")
 

@@ -1,0 +1,1 @@
+"""The Anthropic Messages API: /v1/messages and count_tokens."""
