@@ -26,7 +26,7 @@ def _prepare_requests(text: str) -> list[tuple[str, dict]]:
     ]
 
 
-@pytest.mark.parametrize("path, body", _prepare_requests(_big_text(900_000)), ids=lambda v: v if isinstance(v, str)
+@pytest.mark.parametrize("path, body", _prepare_requests(_big_text(1_000_000)), ids=lambda v: v if isinstance(v, str)
                          else "")
 def test_health_answers_while_a_large_request_is_prepared(server, path, body):
     done = threading.Event()
@@ -52,6 +52,6 @@ def test_health_answers_while_a_large_request_is_prepared(server, path, body):
     worker.join()
     # the prompt is far beyond the 1,024-token slot: generation routes refuse it after tokenizing
     assert outcome["status"] in (200, 400), outcome
-    assert outcome["seconds"] > 0.2, "the request was too cheap to show anything"
+    assert outcome["seconds"] > 0.1, "the request was too cheap to show anything"
     assert len(latencies) >= 5
     assert max(latencies) < HEALTH_BUDGET_S, f"slowest /health {max(latencies):.3f}s during {outcome}"
