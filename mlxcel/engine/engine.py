@@ -246,16 +246,20 @@ class Engine:
             command = self._inbox.get(timeout=timeout) if block else self._inbox.get_nowait()
         except queue.Empty:
             return True
+        queued = False
         while True:
             if isinstance(command, _Stop):
                 return False
             if isinstance(command, _Submit):
                 self.waiting.push(command.request)
+                queued = True
             elif isinstance(command, _Cancel):
                 self._cancel(command.request_id)
             try:
                 command = self._inbox.get_nowait()
             except queue.Empty:
+                if queued:
+                    self._publish()  # the queue grew
                 return True
 
     def _cancel(self, request_id: int) -> None:
@@ -332,6 +336,7 @@ class Engine:
         if self._draft_cap:
             slot.acceptance = AcceptanceStats(self._draft_cap)
         self.stats.sequences_started += 1
+        self._publish()
 
     # -- one step -----------------------------------------------------------------------
 
@@ -639,6 +644,7 @@ class Engine:
             self._forget_sequence(slot)
         slot.release()
         self._record(request, reason, slot.n_generated, now)
+        self._publish()  # readers see the slot free before its client hears the end
         request.emit(
             FinishEvent(
                 reason=reason,
@@ -661,6 +667,7 @@ class Engine:
     ) -> None:
         with self._admission:
             self._outstanding -= 1
+        self._publish()
         request.emit(
             FinishEvent(
                 reason=reason,

@@ -1,7 +1,8 @@
 """What the engine publishes for HTTP readers (/health, /slots, /metrics): an
 immutable picture of its slots, queue and counters, replaced whole by the engine
-thread a few times a second while busy and whenever it goes idle. Readers never
-touch live slots."""
+thread when a request enters or leaves a slot or the queue (before its client hears
+of it), when it goes idle, and a few times a second for the counters while busy.
+Readers never touch live slots."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from mlxcel.engine.slots import SlotState, SlotTable
 from mlxcel.engine.stats import EngineStats
 
-PUBLISH_INTERVAL_S = 0.1  # while busy; an idle engine publishes at once
+PUBLISH_INTERVAL_S = 0.1  # counters while busy; admissions, finishes and idleness publish at once
 
 
 @dataclass(frozen=True)
