@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from mlxcel.chat.errors import ChatInputError
+
 PRESERVE_THINKING = "preserve_thinking"
 
 
 def resolve_template_kwargs(body: dict[str, Any], server_defaults: dict[str, Any]) -> dict[str, Any]:
-    """The kwargs to render this request's template with. ValueError on a malformed shape."""
+    """The kwargs to render this request's template with. ChatInputError (a 400 on
+    every API) on a malformed shape."""
     return {**server_defaults, **_request_kwargs(body)}
 
 
@@ -39,14 +42,14 @@ def _request_kwargs(body: dict[str, Any]) -> dict[str, Any]:
         value = holder.get(PRESERVE_THINKING)
         if value is not None:
             if not isinstance(value, bool):
-                raise ValueError(f"{where}{PRESERVE_THINKING} must be a boolean")
+                raise ChatInputError(f"{where}{PRESERVE_THINKING} must be a boolean")
             return {PRESERVE_THINKING: value}
     return {}
 
 
 def _object(value: Any, name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ValueError(f"{name} must be a JSON object")
+        raise ChatInputError(f"{name} must be a JSON object")
     return dict(value)
 
 

@@ -568,7 +568,10 @@ class Engine:
         if request.logprobs is not None:
             logprob, top = token_logprobs(raw, token, request.logprobs)
         if constraint is not None and not constraint.accept(token):
-            self._finish(slot, FinishReason.ERROR, error=f"structured output rejected token {token}")
+            # the mask leaves the sampler no token only when the request's own logit_bias
+            # banned every token the format allows
+            self._finish(slot, FinishReason.ERROR, unsatisfiable=True,
+                         error="no token satisfies both the output format and the request's logit_bias")
             return token
         self._accept_token(slot, token, logprob, top)
         return token
@@ -613,6 +616,7 @@ class Engine:
         eos: bool = False,
         error: str | None = None,
         engine_failed: bool = False,
+        unsatisfiable: bool = False,
     ) -> None:
         """End the slot's request: release the slot and emit its FinishEvent. Nothing
         here may keep the event from being emitted."""
@@ -659,6 +663,7 @@ class Engine:
                 slot_id=slot.id,
                 error=error,
                 engine_failed=engine_failed,
+                unsatisfiable=unsatisfiable,
             )
         )
 

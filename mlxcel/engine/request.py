@@ -104,6 +104,7 @@ class FinishEvent:
     slot_id: int | None = None
     error: str | None = None
     engine_failed: bool = False  # the engine itself failed (the server answers 503 and restarts)
+    unsatisfiable: bool = False  # the request's own constraints left no token to sample (a 400)
 
 
 EngineEvent = TokenEvent | FinishEvent

@@ -46,7 +46,10 @@ class GenerationFailed(TurnError):
 def generation_error(finish) -> TurnError:
     """The error a failed generation (an engine FinishEvent with reason ERROR) is
     answered with: EngineUnavailable when the engine itself failed, else
+    InvalidRequest when the request's own constraints left nothing to sample, else
     GenerationFailed (its message names the engine request the log describes)."""
     if finish.engine_failed:
         return EngineUnavailable(finish.error or "the engine failed")
+    if finish.unsatisfiable:
+        return InvalidRequest(finish.error or "the request's constraints cannot be met", "unsatisfiable_request")
     return GenerationFailed(f"generation failed: {finish.error}")

@@ -10,6 +10,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 INT32_MAX = 2**31 - 1
+# llama.cpp divides logits by the repeat penalty, in float32: a penalty that is 0 there
+# (0, or one below float32's smallest normal) turns the -inf of a banned or
+# grammar-masked token into NaN, and that token can then be drawn
+MIN_REPEAT_PENALTY = 2.0**-126
 
 
 class SamplingFields(BaseModel):
@@ -20,8 +24,8 @@ class SamplingFields(BaseModel):
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     typical_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    repeat_penalty: float | None = Field(default=None, ge=0.0, le=100.0)
-    repetition_penalty: float | None = Field(default=None, ge=0.0, le=100.0)
+    repeat_penalty: float | None = Field(default=None, le=100.0)  # above 0: _check_repeat_penalty
+    repetition_penalty: float | None = Field(default=None, le=100.0)
     repeat_last_n: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     repetition_context_size: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -49,6 +53,13 @@ class SamplingFields(BaseModel):
     def _check_stop(cls, value: str | list[str] | None) -> list[str]:
         stops = [value] if isinstance(value, str) else list(value or [])
         return [s for s in stops if s]
+
+    @field_validator("repeat_penalty", "repetition_penalty")
+    @classmethod
+    def _check_repeat_penalty(cls, value: float | None) -> float | None:
+        if value is not None and value < MIN_REPEAT_PENALTY:
+            raise ValueError("must be above 0 (1.0: no penalty): llama.cpp divides logits by it")
+        return value
 
     @field_validator("min_count")
     @classmethod

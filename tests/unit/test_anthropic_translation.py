@@ -100,6 +100,19 @@ def test_unknown_block_type_is_refused():
         chat_messages(None, body.messages)
 
 
+@pytest.mark.parametrize("system, content", [
+    ([{"type": []}, {"type": "text", "text": "b"}], "Hi"),
+    (None, [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": {"a": 1}}]}]),
+    (None, [{"type": "tool_result", "tool_use_id": "t", "content": [{"text": "no type"}]}]),
+])
+def test_block_without_a_string_type_is_refused(system, content):
+    """System blocks and tool_result parts reach the translation unchecked (found by
+    tests/e2e/test_fuzz.py: an unhashable type was a 500)."""
+    body = _request(system=system, messages=[{"role": "user", "content": content}])
+    with pytest.raises(ChatInputError, match="type must be a string"):
+        chat_messages(body.system, body.messages)
+
+
 def test_tools_and_tool_choice():
     body = _request(tools=[WEATHER, WEB_SEARCH])
     tools = chat_tools(body.tools)

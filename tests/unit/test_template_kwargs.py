@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template_kwargs import parse_kwargs_json, resolve_template_kwargs
 
 DEFAULTS = {"enable_thinking": False, "preserve_thinking": False}
@@ -71,8 +72,9 @@ def test_defaults_are_not_modified() -> None:
         ({"preserve_thinking": 1}, "^preserve_thinking must be a boolean$"),
     ],
 )
-def test_malformed_shapes_are_value_errors(body: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+def test_malformed_shapes_are_chat_input_errors(body: dict, match: str) -> None:
+    """ChatInputError: a 400 on every API (a bare ValueError was a 500 on chat)."""
+    with pytest.raises(ChatInputError, match=match):
         resolve_template_kwargs(body, DEFAULTS)
 
 

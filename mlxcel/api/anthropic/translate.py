@@ -16,7 +16,6 @@ from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.engine.request import FinishReason
 from mlxcel.api.anthropic.wire import AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurnSpec
-from mlxcel.http.errors import invalid_request
 
 log = logging.getLogger("mlxcel.anthropic")
 
@@ -38,6 +37,8 @@ def _is_server_tool_block(kind: str) -> bool:
 
 def _text_of(block: dict, where: str) -> str:
     kind = block.get("type")
+    if not isinstance(kind, str):  # system blocks and tool_result parts arrive unchecked
+        raise ChatInputError(f"{where}.type must be a string")
     if kind == "text":
         text = block.get("text", "")
         if not isinstance(text, str):
@@ -159,10 +160,7 @@ def chat_tool_choice(choice: dict | None, tools: list[dict]) -> Any:
 
 
 def template_kwargs(data: dict, body: CountTokensRequest, server_defaults: dict) -> dict:
-    try:
-        kwargs = resolve_template_kwargs(data, server_defaults)
-    except ValueError as exc:
-        raise invalid_request(str(exc)) from None
+    kwargs = resolve_template_kwargs(data, server_defaults)
     if body.thinking is not None:
         kwargs["enable_thinking"] = body.thinking.type != "disabled"
     return kwargs
