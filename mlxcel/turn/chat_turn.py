@@ -85,9 +85,9 @@ class RenderedTurn:
 
     @classmethod
     def render(cls, host: ModelHost, spec: ChatTurnSpec) -> RenderedTurn:
-        """Template and tokenizer: CPU work, so call it on a worker thread."""
-        _, tokenizer = host.require_ready()
-        prepared = prepare_chat(host.template, tokenizer, spec.messages, spec.tools, spec.tool_choice,
+        """Template and tokenizer: CPU work, so call it on a worker thread. The route's
+        opening has checked that the model is ready."""
+        prepared = prepare_chat(host.template, host.tokenizer, spec.messages, spec.tools, spec.tool_choice,
                                 spec.template_kwargs)
         return cls(host, spec, prepared)
 

@@ -229,7 +229,7 @@ class ModelHost:
         return self.runtime.n_ctx_seq if self.runtime else 0
 
     @property
-    def tool_call_parser(self) -> str | None:
+    def health_tool_call_parser(self) -> str | None:
         """The spec's /health field: "mlxcel" when the template supports tool calls."""
         return "mlxcel" if self.tool_parser_cls is not None else None
 

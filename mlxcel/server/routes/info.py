@@ -48,7 +48,7 @@ async def health(request: Request):
             "cache_pool_active": snapshot.n_cached_slots,
         },
         "context_size": host.slot_context,
-        "tool_call_parser": host.tool_call_parser,
+        "tool_call_parser": host.health_tool_call_parser,
     }
     return JSONResponse(body, status_code=200 if has_free_slot else 503)
 
