@@ -219,8 +219,11 @@ for _title in ("ChatCompletionRequest", "CompletionRequest", "NativeCompletionRe
     for _field, _hint in SAMPLING_HINTS.items():
         HINTS[(_title, _field)] = _hint
 HINTS[("ContextManagement", "type")] = {"enum": ["compaction"]}
-# optional fields a body of that model carries every time (without them it is refused)
+# optional fields a body of that model carries every time
 ALWAYS = {("ResponsesRequest", "input"), ("CompactRequest", "input")}
+# `stream` always present (true or false): half the generating bodies stream
+ALWAYS |= {(title, "stream") for title in ("ChatCompletionRequest", "CompletionRequest", "NativeCompletionRequest",
+                                           "MessagesRequest", "ResponsesRequest")}
 for _title in ("CountTokensRequest", "MessagesRequest"):
     HINTS[(_title, "tool_choice")] = {"anyOf": [
         {"type": "object", "properties": {"type": {"enum": ["auto", "any", "none"]}}, "required": ["type"]},
