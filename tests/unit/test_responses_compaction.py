@@ -4,22 +4,7 @@ from __future__ import annotations
 
 from mlxcel.api.responses.compaction import default_keep_tokens, item_text, split_history, valid_splits
 from mlxcel.api.responses.input_items import SUMMARY_HEADING, SUMMARY_MARK
-
-
-def user(text):
-    return {"role": "user", "content": text}
-
-
-def assistant(text):
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
-
-
-def call(call_id):
-    return {"type": "function_call", "call_id": call_id, "name": "f", "arguments": "{}"}
-
-
-def result(call_id):
-    return {"type": "function_call_output", "call_id": call_id, "output": "r"}
+from tests.unit.responses_items import assistant, call, result, user
 
 
 def ten(_item) -> int:

@@ -10,25 +10,10 @@ import time
 from mlxcel.api.responses.capsule import Capsule, encode_capsule
 from mlxcel.api.responses.compaction import split_history, valid_splits
 from mlxcel.api.responses.input_items import SUMMARY_HEADING, SUMMARY_MARK, collapse, item_kind, replay
+from tests.unit.responses_items import assistant, call, result, user
 
 N = 20_000
 FAST = 2.0  # seconds: generous for a loaded machine, far below what quadratic work takes at N
-
-
-def user(text):
-    return {"role": "user", "content": text}
-
-
-def assistant(text):
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
-
-
-def call(call_id):
-    return {"type": "function_call", "call_id": call_id, "name": "f", "arguments": "{}"}
-
-
-def result(call_id):
-    return {"type": "function_call_output", "call_id": call_id, "output": "r"}
 
 
 def compaction(summary, retained=()):
