@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 MODEL ?= smollm2-135m-instruct
 ARGS ?=
 
-.PHONY: setup serve test unit bench clean
+.PHONY: setup serve test unit bench reference parity clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,21 @@ serve: setup
 	$(BIN)/mlxcel pull $(MODEL)
 	$(BIN)/mlxcel serve -m $(MODEL) $(ARGS)
 
-test: setup
+# The reference llama-server (same llama.cpp, built once into ~/.cache/mlxcel/reference)
+# lets the parity tests compare both servers request by request.
+reference: setup
+	$(BIN)/python bench/reference.py
+
+test: setup reference
 	$(BIN)/mlxcel pull $(MODEL)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 unit: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+parity: setup reference
+	$(BIN)/mlxcel pull $(MODEL)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_reference_parity.py
 
 bench: setup
 	$(BIN)/mlxcel pull $(MODEL)

@@ -54,6 +54,7 @@ class ServerConfig:
     batch_size: int = 2048
     ubatch_size: int = 512
     n_predict: int = -1
+    ignore_eos: bool = False  # --ignore-eos: every request bans end-of-generation tokens
     api_keys: list[str] = field(default_factory=list)
     metrics: bool = False
     slots_endpoint: bool = True

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
+from mlxcel.cli.sampling_args import SAMPLING_OPTIONS, SAMPLING_LISTS, SAMPLING_SWITCHES, add_sampling_lists, sampling_defaults
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
-from mlxcel.engine.sampling import DEFAULT_SEED, SamplingParams
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 
 _TRUE = {"1", "true", "yes", "on", "enabled"}
@@ -25,21 +26,6 @@ class UsageError(Exception):
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print the whole usage first
         raise UsageError(message)
-
-
-def _ranged(kind: Callable[[str], Any], lo: float | None = None, hi: float | None = None, what: str = ""):
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            bounds = what or f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-            raise argparse.ArgumentTypeError(f"{text} is out of range ({bounds})")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
 
 
 def _flash_attn(text: str) -> str:
@@ -83,16 +69,6 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "default most tokens to generate (-1: until end of generation or of the slot's context)"),
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
-    (("--temp", "--temperature"), "temp", _ranged(float, 0.0), 0.8, "LLAMA_ARG_TEMPERATURE", "default temperature (0: greedy)"),
-    (("--top-k",), "top_k", _ranged(int, 0), 40, "LLAMA_ARG_TOP_K", "default top-k (0: disabled)"),
-    (("--top-p",), "top_p", _ranged(float, 0.0, 1.0), 0.95, "LLAMA_ARG_TOP_P", "default top-p (1.0: disabled)"),
-    (("--min-p",), "min_p", _ranged(float, 0.0, 1.0), 0.05, "LLAMA_ARG_MIN_P", "default min-p (0.0: disabled)"),
-    (("--repeat-penalty",), "repeat_penalty", _ranged(float, 0.0), 1.0, "LLAMA_ARG_REPEAT_PENALTY", "default repetition penalty (1.0: disabled)"),
-    (("--repeat-last-n",), "repeat_last_n", _ranged(int, -1), 64, "LLAMA_ARG_REPEAT_LAST_N",
-     "default tokens the penalties look back over (0: disabled, -1: the context)"),
-    (("--presence-penalty",), "presence_penalty", _ranged(float, -2.0, 2.0), 0.0, "LLAMA_ARG_PRESENCE_PENALTY", "default presence penalty"),
-    (("--frequency-penalty",), "frequency_penalty", _ranged(float, -2.0, 2.0), 0.0, "LLAMA_ARG_FREQUENCY_PENALTY", "default frequency penalty"),
-    (("-s", "--seed"), "seed", _ranged(int, -1, 2**64 - 1), -1, "LLAMA_ARG_SEED", "default sampling seed (-1: random)"),
     (("-fa", "--flash-attn"), "flash_attn", _flash_attn, "auto", "LLAMA_ARG_FLASH_ATTN", "flash attention: on, off or auto"),
     (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1), 0, "LLAMA_ARG_N_GPU_LAYERS",
      "layers to offload to a GPU, where llama.cpp was built with one"),
@@ -192,11 +168,12 @@ def _env_bool(name: str) -> bool:
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
-    for flags, dest, kind, default, env, help_text in _VALUE_OPTIONS:
+    for flags, dest, kind, default, env, help_text in _VALUE_OPTIONS + SAMPLING_OPTIONS:
         if env in os.environ:
             default = _env_value(env, kind)
         parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
-    for positive, negative, dest, default, env, help_text in _SWITCHES:
+    add_sampling_lists(parser)
+    for positive, negative, dest, default, env, help_text in _SWITCHES + SAMPLING_SWITCHES:
         if env in os.environ:
             default = _env_bool(env)
         parser.add_argument(*positive, dest=dest, action="store_true", default=default, help=f"{help_text} [env: {env}]")
@@ -207,8 +184,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     """Separate llama-server flags mlxcel does not implement (returned second, with
     their values dropped) from everything else."""
-    ours = {flag for option in _VALUE_OPTIONS for flag in option[0]}
-    ours |= {flag for switch in _SWITCHES for flag in switch[0] + switch[1]}
+    ours = {flag for option in _VALUE_OPTIONS + SAMPLING_OPTIONS for flag in option[0]}
+    ours |= {flag for switch in _SWITCHES + SAMPLING_SWITCHES for flag in switch[0] + switch[1]}
+    ours |= {flag for option in SAMPLING_LISTS for flag in option[0]}
     ours |= {"-h", "--help", "--version"}
     kept: list[str] = []
     ignored: list[str] = []
@@ -334,17 +312,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     if args.ubatch_size > args.batch_size:
         args.ubatch_size = args.batch_size
     threads = args.threads or max(1, os.cpu_count() or 1)
-    sampling = SamplingParams(
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        repeat_last_n=args.repeat_last_n,
-        frequency_penalty=args.frequency_penalty,
-        presence_penalty=args.presence_penalty,
-        seed=DEFAULT_SEED if args.seed in (-1, DEFAULT_SEED) else args.seed,
-    )
+    sampling = sampling_defaults(args)
     return ServerConfig(
         model=args.model,
         alias=args.alias,
@@ -357,6 +325,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         batch_size=args.batch_size,
         ubatch_size=args.ubatch_size,
         n_predict=args.n_predict,
+        ignore_eos=args.ignore_eos,
         api_keys=_read_api_keys(args),
         metrics=args.metrics,
         slots_endpoint=args.slots,

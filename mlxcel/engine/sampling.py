@@ -1,9 +1,12 @@
 """Sampling parameters and the per-slot llama.cpp sampler chain built from them.
 
-The chain follows llama-server's order: logit bias, penalties, DRY, top-n-sigma,
-top-k, typical-p, top-p, min-p, XTC, temperature, then a seeded draw. Temperature
-<= 0 is greedy (penalties, DRY and biases still apply before the argmax). p-less
-is not a llama.cpp sampler: the engine applies it to the logits before the chain.
+The chain is llama-server's: logit biases first, then the samplers in the request's
+order (by default penalties, DRY, top-n-sigma, top-k, typical-p, top-p, min-p, XTC,
+temperature with its dynamic range), then a seeded draw (or adaptive-p when the order
+names it). Mirostat 1 or 2 replaces the whole order with temperature and mirostat.
+Temperature <= 0 is greedy: the samplers that can change the argmax (penalties, DRY,
+XTC, infill) still run, in order, before it. p-less is not a llama.cpp sampler: the
+engine applies it to the logits before the chain.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import secrets
 from dataclasses import dataclass, field
 
 import llama_cpp
+
+from mlxcel.engine.sampler_order import DEFAULT_ORDER
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's "pick a random seed"
 DEFAULT_DRY_BREAKERS = ("\n", ":", '"', "*")
@@ -42,6 +47,14 @@ class SamplingParams:
     seed: int = DEFAULT_SEED
     logit_bias: dict[int, float] = field(default_factory=dict)
     min_keep: int = 0
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    mirostat: int = 0  # 0 off, 1 Mirostat, 2 Mirostat 2.0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    adaptive_target: float = -1.0
+    adaptive_decay: float = 0.9
+    samplers: tuple[str, ...] = DEFAULT_ORDER
 
     @property
     def greedy(self) -> bool:
@@ -52,6 +65,9 @@ class SamplingParams:
         if self.seed is None or self.seed < 0 or self.seed == DEFAULT_SEED:
             return secrets.randbits(32) & 0x7FFFFFFF
         return self.seed & 0xFFFFFFFF
+
+
+_ARGMAX_MOVERS = frozenset({"penalties", "dry", "xtc", "infill"})
 
 
 class SamplerChain:
@@ -90,45 +106,69 @@ class SamplerChain:
                 *(llama_cpp.llama_logit_bias(token=t, bias=b) for t, b in biases.items())
             )
             yield llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), arr)
-        if p.repeat_last_n != 0 and (
-            p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0
-        ):
-            yield llama_cpp.llama_sampler_init_penalties(
-                n_vocab,
-                self._window(p.repeat_last_n, zero_means_all=False),
-                p.repeat_penalty,
-                p.frequency_penalty,
-                p.presence_penalty,
-            )
-        if p.dry_multiplier > 0.0:
-            breakers = [b.encode("utf-8") for b in p.dry_sequence_breakers if b]
-            arr = (ctypes.c_char_p * max(1, len(breakers)))(*breakers)
-            yield llama_cpp.llama_sampler_init_dry(
-                self._vocab,
-                p.dry_multiplier,
-                p.dry_base,
-                p.dry_allowed_length,
-                self._window(p.dry_penalty_last_n, zero_means_all=True),
-                arr,
-                len(breakers),
-            )
+        if p.mirostat:
+            yield from self._mirostat(p, n_vocab)
+            return
+        # greedy keeps only what can move the argmax; the other samplers keep the top token
+        order = [n for n in p.samplers if n in _ARGMAX_MOVERS] if p.greedy else p.samplers
+        for name in order:
+            sampler = self._sampler(name, p, n_vocab)
+            if sampler is not None:
+                yield sampler
+        if p.greedy:
+            yield llama_cpp.llama_sampler_init_greedy()
+        elif "adaptive_p" in p.samplers:
+            yield llama_cpp.llama_sampler_init_adaptive_p(p.adaptive_target, p.adaptive_decay, self.seed)
+        else:
+            yield llama_cpp.llama_sampler_init_dist(self.seed)
+
+    def _mirostat(self, p: SamplingParams, n_vocab: int):
         if p.greedy:
             yield llama_cpp.llama_sampler_init_greedy()
             return
-        if p.top_n_sigma > 0.0:
-            yield llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma)
-        if 0 < p.top_k < n_vocab:
-            yield llama_cpp.llama_sampler_init_top_k(p.top_k)
-        if p.typical_p < 1.0:
-            yield llama_cpp.llama_sampler_init_typical(p.typical_p, max(1, p.min_keep))
-        if p.top_p < 1.0:
-            yield llama_cpp.llama_sampler_init_top_p(p.top_p, max(1, p.min_keep))
-        if p.min_p > 0.0:
-            yield llama_cpp.llama_sampler_init_min_p(p.min_p, max(1, p.min_keep))
-        if p.xtc_probability > 0.0:
-            yield llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, max(1, p.min_keep), self.seed)
         yield llama_cpp.llama_sampler_init_temp(p.temperature)
-        yield llama_cpp.llama_sampler_init_dist(self.seed)
+        if p.mirostat == 1:
+            yield llama_cpp.llama_sampler_init_mirostat(n_vocab, self.seed, p.mirostat_tau, p.mirostat_eta, 100)
+        else:
+            yield llama_cpp.llama_sampler_init_mirostat_v2(self.seed, p.mirostat_tau, p.mirostat_eta)
+
+    def _sampler(self, name: str, p: SamplingParams, n_vocab: int):
+        """One llama.cpp sampler, or None where its settings make it a no-op."""
+        min_keep = max(1, p.min_keep)
+        if name == "penalties":
+            if p.repeat_last_n == 0 or (p.repeat_penalty == 1.0 and p.frequency_penalty == 0.0
+                                        and p.presence_penalty == 0.0):
+                return None
+            return llama_cpp.llama_sampler_init_penalties(
+                n_vocab, self._window(p.repeat_last_n, zero_means_all=False),
+                p.repeat_penalty, p.frequency_penalty, p.presence_penalty)
+        if name == "dry":
+            if p.dry_multiplier <= 0.0:
+                return None
+            breakers = [b.encode("utf-8") for b in p.dry_sequence_breakers if b]
+            arr = (ctypes.c_char_p * max(1, len(breakers)))(*breakers)
+            return llama_cpp.llama_sampler_init_dry(
+                self._vocab, p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                self._window(p.dry_penalty_last_n, zero_means_all=True), arr, len(breakers))
+        if name == "top_n_sigma":
+            return llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma) if p.top_n_sigma > 0.0 else None
+        if name == "top_k":
+            return llama_cpp.llama_sampler_init_top_k(p.top_k) if 0 < p.top_k < n_vocab else None
+        if name == "typ_p":
+            return llama_cpp.llama_sampler_init_typical(p.typical_p, min_keep) if p.typical_p < 1.0 else None
+        if name == "top_p":
+            return llama_cpp.llama_sampler_init_top_p(p.top_p, min_keep) if p.top_p < 1.0 else None
+        if name == "min_p":
+            return llama_cpp.llama_sampler_init_min_p(p.min_p, min_keep) if p.min_p > 0.0 else None
+        if name == "xtc":
+            if p.xtc_probability <= 0.0:
+                return None
+            return llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, min_keep, self.seed)
+        if name == "temperature":
+            return llama_cpp.llama_sampler_init_temp_ext(p.temperature, p.dynatemp_range, p.dynatemp_exponent)
+        if name == "infill":
+            return llama_cpp.llama_sampler_init_infill(self._vocab)
+        return None  # adaptive_p: the final draw
 
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
         return int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from mlxcel.engine.constraints import TokenConstraint
 from mlxcel.engine.loop_detection import LOOP_ENV_VAR, LOOP_FIELDS, resolve_loop_policy
 from mlxcel.engine.request import GenerationRequest
+from mlxcel.engine.sampler_order import parse_sampler_order
 from mlxcel.engine.sampling import SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.turn.context import RequestContext
@@ -37,6 +38,14 @@ def resolve_sampling(fields: SamplingFields, defaults: SamplingParams, tokenizer
         "dry_penalty_last_n": fields.dry_penalty_last_n,
         "xtc_probability": fields.xtc_probability,
         "xtc_threshold": fields.xtc_threshold,
+        "dynatemp_range": fields.dynatemp_range,
+        "dynatemp_exponent": fields.dynatemp_exponent,
+        "mirostat": fields.mirostat,
+        "mirostat_tau": fields.mirostat_tau,
+        "mirostat_eta": fields.mirostat_eta,
+        "adaptive_target": fields.adaptive_target,
+        "adaptive_decay": fields.adaptive_decay,
+        "min_keep": fields.min_keep,
         "temperature": fields.temperature,
         "top_k": fields.top_k,
         "top_p": fields.top_p,
@@ -50,6 +59,11 @@ def resolve_sampling(fields: SamplingFields, defaults: SamplingParams, tokenizer
     }
     if fields.dry_sequence_breakers is not None:
         chosen["dry_sequence_breakers"] = tuple(_breaker_text(b, tokenizer) for b in fields.dry_sequence_breakers)
+    if fields.samplers is not None:
+        try:
+            chosen["samplers"] = parse_sampler_order(fields.samplers)
+        except ValueError as exc:
+            raise InvalidRequest(f"samplers: {exc}") from None
     if fields.logit_bias is not None:
         chosen["logit_bias"] = parse_logit_bias(fields.logit_bias, tokenizer.n_vocab)
     return dataclasses.replace(defaults, **{k: v for k, v in chosen.items() if v is not None})
@@ -199,7 +213,7 @@ def build_requests(
                 sampling=dataclasses.replace(sampling),
                 max_tokens=limit,
                 stop=list(fields.stop or []),
-                ignore_eos=fields.ignore_eos,
+                ignore_eos=fields.ignore_eos or config.ignore_eos,
                 priority=context.priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,
                 logprobs=shaping.logprobs,
