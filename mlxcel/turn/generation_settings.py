@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import struct
+
 from mlxcel.engine.sampling import DEFAULT_SEED, SamplingParams
 
 U64_MAX = 18446744073709551615
+
+
+def f32(value: float) -> float:
+    """A setting as llama.cpp holds it (float32), so 0.95 reads 0.949999988079071 as in
+    llama-server's JSON."""
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 def generation_settings(
@@ -15,30 +23,30 @@ def generation_settings(
     return {
         "n_predict": n_predict,
         "seed": seed,
-        "temperature": sampling.temperature,
+        "temperature": f32(sampling.temperature),
         "top_k": sampling.top_k,
-        "top_p": sampling.top_p,
-        "min_p": sampling.min_p,
-        "typical_p": sampling.typical_p,
-        "repeat_penalty": sampling.repeat_penalty,
+        "top_p": f32(sampling.top_p),
+        "min_p": f32(sampling.min_p),
+        "typical_p": f32(sampling.typical_p),
+        "repeat_penalty": f32(sampling.repeat_penalty),
         "repeat_last_n": sampling.repeat_last_n,
-        "frequency_penalty": sampling.frequency_penalty,
-        "presence_penalty": sampling.presence_penalty,
-        "top_n_sigma": sampling.top_n_sigma,
-        "dry_multiplier": sampling.dry_multiplier,
-        "dry_base": sampling.dry_base,
+        "frequency_penalty": f32(sampling.frequency_penalty),
+        "presence_penalty": f32(sampling.presence_penalty),
+        "top_n_sigma": f32(sampling.top_n_sigma),
+        "dry_multiplier": f32(sampling.dry_multiplier),
+        "dry_base": f32(sampling.dry_base),
         "dry_allowed_length": sampling.dry_allowed_length,
         "dry_penalty_last_n": sampling.dry_penalty_last_n,
         "dry_sequence_breakers": list(sampling.dry_sequence_breakers),
-        "xtc_probability": sampling.xtc_probability,
-        "xtc_threshold": sampling.xtc_threshold,
-        "dynatemp_range": sampling.dynatemp_range,
-        "dynatemp_exponent": sampling.dynatemp_exponent,
+        "xtc_probability": f32(sampling.xtc_probability),
+        "xtc_threshold": f32(sampling.xtc_threshold),
+        "dynatemp_range": f32(sampling.dynatemp_range),
+        "dynatemp_exponent": f32(sampling.dynatemp_exponent),
         "mirostat": sampling.mirostat,
-        "mirostat_tau": sampling.mirostat_tau,
-        "mirostat_eta": sampling.mirostat_eta,
-        "adaptive_target": sampling.adaptive_target,
-        "adaptive_decay": sampling.adaptive_decay,
+        "mirostat_tau": f32(sampling.mirostat_tau),
+        "mirostat_eta": f32(sampling.mirostat_eta),
+        "adaptive_target": f32(sampling.adaptive_target),
+        "adaptive_decay": f32(sampling.adaptive_decay),
         "min_keep": sampling.min_keep,
         "samplers": list(sampling.samplers),
         "stop": list(stop or []),

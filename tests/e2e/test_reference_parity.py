@@ -309,3 +309,21 @@ def test_metrics_off_answers_501(keyed_pair):
         answers = [client.get("/metrics", headers=auth) for client in (a, b)]
     assert answers[0].status_code == answers[1].status_code == 501
     assert answers[0].json() == answers[1].json()
+
+
+@pytest.mark.parametrize("sampling", [
+    {"temperature": 0.8, "seed": 42},
+    {"temperature": 1.0, "seed": 7, "mirostat": 2},
+    {"temperature": 1.0, "seed": 8, "mirostat": 1, "mirostat_tau": 4.0},
+    {"temperature": 0.9, "seed": 5, "dynatemp_range": 0.4, "dynatemp_exponent": 1.5},
+    {"temperature": 1.2, "seed": 9, "samplers": ["top_k", "temperature"], "top_k": 5},
+    {"temperature": 1.0, "seed": 3, "samplers": "kt", "top_k": 3},
+    {"temperature": 0.7, "seed": 4, "top_p": 0.8, "min_p": 0.0, "typical_p": 0.9, "min_keep": 2},
+])
+def test_seeded_sampling_matches_token_for_token(both, sampling):
+    body = {"prompt": "Once upon a time", "n_predict": 24, **sampling}
+    ours, theirs = post_both(both, "/completion", body)
+    assert ours.status_code == theirs.status_code == 200
+    assert ours.json()["content"] == theirs.json()["content"]
+    for field in ("mirostat", "dynatemp_range", "samplers"):
+        assert ours.json()["generation_settings"][field] == theirs.json()["generation_settings"][field], field
