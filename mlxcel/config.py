@@ -55,6 +55,7 @@ class ServerConfig:
     ubatch_size: int = 512
     n_predict: int = -1
     ignore_eos: bool = False  # --ignore-eos: every request bans end-of-generation tokens
+    default_stop: list[str] = field(default_factory=list)  # --reverse-prompt: stops when a request has none
     api_keys: list[str] = field(default_factory=list)
     metrics: bool = False
     slots_endpoint: bool = True
@@ -62,6 +63,10 @@ class ServerConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     flash_attn: str = "auto"  # on | off | auto
     n_gpu_layers: int = 0
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    cache_type_k_draft: str = "f16"
+    cache_type_v_draft: str = "f16"
     use_mmap: bool = True
     warmup: bool = True
     queue_cap: int = 64

@@ -92,6 +92,7 @@ SAMPLING_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
 # repeatable flags: (flags, dest, type, help)
 SAMPLING_LISTS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("-l", "--logit-bias"), "logit_bias", _logit_bias, "default logit bias TOKEN_ID(+/-)BIAS (repeatable)"),
+    (("-r", "--reverse-prompt"), "reverse_prompt", str, "default stop string, used when a request sends none (repeatable)"),
     (("--dry-sequence-breaker",), "dry_sequence_breaker", str,
      "DRY sequence breaker (repeatable; replaces the defaults; 'none' for none)"),
 ]

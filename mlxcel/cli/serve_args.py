@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from mlxcel.cli.arg_types import ranged as _ranged
+from mlxcel.cli.flag_policy import REFUSED, refusal
 from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
 from mlxcel.cli.sampling_args import SAMPLING_OPTIONS, SAMPLING_LISTS, SAMPLING_SWITCHES, add_sampling_lists, sampling_defaults
+from mlxcel.engine.llama_runtime import CACHE_TYPES
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 
@@ -26,6 +28,12 @@ class UsageError(Exception):
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print the whole usage first
         raise UsageError(message)
+
+
+def _cache_type(text: str) -> str:
+    if text.lower() not in CACHE_TYPES:
+        raise argparse.ArgumentTypeError(f"invalid KV cache type {text!r} (expected one of {', '.join(CACHE_TYPES)})")
+    return text.lower()
 
 
 def _flash_attn(text: str) -> str:
@@ -70,6 +78,14 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
     (("-fa", "--flash-attn"), "flash_attn", _flash_attn, "auto", "LLAMA_ARG_FLASH_ATTN", "flash attention: on, off or auto"),
+    (("-ctk", "--cache-type-k"), "cache_type_k", _cache_type, "f16", "LLAMA_ARG_CACHE_TYPE_K",
+     f"KV cache type for K ({', '.join(CACHE_TYPES)})"),
+    (("-ctv", "--cache-type-v"), "cache_type_v", _cache_type, "f16", "LLAMA_ARG_CACHE_TYPE_V",
+     "KV cache type for V (a quantized V needs flash attention)"),
+    (("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"), "cache_type_k_draft", _cache_type, "f16",
+     "LLAMA_ARG_CACHE_TYPE_K_DRAFT", "KV cache type for K of the draft model"),
+    (("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "cache_type_v_draft", _cache_type, "f16",
+     "LLAMA_ARG_CACHE_TYPE_V_DRAFT", "KV cache type for V of the draft model"),
     (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1), 0, "LLAMA_ARG_N_GPU_LAYERS",
      "layers to offload to a GPU, where llama.cpp was built with one"),
     (("--chat-template",), "chat_template", str, None, "LLAMA_ARG_CHAT_TEMPLATE",
@@ -194,6 +210,8 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     while i < len(argv):
         arg = argv[i]
         name = arg.split("=", 1)[0]
+        if name not in ours and name in REFUSED:
+            raise UsageError(refusal(name))
         if name not in ours and name in LLAMA_SERVER_FLAGS:
             ignored.append(name)
             if "=" not in arg:
@@ -326,6 +344,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         ubatch_size=args.ubatch_size,
         n_predict=args.n_predict,
         ignore_eos=args.ignore_eos,
+        default_stop=[s for s in args.reverse_prompt or [] if s],
         api_keys=_read_api_keys(args),
         metrics=args.metrics,
         slots_endpoint=args.slots,
@@ -333,6 +352,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         sampling=sampling,
         flash_attn=args.flash_attn,
         n_gpu_layers=args.n_gpu_layers,
+        cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v,
+        cache_type_k_draft=args.cache_type_k_draft,
+        cache_type_v_draft=args.cache_type_v_draft,
         use_mmap=args.mmap,
         warmup=args.warmup,
         queue_cap=args.queue_cap,

@@ -39,6 +39,16 @@ class RuntimeConfig:
     flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
     n_gpu_layers: int = 0
     use_mmap: bool = True
+    type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
+    type_v: str = "f16"
+
+
+# the KV cache types llama.cpp accepts for -ctk / -ctv
+CACHE_TYPES = {
+    "f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16, "bf16": 30,  # GGML_TYPE_BF16 (not exported by llama_cpp)
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0, "q4_1": llama_cpp.GGML_TYPE_Q4_1,
+    "iq4_nl": llama_cpp.GGML_TYPE_IQ4_NL, "q5_0": llama_cpp.GGML_TYPE_Q5_0, "q5_1": llama_cpp.GGML_TYPE_Q5_1,
+}
 
 
 # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line
@@ -86,6 +96,8 @@ class LlamaRuntime:
         ctx_params.n_threads = config.n_threads
         ctx_params.n_threads_batch = config.n_threads_batch
         ctx_params.flash_attn_type = config.flash_attn
+        ctx_params.type_k = CACHE_TYPES[config.type_k]
+        ctx_params.type_v = CACHE_TYPES[config.type_v]
         ctx_params.kv_unified = False
         ctx_params.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(self.model, ctx_params)

@@ -32,7 +32,7 @@ _FLASH_ATTN = {
 }
 
 
-def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int) -> RuntimeConfig:
+def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = False) -> RuntimeConfig:
     return RuntimeConfig(
         model_path=path,
         n_ctx=n_ctx,
@@ -44,6 +44,8 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int) -> RuntimeConfig:
         flash_attn=_FLASH_ATTN[cfg.flash_attn],
         n_gpu_layers=cfg.n_gpu_layers,
         use_mmap=cfg.use_mmap,
+        type_k=cfg.cache_type_k_draft if draft else cfg.cache_type_k,
+        type_v=cfg.cache_type_v_draft if draft else cfg.cache_type_v,
     )
 
 
@@ -163,7 +165,7 @@ class ModelHost:
         from mlxcel.models.pull import resolve_model
 
         path = resolve_model(cfg.model_draft, log=lambda line: log.info("%s", line))
-        runtime = LlamaRuntime(_runtime_config(cfg, path, n_ctx))
+        runtime = LlamaRuntime(_runtime_config(cfg, path, n_ctx, draft=True))
         draft_vocab = int(llama_cpp.llama_vocab_n_tokens(runtime.vocab))
         if draft_vocab != tokenizer.n_vocab:
             runtime.close()

@@ -212,7 +212,7 @@ def build_requests(
                 emit=group.sink(index),
                 sampling=dataclasses.replace(sampling),
                 max_tokens=limit,
-                stop=list(fields.stop or []),
+                stop=list(fields.stop or config.default_stop),
                 ignore_eos=fields.ignore_eos or config.ignore_eos,
                 priority=context.priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,

@@ -29,6 +29,11 @@ def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         (["--no-such-flag"], None, "--no-such-flag"),
         ([], {"LLAMA_ARG_CTX_SIZE": "lots"}, "LLAMA_ARG_CTX_SIZE"),
         (["--api-key-file", "/no/such/file"], None, "api-key-file"),
+        (["--lora", "adapter.gguf"], None, "--lora"),
+        (["--mmproj", "proj.gguf"], None, "--mmproj"),
+        (["--grammar-file", "g.gbnf"], None, "--grammar-file"),
+        (["--samplers", "top_k;bogus"], None, "bogus"),
+        (["-ctk", "q3_bogus"], None, "cache-type-k"),
     ],
 )
 def test_bad_values_fail_in_one_line(args, env, needle):
@@ -84,7 +89,7 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
             process.kill()
     warnings = [line for line in output.splitlines() if "ignored llama-server flags" in line]
     assert len(warnings) == 1
-    for flag in ("--jinja", "-ctk", "--kv-unified", "--cache-reuse", "-cb"):
+    for flag in ("--jinja", "--kv-unified", "--cache-reuse", "-cb"):
         assert flag in warnings[0]
     assert "-fa" not in warnings[0].split(":")[-1].split()
     assert "could not load the model" in output
@@ -110,3 +115,26 @@ def test_environment_variables_configure_the_server():
     assert props["default_generation_settings"]["temperature"] == 0.25
     # the server-wide --no-cache-prompt wins over a request's cache_prompt: true
     assert [r["timings"]["cache_n"] for r in repeats] == [0, 0, 0]
+
+
+def test_sampling_and_cache_flags_shape_what_is_served():
+    """llama-server's sampling flags become the defaults every request starts from,
+    and a quantized KV cache serves."""
+    proc = ServerProcess("-c", "512", "-np", "1", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "--temp", "0",
+                         "--samplers", "penalties;top_k;temperature", "--mirostat", "0", "--dynatemp-range", "0.3",
+                         "-r", ".", "--ignore-eos", "-l", "30-inf")
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            settings = client.get("/props").json()["default_generation_settings"]
+            body = client.post("/completion", json={"prompt": "The capital of France is", "n_predict": 24}).json()
+            own_stop = client.post("/completion", json={"prompt": "The capital of France is", "n_predict": 24,
+                                                        "stop": ["\n"]}).json()
+    finally:
+        proc.stop()
+    assert settings["samplers"] == ["penalties", "top_k", "temperature"]
+    assert settings["dynatemp_range"] == pytest.approx(0.3)
+    assert body["generation_settings"]["ignore_eos"] is True
+    # token 30 is "." and banned by -l: the default stop string "." can then never be produced
+    assert "." not in body["content"] and body["stop_type"] == "limit"
+    assert own_stop["generation_settings"]["stop"] == ["\n"]

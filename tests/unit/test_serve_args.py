@@ -34,12 +34,40 @@ def test_bad_values_raise_usage_error(argv):
         parse_serve_args(argv)
 
 
-def test_unimplemented_llama_server_flags_are_split_off():
+def test_unimplemented_tuning_flags_are_split_off():
     kept, ignored = split_llama_server_flags(
-        ["--jinja", "-c", "512", "-ctk", "q8_0", "--cache-reuse=0", "--lora-scaled", "a.gguf:0.5", "-fa", "on",
+        ["--jinja", "-c", "512", "-ctk", "q8_0", "--cache-reuse=0", "--poll", "50", "-fa", "on",
          "--no-such-thing"])
-    assert ignored == ["--jinja", "-ctk", "--cache-reuse", "--lora-scaled"]
-    assert kept == ["-c", "512", "-fa", "on", "--no-such-thing"]
+    assert ignored == ["--jinja", "--cache-reuse", "--poll"]
+    assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
+
+
+@pytest.mark.parametrize("flag", ["--lora-scaled", "--mmproj", "--embedding", "--grammar-file", "--rope-freq-base",
+                                  "-hf", "--no-jinja", "--ssl-cert-file"])
+def test_flags_that_change_what_is_served_are_refused_by_name(flag):
+    with pytest.raises(UsageError, match=flag):
+        parse_serve_args(["-m", "smollm2-135m-instruct", flag, "x"])
+
+
+def test_every_llama_server_flag_is_implemented_refused_or_tuning():
+    """No flag can slip through as silently ignored: each one of llama-server's table
+    is implemented, refused with a reason, or a pure tuning flag named in a warning."""
+    from mlxcel.cli.flag_policy import REFUSED
+    from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
+
+    kept, warned = split_llama_server_flags([f for f in LLAMA_SERVER_FLAGS if f not in REFUSED])
+    semantic_words = ("lora", "mmproj", "embed", "rerank", "grammar", "schema", "rope", "yarn", "hf-", "model-url",
+                      "pooling", "control-vector", "reasoning", "ssl", "api-prefix")
+    # a "--no-..." flag asks for what mlxcel does anyway (no projector, no adapter)
+    leaked = [f for f in warned if not f.startswith("--no-") and any(word in f for word in semantic_words)]
+    assert leaked == []
+
+
+def test_kv_cache_types():
+    config = parse_serve_args(["-ctk", "q8_0", "--cache-type-v", "Q8_0", "-ctkd", "q4_0"])
+    assert (config.cache_type_k, config.cache_type_v, config.cache_type_k_draft) == ("q8_0", "q8_0", "q4_0")
+    with pytest.raises(UsageError):
+        parse_serve_args(["-ctk", "q3_bogus"])
 
 
 def test_ubatch_is_capped_by_batch():

@@ -1,0 +1,56 @@
+"""What happens to a llama-server flag mlxcel does not implement.
+
+A flag that only tunes how llama.cpp runs (threads, placement, memory layout, polling,
+logging) is accepted and named in one warning line. A flag that would change what is
+served or computed (another model source, adapters, media, embeddings, a different
+numeric setup, extra routes) is refused at start, in one line naming it: serving
+without it would silently answer something else than the user asked for.
+"""
+
+from __future__ import annotations
+
+REFUSED: dict[str, str] = {}
+
+
+def _refuse(reason: str, *flags: str) -> None:
+    for flag in flags:
+        REFUSED[flag] = reason
+
+
+_refuse("downloads or selects models another way (use -m with a path or a catalog name; `mlxcel pull`)",
+        "-mu", "--model-url", "-dr", "--docker-repo", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
+        "-hft", "--hf-token", "-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf",
+        "--fim-qwen-1.5b-default", "--fim-qwen-3b-default", "--fim-qwen-7b-default", "--fim-qwen-7b-spec",
+        "--fim-qwen-14b-spec", "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
+        "--embd-gemma-default", "--vision-gemma-4b-default", "--vision-gemma-12b-default", "--spec-default")
+_refuse("serves several models (the router mode is not implemented)",
+        "--models-dir", "--models-preset", "--models-max", "--models-autoload", "--no-models-autoload")
+_refuse("adds media input (multimodal projectors are not implemented)",
+        "-mm", "--mmproj", "-mmu", "--mmproj-url", "--mmproj-auto", "--mmproj-offload", "--image-min-tokens",
+        "--image-max-tokens", "--video-fps", "--video-ffmpeg-dir", "--video-timestamp-interval",
+        "--mtmd-batch-max-tokens", "--media-path")
+_refuse("serves embeddings or reranking (not implemented yet)",
+        "--embedding", "--embeddings", "--reranking", "--rerank", "--pooling", "--embd-normalize")
+_refuse("changes the model's weights or activations (adapters and control vectors are not implemented)",
+        "--lora", "--lora-scaled", "--lora-init-without-apply", "--control-vector", "--control-vector-scaled",
+        "--control-vector-layer-range")
+_refuse("changes the model's numerics (RoPE/YaRN scaling and metadata overrides are not implemented)",
+        "--rope-scaling", "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "--yarn-orig-ctx",
+        "--yarn-ext-factor", "--yarn-attn-factor", "--yarn-beta-slow", "--yarn-beta-fast", "--override-kv",
+        "--kv-unified-per-slot")
+_refuse("constrains every generation with a server-wide grammar (send `grammar` / `json_schema` per request)",
+        "--grammar", "--grammar-file", "-j", "--json-schema", "-jf", "--json-schema-file")
+_refuse("changes what the chat output contains (not implemented; per-request fields cover some of it)",
+        "-sp", "--special", "--no-jinja", "--reasoning-format", "-rea", "--reasoning", "--reasoning-effort",
+        "--reasoning-budget", "--reasoning-budget-message", "--reasoning-preserve", "--no-reasoning-preserve",
+        "--skip-chat-parsing", "--no-prefill-assistant", "--spm-infill", "--keep")
+_refuse("serves other routes or a web UI (not implemented)",
+        "--path", "--api-prefix", "--ssl-key-file", "--ssl-cert-file", "--props", "--slot-save-path",
+        "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
+        "--webui", "--ui", "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
+        "--webui-mcp-proxy", "--ui-mcp-proxy")
+
+
+def refusal(flag: str) -> str:
+    return (f"{flag}: this llama-server flag {REFUSED[flag]}; mlxcel refuses it rather than serve something "
+            "else than asked")
