@@ -13,7 +13,7 @@ def test_llama_server_names_and_defaults(tmp_path):
     assert (config.batch_size, config.ubatch_size, config.n_predict) == (256, 128, 64)
     assert config.sampling.temperature == 0 and config.sampling.top_k == 5 and config.sampling.seed == 7
     assert not config.cache_prompt and not config.slots_endpoint and config.metrics
-    assert config.alias == "alias" and config.host == "127.0.0.1" and config.port == 8080
+    assert config.alias == "alias" and config.hosts == ["127.0.0.1"] and config.port == 8080
 
 
 def test_environment_is_read_and_flags_win(monkeypatch):
