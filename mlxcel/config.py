@@ -44,9 +44,16 @@ class RequestLimits:
 @dataclass
 class ServerConfig:
     model: str
-    alias: str | None = None
-    host: str = "127.0.0.1"
+    alias: str | None = None  # the model id; the first of `aliases` in sorted order
+    aliases: list[str] = field(default_factory=list)  # --alias, all listed by /v1/models
+    tags: list[str] = field(default_factory=list)  # --tags, informational
+    hosts: list[str] = field(default_factory=lambda: ["127.0.0.1"])  # addresses or UNIX socket paths (.sock)
     port: int = 8080
+    api_prefix: str = ""  # every route is served under it
+    cors_origins: str = "*"  # '*', 'localhost', or a comma-separated list
+    cors_methods: str = "GET, POST, DELETE, OPTIONS"
+    cors_headers: str = "*"
+    cors_credentials: bool = True
     ctx_size: int = 0  # 0: the model's trained context
     parallel: int = 4
     threads: int = 2

@@ -31,13 +31,13 @@ class ServerProcess:
             command, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
 
-    def wait_ready(self, timeout: float = 300.0) -> ServerProcess:
+    def wait_ready(self, timeout: float = 300.0, health_path: str = "/health") -> ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                if httpx.get(f"{self.base_url}{health_path}", timeout=2).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

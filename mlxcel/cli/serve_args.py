@@ -56,12 +56,35 @@ def _spec_type(text: str) -> str:
     return value
 
 
+def _csv(text: str) -> list[str]:
+    """A comma-separated list, as llama-server reads --alias and --tags: stripped,
+    empties dropped, duplicates merged, sorted (it keeps them in a std::set)."""
+    return sorted({item.strip() for item in text.split(",") if item.strip()})
+
+
+def _hosts(text: str) -> list[str]:
+    hosts = [item.strip() for item in text.split(",") if item.strip()]
+    if not hosts:
+        raise argparse.ArgumentTypeError("--host requires at least one address")
+    return hosts
+
+
+def _api_prefix(text: str) -> str:
+    prefix = text.strip().rstrip("/")
+    if prefix and not prefix.startswith("/"):
+        raise argparse.ArgumentTypeError(f"{text!r} must start with '/'")
+    return prefix
+
+
 # (flags, dest, type, default, environment variable, help)
 _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("-m", "--model"), "model", str, DEFAULT_MODEL, "LLAMA_ARG_MODEL",
      f"catalog name ({', '.join(CATALOG)}) or path to a .gguf file; a catalog model is pulled on first use"),
-    (("-a", "--alias"), "alias", str, None, "LLAMA_ARG_ALIAS", "model id reported by the API (default: the model's name)"),
-    (("--host",), "host", str, "127.0.0.1", "LLAMA_ARG_HOST", "address to listen on"),
+    (("-a", "--alias"), "alias", _csv, None, "LLAMA_ARG_ALIAS",
+     "model name aliases, comma-separated; the first in sorted order is the model id (default: the model's name)"),
+    (("--tags",), "tags", _csv, None, "LLAMA_ARG_TAGS", "model tags, comma-separated, listed by /v1/models"),
+    (("--host",), "host", _hosts, ["127.0.0.1"], "LLAMA_ARG_HOST",
+     "addresses to listen on, comma-separated (IPv4, IPv6 such as ::1, or UNIX socket paths ending in .sock)"),
     (("--port",), "port", _ranged(int, 0, 65535), 8080, "LLAMA_ARG_PORT", "port to listen on"),
     (("-c", "--ctx-size"), "ctx_size", _ranged(int, 0), 0, "LLAMA_ARG_CTX_SIZE",
      "total context in tokens, split evenly across the slots (0: the model's trained context)"),
@@ -75,6 +98,13 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("-ub", "--ubatch-size"), "ubatch_size", _ranged(int, 1), 512, "LLAMA_ARG_UBATCH", "physical batch size"),
     (("-n", "--n-predict", "--predict"), "n_predict", _ranged(int, -1), -1, "LLAMA_ARG_N_PREDICT",
      "default most tokens to generate (-1: until end of generation or of the slot's context)"),
+    (("--api-prefix",), "api_prefix", _api_prefix, "", "LLAMA_ARG_API_PREFIX",
+     "path prefix every route is served under, without the trailing slash"),
+    (("--cors-origins",), "cors_origins", str, "*", "LLAMA_ARG_CORS_ORIGINS",
+     "allowed CORS origins, comma-separated; '*' allows any, 'localhost' only localhost pages"),
+    (("--cors-methods",), "cors_methods", str, "GET, POST, DELETE, OPTIONS", "LLAMA_ARG_CORS_METHODS",
+     "CORS methods allowed, comma-separated"),
+    (("--cors-headers",), "cors_headers", str, "*", "LLAMA_ARG_CORS_HEADERS", "CORS headers allowed, comma-separated"),
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
     (("-fa", "--flash-attn"), "flash_attn", _flash_attn, "auto", "LLAMA_ARG_FLASH_ATTN", "flash attention: on, off or auto"),
@@ -162,6 +192,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = 
      "reuse a slot's previous tokens as a prompt prefix"),
     (("--mmap",), ("--no-mmap",), "mmap", True, "LLAMA_ARG_MMAP", "memory-map the model file"),
     (("--warmup",), ("--no-warmup",), "warmup", True, "LLAMA_ARG_WARMUP", "decode once at start-up"),
+    (("--cors-credentials",), ("--no-cors-credentials",), "cors_credentials", True, "LLAMA_ARG_CORS_CREDENTIALS",
+     "allow credentials in CORS requests (with --cors-origins '*', the request's Origin is echoed)"),
     (("-v", "--verbose"), (), "verbose", False, "MLXCEL_VERBOSE", "log debug detail"),
 ]
 
@@ -327,14 +359,23 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     if args.model_draft:
         _check_model(args.model_draft)
     _check_loop_env()
+    if args.port == 0 and sum(1 for host in args.host if not host.endswith(".sock")) > 1:
+        raise UsageError("--port 0 is not supported with multiple TCP addresses")
     if args.ubatch_size > args.batch_size:
         args.ubatch_size = args.batch_size
     threads = args.threads or max(1, os.cpu_count() or 1)
     sampling = sampling_defaults(args)
     return ServerConfig(
         model=args.model,
-        alias=args.alias,
-        host=args.host,
+        alias=args.alias[0] if args.alias else None,
+        aliases=args.alias or [],
+        tags=args.tags or [],
+        hosts=args.host,
+        api_prefix=args.api_prefix,
+        cors_origins=args.cors_origins,
+        cors_methods=args.cors_methods,
+        cors_headers=args.cors_headers,
+        cors_credentials=args.cors_credentials,
         port=args.port,
         ctx_size=args.ctx_size,
         parallel=args.parallel,

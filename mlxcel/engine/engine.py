@@ -331,6 +331,7 @@ class Engine:
             raise
         loop = LoopDetector(*request.loop_detection) if request.loop_detection else None
         slot.begin(request, slot.n_past, sampler, loop)
+        self.stats.prompt_tokens_cached += slot.n_reused
         if self.config.lookup_ngram > 0:
             slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
         if self._draft_cap:
@@ -429,12 +430,14 @@ class Engine:
             if whole and self.config.decode_costs is not None and n_prefill == 0:
                 self.config.decode_costs.observe(batch.size, time.perf_counter() - started)
             n_decode = sum(1 for sp in spans if not sp.prefill)
-            self.stats.prefill_tokens += n_prefill
             if n_decode:
                 self.stats.decode_steps += 1
                 self.stats.decode_tokens += n_decode
+            n_busy = sum(1 for slot in self.slots if slot.request is not None)
+            longest = max(len(slot.cached_tokens) for slot in self.slots)
             self._collect_masks()
-            self._sample_spans(spans)
+            self._sample_spans(spans)  # reading the logits waits for the decode
+            self.stats.count_decode(n_busy, longest, n_prefill, time.perf_counter() - started)
             return
         self._rewind(spans)
         log.warning("llama_decode returned %d for a batch of %d tokens in %d sequences", rc, batch.size, len(spans))
@@ -646,6 +649,7 @@ class Engine:
         if not (self.config.cache_prompt and request.cache_prompt):
             # an opted-out request donates nothing: forget what its sequence holds
             self._forget_sequence(slot)
+        self.stats.count_prediction(slot.n_generated, now - first, slot.draft_n, slot.draft_accepted, slot.draft_rounds)
         slot.release()
         self._record(request, reason, slot.n_generated, now)
         self._publish()  # readers see the slot free before its client hears the end

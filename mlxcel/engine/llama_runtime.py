@@ -146,6 +146,17 @@ class LlamaRuntime:
     def model_size(self) -> int:
         return int(llama_cpp.llama_model_size(self.model))
 
+    def n_embd(self) -> int:
+        return int(llama_cpp.llama_model_n_embd(self.model))
+
+    def vocab_type(self) -> int:
+        return int(llama_cpp.llama_vocab_type(self.vocab))
+
+    def ftype_name(self) -> str:
+        """The weights' file type as llama.cpp names it, e.g. "Q8_0"."""
+        name = llama_cpp.llama_ftype_name(llama_cpp.llama_model_ftype(self.model))
+        return name.decode("utf-8", errors="replace") if isinstance(name, bytes) else str(name or "")
+
     # -- sequence memory (engine thread only) ---------------------------------------
 
     def seq_remove(self, seq_id: int, start: int, end: int = -1) -> bool:

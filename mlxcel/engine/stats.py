@@ -1,4 +1,5 @@
-"""Counters the engine thread keeps for /health, /slots and /metrics."""
+"""Counters the engine thread keeps for /health, /slots and /metrics (the spec's
+`mlxcel_*` series and llama-server's `llamacpp:*` ones)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 class EngineStats:
     sequences_started: int = 0
     sequences_completed: int = 0
-    prefill_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens decoded (cached ones are not)
     decode_tokens: int = 0
     decode_steps: int = 0
     prefill_chunks: int = 0
@@ -18,3 +19,33 @@ class EngineStats:
     completion_tokens: int = 0
     generation_seconds: float = 0.0
     rejected_queue_full: int = 0
+    # llama-server's metrics
+    prompt_tokens_cached: int = 0  # prompt tokens a slot reused instead of decoding
+    prompt_seconds: float = 0.0  # time of the batches that carried prompt tokens
+    predicted_tokens: int = 0  # tokens generated, by every request that generated any
+    predicted_steps: int = 0  # the same less each request's first token (it costs no decode)
+    predicted_seconds: float = 0.0  # from each request's first token to its last
+    n_decode: int = 0  # llama_decode calls that succeeded
+    n_busy_slots: int = 0  # busy slots, summed over those calls
+    n_tokens_max: int = 0  # longest sequence a slot held (prompt + generation)
+    draft_tokens: int = 0
+    draft_accepted: int = 0
+    draft_rounds: int = 0
+
+    def count_decode(self, n_busy: int, longest: int, n_prompt: int, seconds: float) -> None:
+        self.n_decode += 1
+        self.n_busy_slots += n_busy
+        self.n_tokens_max = max(self.n_tokens_max, longest)
+        if n_prompt:
+            self.prefill_tokens += n_prompt
+            self.prompt_seconds += seconds
+
+    def count_prediction(self, n_generated: int, seconds: float, drafted: int, accepted: int, rounds: int) -> None:
+        if n_generated <= 0:
+            return
+        self.predicted_tokens += n_generated
+        self.predicted_steps += n_generated - 1
+        self.predicted_seconds += seconds
+        self.draft_tokens += drafted
+        self.draft_accepted += accepted
+        self.draft_rounds += rounds

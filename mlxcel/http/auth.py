@@ -1,6 +1,8 @@
 """API-key check: `Authorization: Bearer KEY`, the raw key in the same header, or
-`x-api-key: KEY` as Anthropic clients send it. GET /health and GET / stay open; keys
-are compared in constant time. Anthropic routes get Anthropic's error shape.
+`x-api-key: KEY` as Anthropic clients send it. /health, /v1/health and / stay open, as
+in llama-server; keys are compared in constant time. A missing or wrong key gets
+llama-server's 401 body (`authentication_error`, "Invalid API Key"); the Anthropic
+routes get Anthropic's error shape.
 
 The key a request was accepted with is recorded in its scope's state as `api_key_id`
 (a short SHA-256 digest, never the key), so that what a key stores stays its own."""
@@ -15,7 +17,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxcel.http.errors import anthropic_error_body, is_anthropic_path
 
-OPEN_PATHS = frozenset({"/health", "/"})
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/"})
+INVALID_KEY = "Invalid API Key"  # llama-server's message, for a missing key too
 KEY_ID = "api_key_id"
 
 
@@ -28,10 +31,10 @@ def request_key_id(scope: Scope) -> str | None:
     return (scope.get("state") or {}).get(KEY_ID)
 
 
-def _error(path: str, message: str, kind: str) -> bytes:
+def _error(path: str) -> bytes:
     if is_anthropic_path(path):
-        return json.dumps(anthropic_error_body("authentication_error", message)).encode()
-    return json.dumps({"error": {"message": message, "type": kind, "code": kind}}).encode()
+        return json.dumps(anthropic_error_body("authentication_error", "Invalid API key")).encode()
+    return json.dumps({"error": {"code": 401, "message": INVALID_KEY, "type": "authentication_error"}}).encode()
 
 
 def _presented(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
@@ -65,14 +68,10 @@ class APIKeyMiddleware:
         if scope["type"] != "http" or scope["method"] == "OPTIONS" or path in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        presented = _presented(scope["headers"])
-        if not presented:
-            message = "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
-            await self._reject(send, _error(path, message, "missing_api_key"))
-            return
-        accepted = [key for key in presented if self._accepts(key)]  # every presented key is compared
+        # every presented key is compared
+        accepted = [key for key in _presented(scope["headers"]) if self._accepts(key)]
         if not accepted:
-            await self._reject(send, _error(path, "Invalid API key", "invalid_api_key"))
+            await self._reject(send, _error(path))
             return
         scope["state"] = {**(scope.get("state") or {}), KEY_ID: key_id(accepted[0])}
         await self.app(scope, receive, send)
@@ -84,7 +83,7 @@ class APIKeyMiddleware:
                 "type": "http.response.start",
                 "status": 401,
                 "headers": [
-                    (b"content-type", b"application/json"),
+                    (b"content-type", b"application/json; charset=utf-8"),
                     (b"content-length", str(len(body)).encode()),
                     (b"www-authenticate", b"Bearer"),
                 ],

@@ -1,15 +1,28 @@
-"""Prometheus metrics (--metrics), read from the engine's published snapshot at scrape time."""
+"""Prometheus metrics (--metrics), read from the engine's published snapshot at scrape
+time: the spec's `mlxcel_*` series, then llama-server's `llamacpp:*` ones with its
+names, types, help texts and meaning (prompt tokens served from the cache are counted
+apart from processed ones; the generation rate leaves out each request's first token,
+which costs no decode; the two rates cover the time since the previous scrape).
+Without --metrics the route answers llama-server's 501."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
+from mlxcel.engine.snapshot import EngineSnapshot
+from mlxcel.http.errors import APIError
+from mlxcel.http.header_case import cased
 from mlxcel.turn.model_host import ModelHost
 
 router = APIRouter()
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # llama-server's text format version
+START_TIME_HEADER = cased("Process-Start-Time-Unix")
+DISABLED = "This server does not support metrics endpoint. Start it with `--metrics`"
 
 # (name, type, help, reader) -- names exactly as the spec lists them
 _SERIES = [
@@ -36,21 +49,92 @@ _SERIES = [
     ("mlxcel_cache_pool_active", "gauge", "Active cache entries", lambda s: s.n_cached_slots),
 ]
 
+# llama-server's series (without their `llamacpp:` prefix): counters, then gauges
+_LLAMACPP_COUNTERS = [
+    ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
+     lambda s: s.stats.prefill_tokens),
+    ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache",
+     lambda s: s.stats.prompt_tokens_cached),
+    ("prompt_seconds_total", "Total time spent processing prompts", lambda s: s.stats.prompt_seconds),
+    ("tokens_predicted_total", "Number of generation tokens processed", lambda s: s.stats.predicted_tokens),
+    ("tokens_predicted_seconds_total", "Total time spent generating tokens", lambda s: s.stats.predicted_seconds),
+    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+     lambda s: s.stats.n_decode),
+    ("n_tokens_max", "Largest observed sequence length (prompt + generation)", lambda s: s.stats.n_tokens_max),
+    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated",
+     lambda s: s.stats.draft_tokens),
+    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
+     lambda s: s.stats.draft_accepted),
+    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
+     lambda s: s.stats.draft_rounds),
+]
 
-def render(host: ModelHost) -> str:
-    """Prometheus text format, series named exactly as the spec lists them (its two
-    counters without a `_total` suffix rule out prometheus_client's own renderer)."""
+
+@dataclass
+class ScrapeWindow:
+    """The cumulative counts at the previous scrape: the two throughput gauges are
+    averaged over the time between scrapes, as llama-server's buckets are."""
+
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    predicted_steps: int = 0
+    predicted_seconds: float = 0.0
+
+    def rates(self, snapshot: EngineSnapshot) -> tuple[float, float]:
+        stats = snapshot.stats
+        prompt_time = stats.prompt_seconds - self.prompt_seconds
+        predict_time = stats.predicted_seconds - self.predicted_seconds
+        prompt_rate = (stats.prefill_tokens - self.prompt_tokens) / prompt_time if prompt_time > 0 else 0.0
+        predict_rate = (stats.predicted_steps - self.predicted_steps) / predict_time if predict_time > 0 else 0.0
+        self.prompt_tokens, self.prompt_seconds = stats.prefill_tokens, stats.prompt_seconds
+        self.predicted_steps, self.predicted_seconds = stats.predicted_steps, stats.predicted_seconds
+        return prompt_rate, predict_rate
+
+
+def _llamacpp_gauges(snapshot: EngineSnapshot, window: ScrapeWindow) -> list[tuple[str, str, float]]:
+    prompt_rate, predict_rate = window.rates(snapshot)
+    stats = snapshot.stats
+    return [
+        ("prompt_tokens_seconds", "Average prompt throughput in tokens/s", prompt_rate),
+        ("predicted_tokens_seconds", "Average generation throughput in tokens/s", predict_rate),
+        ("requests_processing", "Number of requests processing", snapshot.n_busy),
+        ("requests_deferred", "Number of requests deferred", snapshot.queue_depth),
+        ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
+         stats.n_busy_slots / max(stats.n_decode, 1)),
+    ]
+
+
+def _family(lines: list[str], name: str, kind: str, help_text: str, value: float) -> None:
+    lines.append(f"# HELP {name} {help_text}")
+    lines.append(f"# TYPE {name} {kind}")
+    lines.append(f"{name} {floatToGoString(value)}")
+
+
+def render(host: ModelHost, window: ScrapeWindow) -> str:
+    """Prometheus text format, series named exactly as the spec and llama-server name
+    them (the spec's two counters without a `_total` suffix and llama-server's colons
+    rule out prometheus_client's own renderer)."""
     if host.engine is None:
         return ""
     snapshot = host.engine.snapshot
-    lines = []
+    lines: list[str] = []
     for name, kind, help_text, read in _SERIES:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        lines.append(f"{name} {floatToGoString(read(snapshot))}")
+        _family(lines, name, kind, help_text, read(snapshot))
+    for name, help_text, read in _LLAMACPP_COUNTERS:
+        _family(lines, f"llamacpp:{name}", "counter", help_text, read(snapshot))
+    for name, help_text, value in _llamacpp_gauges(snapshot, window):
+        _family(lines, f"llamacpp:{name}", "gauge", help_text, value)
     return "\n".join(lines) + "\n"
 
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    return Response(render(request.app.state.host), media_type=CONTENT_TYPE_LATEST)
+    host: ModelHost = request.app.state.host
+    if not host.config.metrics:
+        raise APIError(501, DISABLED, "not_supported_error", 501)
+    window = getattr(request.app.state, "metrics_window", None)
+    if window is None:
+        window = request.app.state.metrics_window = ScrapeWindow()
+    response = Response(render(host, window), media_type=CONTENT_TYPE)
+    response.raw_headers.append((START_TIME_HEADER, str(host.created).encode()))
+    return response

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 
 from mlxcel import __version__
 from mlxcel.config import ServerConfig
+from mlxcel.http.api_prefix import ApiPrefixMiddleware
 from mlxcel.http.auth import APIKeyMiddleware
+from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.api.responses.state import ResponsesState
@@ -20,6 +21,7 @@ from mlxcel.api.native import routes as native
 from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
 from mlxcel.api.responses import routes as responses
+from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, info
 
 log = logging.getLogger("mlxcel.server")
@@ -46,11 +48,12 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app.include_router(completions.router)
     app.include_router(native.router)
     app.include_router(responses.router)
-    if config.metrics:
-        from mlxcel.observability import metrics
-
-        app.include_router(metrics.router)
+    app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
+    # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key
     if config.api_keys:
         app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
-    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
+    if config.api_prefix:
+        app.add_middleware(ApiPrefixMiddleware, prefix=config.api_prefix)
+    policy = CorsPolicy(config.cors_origins, config.cors_methods, config.cors_headers, config.cors_credentials)
+    app.add_middleware(CorsMiddleware, policy=policy)
     return app

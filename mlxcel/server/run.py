@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 import sys
 
 import uvicorn
 
 from mlxcel.config import ServerConfig
 from mlxcel.server.app import create_app
+from mlxcel.server.listeners import ListenError, describe, open_listeners
 
 log = logging.getLogger("mlxcel")
 
@@ -35,18 +39,30 @@ def run_server(config: ServerConfig) -> int:
         if server is not None:
             server.should_exit = True
 
+    try:
+        sockets = open_listeners(config.hosts, config.port)
+    except ListenError as exc:
+        print(f"mlxcel: error: {exc}", file=sys.stderr)
+        return 1
     app = create_app(config, on_failure)
     uv_config = uvicorn.Config(
         app,
-        host=config.host,
-        port=config.port,
         log_level="debug" if config.verbose else "warning",
         access_log=config.verbose,
         timeout_graceful_shutdown=3,
     )
     server = uvicorn.Server(uv_config)
-    log.info("mlxcel listening on http://%s:%d (model %s)", config.host, config.port, config.model)
-    server.run()
+    where = ", ".join(describe(sock) for sock in sockets)
+    log.info("mlxcel listening on %s (model %s)", where, config.model)
+    try:
+        server.run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            unix_path = sock.getsockname() if sock.family == socket.AF_UNIX else None
+            sock.close()
+            if unix_path:
+                with contextlib.suppress(OSError):
+                    os.unlink(unix_path)
     if failure:
         print(f"mlxcel: error: {failure[0]}", file=sys.stderr)
         return 1

@@ -1,4 +1,4 @@
-"""--api-key: Bearer or raw token, two 401 types, /health and / open. Also --no-slots."""
+"""--api-key: Bearer or raw token, llama-server's 401 body, /health, /v1/health and / open. Also --no-slots."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_missing_key(secured):
     with secured.client() as client:
         response = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
     assert response.status_code == 401
-    assert response.json()["error"]["type"] == "missing_api_key"
+    assert response.json() == {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
 
 
 @pytest.mark.parametrize("header", ["Bearer wrong", "wrong", f"Bearer {KEY}x", "Basic abc"])
@@ -32,7 +32,7 @@ def test_wrong_key(secured, header):
     with secured.client() as client:
         response = client.get("/v1/models", headers={"Authorization": header})
     assert response.status_code == 401
-    assert response.json()["error"]["type"] == "invalid_api_key"
+    assert response.json()["error"]["type"] == "authentication_error"
 
 
 @pytest.mark.parametrize("header", [f"Bearer {KEY}", KEY, f"bearer {KEY}", "Bearer sk-from-file"])
@@ -45,6 +45,7 @@ def test_health_and_root_need_no_key(secured):
     with secured.client() as client:
         assert client.get("/health").status_code == 200
         assert client.get("/").status_code == 200
+        assert client.get("/v1/health").status_code == 200
         assert client.get("/props").status_code == 401
 
 

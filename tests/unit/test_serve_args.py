@@ -13,7 +13,7 @@ def test_llama_server_names_and_defaults(tmp_path):
     assert (config.batch_size, config.ubatch_size, config.n_predict) == (256, 128, 64)
     assert config.sampling.temperature == 0 and config.sampling.top_k == 5 and config.sampling.seed == 7
     assert not config.cache_prompt and not config.slots_endpoint and config.metrics
-    assert config.alias == "alias" and config.host == "127.0.0.1" and config.port == 8080
+    assert config.alias == "alias" and config.hosts == ["127.0.0.1"] and config.port == 8080
 
 
 def test_environment_is_read_and_flags_win(monkeypatch):
@@ -157,3 +157,21 @@ def test_request_caps_are_flags():
     assert (limits.max_logit_bias, limits.max_prompts, limits.chars_cap(4096)) == (5, 4, 1000)
     automatic = parse_serve_args([]).limits
     assert automatic.chars_cap(4096) == 1 << 20 and automatic.chars_cap(1 << 20) == 32 << 20
+
+
+def test_llama_server_lists_alias_tags_host_and_cors(monkeypatch):
+    config = parse_serve_args(["--alias", "zeta, alpha,,zeta", "--tags", "b,a", "--host", "127.0.0.1, ::1",
+                               "--cors-origins", "localhost", "--no-cors-credentials", "--api-prefix", "/v2/"])
+    assert config.alias == "alpha" and config.aliases == ["alpha", "zeta"] and config.tags == ["a", "b"]
+    assert config.hosts == ["127.0.0.1", "::1"] and config.api_prefix == "/v2"
+    assert config.cors_origins == "localhost" and config.cors_credentials is False
+    assert config.cors_methods == "GET, POST, DELETE, OPTIONS" and config.cors_headers == "*"
+    monkeypatch.setenv("LLAMA_ARG_HOST", "0.0.0.0")
+    assert parse_serve_args([]).hosts == ["0.0.0.0"]
+
+
+@pytest.mark.parametrize("argv", [["--host", " , "], ["--host", "127.0.0.1,::1", "--port", "0"],
+                                  ["--api-prefix", "api"]])
+def test_bad_listen_settings_raise_usage_error(argv):
+    with pytest.raises(UsageError):
+        parse_serve_args(argv)

@@ -1,4 +1,5 @@
-"""Read-only routes: /health (and /), /v1/models, /props, /slots."""
+"""Read-only routes: /health (and /, /v1/health), /v1/models (and /models), /props,
+/slots. /v1/models and /props carry the spec's fields and llama-server's."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel import __version__
+from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.model_host import ModelHost
@@ -18,6 +20,7 @@ def _host(request: Request) -> ModelHost:
 
 
 @router.get("/health")
+@router.get("/v1/health")
 @router.get("/")
 async def health(request: Request):
     host = _host(request)
@@ -53,21 +56,46 @@ async def health(request: Request):
     return JSONResponse(body, status_code=200 if has_free_slot else 503)
 
 
+def _model_entry(host: ModelHost) -> dict:
+    config = host.config
+    entry = {"id": host.model_id, "aliases": list(config.aliases), "tags": list(config.tags), "object": "model",
+             "created": host.created, "owned_by": "user"}
+    if host.ready:
+        runtime = host.runtime
+        entry["meta"] = {
+            "vocab_type": runtime.vocab_type(),
+            "n_vocab": host.tokenizer.n_vocab,
+            "n_ctx": host.slot_context,
+            "n_ctx_train": runtime.n_ctx_train,
+            "n_embd": runtime.n_embd(),
+            "n_params": runtime.n_params(),
+            "size": runtime.model_size(),
+            "ftype": runtime.ftype_name(),
+        }
+    return entry
+
+
+def _ollama_entry(host: ModelHost) -> dict:
+    """llama-server's `models` list, in Ollama's shape with its placeholder values."""
+    details = {"parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "",
+               "quantization_level": ""}
+    return {"name": host.model_id, "model": host.model_id, "modified_at": "", "size": "", "digest": "",
+            "type": "model", "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",
+            "details": details}
+
+
 @router.get("/v1/models")
 @router.get("/models")
 async def list_models(request: Request):
     host = _host(request)
-    entry = {"id": host.model_id, "object": "model", "created": host.created, "owned_by": "user"}
-    if host.ready:
-        runtime = host.runtime
-        entry["meta"] = {
-            "n_vocab": host.tokenizer.n_vocab,
-            "n_ctx_train": runtime.n_ctx_train,
-            "n_ctx": runtime.n_ctx,
-            "n_params": runtime.n_params(),
-            "size": runtime.model_size(),
-        }
-    return {"object": "list", "data": [entry]}
+    return {"models": [_ollama_entry(host)], "object": "list", "data": [_model_entry(host)]}
+
+
+def _template_caps(request: Request, host: ModelHost) -> dict[str, bool]:
+    caps = getattr(request.app.state, "template_caps", None)
+    if caps is None:
+        caps = request.app.state.template_caps = probe_caps(host.template) if host.template is not None else {}
+    return caps
 
 
 @router.get("/props")
@@ -75,16 +103,29 @@ async def props(request: Request):
     host = _host(request)
     host.require_ready()
     config = host.config
+    settings = generation_settings(config.sampling, config.n_predict)
+    template = host.template
     return {
-        "default_generation_settings": generation_settings(config.sampling, config.n_predict),
+        # the spec's flat fields, with llama-server's `params` and `n_ctx` beside them
+        "default_generation_settings": {**settings, "params": settings, "n_ctx": host.slot_context},
         "total_slots": config.parallel,
         "model_alias": host.model_id,
+        "model_ftype": host.runtime.ftype_name(),
         "model_path": str(host.model_path),
         "n_ctx": host.runtime.n_ctx,
         "n_ctx_slot": host.slot_context,
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": config.slots_endpoint,
+        "endpoint_props": False,  # POST /props is not served
+        "endpoint_metrics": config.metrics,
+        "ui": False,
         "chat_template": host.chat_template or "",
-        "modalities": {"vision": False, "audio": False},
+        "chat_template_caps": _template_caps(request, host),
+        "bos_token": template.bos_token if template is not None else "",
+        "eos_token": template.eos_token if template is not None else "",
         "build_info": f"mlxcel {__version__}",
+        "is_sleeping": False,
+        "cors_proxy_enabled": False,
     }
 
 

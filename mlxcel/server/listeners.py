@@ -1,0 +1,71 @@
+"""The listening sockets for --host: one per address, as llama-server opens them.
+An address ending in .sock is a UNIX socket path; with several TCP addresses an IPv6
+one binds IPv6 only, so `::` does not also claim 0.0.0.0."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+class ListenError(Exception):
+    """An address that cannot be listened on; printed as one line."""
+
+
+def _unix_socket(path: str) -> socket.socket:
+    if os.path.exists(path):
+        try:
+            os.unlink(path)  # a stale socket from an earlier run
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {path}: {exc.strerror}") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"cannot listen on {path}: {exc.strerror}") from None
+    return sock
+
+
+def _tcp_socket(host: str, port: int, v6only: bool) -> socket.socket:
+    address = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise ListenError(f"cannot listen on {host}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and v6only:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(sockaddr)
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"cannot listen on {host} port {port}: {exc.strerror}") from None
+    return sock
+
+
+def open_listeners(hosts: list[str], port: int) -> list[socket.socket]:
+    n_tcp = sum(1 for host in hosts if not host.endswith(".sock"))
+    sockets: list[socket.socket] = []
+    try:
+        for host in hosts:
+            if host.endswith(".sock"):
+                sockets.append(_unix_socket(host))
+            else:
+                sockets.append(_tcp_socket(host, port, v6only=n_tcp > 1))
+            sockets[-1].listen(2048)
+            sockets[-1].set_inheritable(True)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def describe(sock: socket.socket) -> str:
+    if sock.family == socket.AF_UNIX:
+        return f"unix:{sock.getsockname()}"
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from mlxcel.server.listeners import ListenError, describe, open_listeners
+
+
+def test_tcp_and_unix_listeners(tmp_path):
+    path = str(tmp_path / "mlxcel.sock")
+    sockets = open_listeners(["127.0.0.1", path], 0)
+    try:
+        assert [s.family for s in sockets] == [socket.AF_INET, socket.AF_UNIX]
+        assert describe(sockets[0]).startswith("http://127.0.0.1:") and describe(sockets[1]) == f"unix:{path}"
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(path)  # listening
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def test_an_address_in_use_is_one_line():
+    first = open_listeners(["127.0.0.1"], 0)
+    port = first[0].getsockname()[1]
+    try:
+        with pytest.raises(ListenError, match=f"cannot listen on 127.0.0.1 port {port}"):
+            open_listeners(["127.0.0.1"], port)
+    finally:
+        first[0].close()
