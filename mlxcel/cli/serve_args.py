@@ -170,7 +170,10 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = 
      "reuse a slot's previous tokens as a prompt prefix"),
     (("--mmap",), ("--no-mmap",), "mmap", True, "LLAMA_ARG_MMAP", "memory-map the model file"),
     (("--warmup",), ("--no-warmup",), "warmup", True, "LLAMA_ARG_WARMUP", "decode once at start-up"),
-    (("-v", "--verbose"), (), "verbose", False, "MLXCEL_VERBOSE", "log debug detail"),
+    (("-v", "--verbose", "--log-verbose"), (), "verbose", False, "MLXCEL_VERBOSE",
+     "log debug detail; responses carry llama-server's __verbose object"),
+    (("--prefill-assistant",), ("--no-prefill-assistant",), "prefill_assistant", True, "LLAMA_ARG_PREFILL_ASSISTANT",
+     "continue a final assistant message instead of answering it"),
 ]
 
 
@@ -384,6 +387,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         responses=_responses_limits(args),
         limits=_request_limits(args),
         verbose=args.verbose,
+        prefill_assistant=args.prefill_assistant,
         ignored_flags=ignored,
     )
 
