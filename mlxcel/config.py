@@ -93,5 +93,6 @@ class ServerConfig:
     spec_draft_min: int = 2
     responses: ResponsesLimits = field(default_factory=ResponsesLimits)
     limits: RequestLimits = field(default_factory=RequestLimits)
-    verbose: bool = False
+    verbose: bool = False  # also the default of a request's `verbose` (llama-server's __verbose object)
+    prefill_assistant: bool = True  # a final assistant message is continued (llama-server's default)
     ignored_flags: list[str] = field(default_factory=list)

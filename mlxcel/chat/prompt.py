@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mlxcel.chat.continuation import PromptEnding, continued_text, generation_prompt
 from mlxcel.chat.messages import add_instruction, normalise_messages
 from mlxcel.chat.reasoning import ReasoningMarkers, strip_prior_reasoning
 from mlxcel.chat.template import ChatTemplate
@@ -29,15 +30,17 @@ def prepare_chat(
     tools: list[dict] | None,
     tool_choice: Any,
     template_kwargs: dict[str, Any],
+    ending: PromptEnding = PromptEnding(),
 ) -> PreparedChat:
     messages = normalise_messages(messages)
     markers = template.reasoning_markers
+    continued = messages.pop() if ending.continue_final and messages else None
     messages = strip_prior_reasoning(messages, preserve=bool(template_kwargs.get("preserve_thinking", False)),
                                      open_marker=markers.open, close_marker=markers.close)
     plan = plan_tools(tools, tool_choice)
     if plan.instruction:
         messages = add_instruction(messages, plan.instruction)
-    prompt = template.render(messages, tools=plan.tools or None, add_generation_prompt=True, **template_kwargs)
+    prompt = _render(template, messages, plan, template_kwargs, ending, continued)
     bos_text = tokenizer.special_piece(tokenizer.bos).decode("utf-8", "replace") if tokenizer.bos >= 0 else ""
     add_special = not (bos_text and prompt.startswith(bos_text))
     tokens = tokenizer.encode(prompt, add_special=add_special, parse_special=True)
@@ -50,3 +53,17 @@ def prepare_chat(
         start_in_reasoning=start_in_reasoning,
         markers=markers,
     )
+
+
+def _render(template: ChatTemplate, messages: list[dict], plan: ToolPlan, template_kwargs: dict[str, Any],
+            ending: PromptEnding, continued: dict | None) -> str:
+    def render(add_generation_prompt: bool) -> str:
+        return template.render(messages, tools=plan.tools or None, add_generation_prompt=add_generation_prompt,
+                               **template_kwargs)
+
+    if continued is None:
+        return render(ending.add_generation_prompt)
+    without = render(False)
+    gen_prompt = generation_prompt(render(True), without)
+    thinking = template.supports_thinking
+    return without + continued_text(gen_prompt, continued, ending.continue_final, template.reasoning_markers, thinking)

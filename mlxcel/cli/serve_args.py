@@ -194,7 +194,10 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = 
     (("--warmup",), ("--no-warmup",), "warmup", True, "LLAMA_ARG_WARMUP", "decode once at start-up"),
     (("--cors-credentials",), ("--no-cors-credentials",), "cors_credentials", True, "LLAMA_ARG_CORS_CREDENTIALS",
      "allow credentials in CORS requests (with --cors-origins '*', the request's Origin is echoed)"),
-    (("-v", "--verbose"), (), "verbose", False, "MLXCEL_VERBOSE", "log debug detail"),
+    (("-v", "--verbose", "--log-verbose"), (), "verbose", False, "MLXCEL_VERBOSE",
+     "log debug detail; responses carry llama-server's __verbose object"),
+    (("--prefill-assistant",), ("--no-prefill-assistant",), "prefill_assistant", True, "LLAMA_ARG_PREFILL_ASSISTANT",
+     "continue a final assistant message instead of answering it"),
 ]
 
 
@@ -417,6 +420,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         responses=_responses_limits(args),
         limits=_request_limits(args),
         verbose=args.verbose,
+        prefill_assistant=args.prefill_assistant,
         ignored_flags=ignored,
     )
 

@@ -35,7 +35,8 @@ from mlxcel.engine.prefill_queue import PrefillQueue
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.prompt_lookup import PromptLookup
-from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, Timings, TokenEvent
+from mlxcel.engine.request import (FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, Timings,
+                                   TokenEvent)
 from mlxcel.engine.sampling import SamplerChain
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
 from mlxcel.engine.snapshot import PUBLISH_INTERVAL_S, EngineSnapshot, take_snapshot
@@ -332,6 +333,8 @@ class Engine:
         loop = LoopDetector(*request.loop_detection) if request.loop_detection else None
         slot.begin(request, slot.n_past, sampler, loop)
         self.stats.prompt_tokens_cached += slot.n_reused
+        if request.report_progress:
+            self._report_progress(slot)
         if self.config.lookup_ngram > 0:
             slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
         if self._draft_cap:
@@ -436,6 +439,9 @@ class Engine:
             n_busy = sum(1 for slot in self.slots if slot.request is not None)
             longest = max(len(slot.cached_tokens) for slot in self.slots)
             self._collect_masks()
+            for span in spans:
+                if span.prefill and span.slot.request is not None and span.slot.request.report_progress:
+                    self._report_progress(span.slot)
             self._sample_spans(spans)  # reading the logits waits for the decode
             self.stats.count_decode(n_busy, longest, n_prefill, time.perf_counter() - started)
             return
@@ -461,6 +467,13 @@ class Engine:
             if Fault.DECODE in faults or (Fault.SPLIT in faults and len(spans) > 1):
                 return INJECTED_NO_ROOM
         return self.runtime.decode(batch.seal())  # masks fill meanwhile: both release the GIL
+
+    @staticmethod
+    def _report_progress(slot: Slot) -> None:
+        request = slot.request
+        elapsed_ms = int((time.monotonic() - slot.admitted_at) * 1e3)
+        request.emit(PromptProgressEvent(total=len(request.prompt_tokens), cache=slot.n_reused,
+                                         processed=slot.n_past, time_ms=elapsed_ms))
 
     def _collect_masks(self) -> None:
         if self._pending_masks is None:

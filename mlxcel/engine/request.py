@@ -107,7 +107,19 @@ class FinishEvent:
     unsatisfiable: bool = False  # the request's own constraints left no token to sample (a 400)
 
 
-EngineEvent = TokenEvent | FinishEvent
+@dataclass
+class PromptProgressEvent:
+    """Prefill progress (llama-server's `prompt_progress`): sent once the slot holds the
+    request (`processed` == `cache`), then after each decoded chunk of the prompt. Only
+    requests with `report_progress` get them."""
+
+    total: int  # prompt tokens
+    cache: int  # of them, reused from the slot's previous contents
+    processed: int  # of them, now in the slot (cache included)
+    time_ms: int  # since the slot took the request
+
+
+EngineEvent = TokenEvent | FinishEvent | PromptProgressEvent
 
 _request_ids = itertools.count(1)
 
@@ -131,6 +143,7 @@ class GenerationRequest:
     reasoning_markers: tuple[str, str] = ("", "")  # the (open, close) text of a reasoning block
     reasoning_close_tokens: list[int] = field(default_factory=list)  # forced when the budget runs out
     reasoning_open_at_start: bool = False
+    report_progress: bool = False  # emit PromptProgressEvents while prefilling
     constraint: TokenConstraint | None = None  # every token keeps the output valid (structured output)
     fault: Any = None  # mlxcel.engine.faults.Fault: a fault a test injects (never set in service)
     id: int = field(default_factory=lambda: next(_request_ids))

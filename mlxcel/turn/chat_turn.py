@@ -12,10 +12,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mlxcel.chat.continuation import PromptEnding
 from mlxcel.chat.deltas import ParsedDelta, ToolCallDelta
 from mlxcel.chat.output import ChatOutputParser, FinalChat
 from mlxcel.chat.prompt import PreparedChat, prepare_chat
-from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
+from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, TokenEvent
+from mlxcel.engine.sampling import DEFAULT_SEED
 from mlxcel.structured.errors import StructuredOutputError
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import InvalidRequest, generation_error
@@ -41,6 +43,9 @@ class ChatTurnSpec:
     max_tokens: int | None = None
     logprobs: int | None = None  # None: off; k: top-k alternatives per token
     thinking_budget: int | None = None
+    ending: PromptEnding = field(default_factory=PromptEnding)  # generation prompt or continuation
+    n: int = 1  # choices: independent generations of the same prompt
+    report_progress: bool = False  # the stream carries ChatProgress while the prompt prefills
 
 
 @dataclass
@@ -49,6 +54,15 @@ class ChatStep:
 
     delta: ParsedDelta
     token: TokenEvent | None = None
+    index: int = 0  # the choice
+
+
+@dataclass
+class ChatProgress:
+    """Prefill progress of a choice (only when the spec asked for it)."""
+
+    progress: PromptProgressEvent
+    index: int = 0
 
 
 @dataclass
@@ -58,6 +72,7 @@ class ChatOutcome:
     owed: list[ToolCallDelta]  # tool-call deltas a stream still has to send
     tail: ParsedDelta  # the last streamed piece (held-back text released at the end)
     tokens: list[TokenEvent] = field(default_factory=list)
+    index: int = 0  # the choice
 
     @property
     def finish_reason(self) -> str:
@@ -88,7 +103,7 @@ class RenderedTurn:
         """Template and tokenizer: CPU work, so call it on a worker thread. The route's
         opening has checked that the model is ready."""
         prepared = prepare_chat(host.template, host.tokenizer, spec.messages, spec.tools, spec.tool_choice,
-                                spec.template_kwargs)
+                                spec.template_kwargs, spec.ending)
         return cls(host, spec, prepared)
 
     @property
@@ -101,18 +116,25 @@ class RenderedTurn:
         host, spec, prepared = self.host, self.spec, self.prepared
         if prepared.plan.forced and is_constraining(spec.response_format):
             raise InvalidRequest("a forced tool_choice cannot be combined with a constraining response_format")
-        if prepared.plan.forced:
-            constraint = await self._forced_call_constraint(context.request_id)
-        else:
-            constraint = await compile_response_format(host.tokenizer, spec.response_format)
+        constraints = []  # a constraint holds one generation's state: one per choice
+        for _ in range(spec.n):
+            if prepared.plan.forced:
+                constraints.append(await self._forced_call_constraint(context.request_id))
+            else:
+                constraints.append(await compile_response_format(host.tokenizer, spec.response_format))
         group = GenerationGroup(host.engine)
-        (generation,) = build_requests(host, spec.sampling, [prepared.tokens], spec.max_tokens, context, group,
-                                       self._shaping(constraint))
-        return ChatTurn(self, context, group, generation)
+        generations = build_requests(host, spec.sampling, [prepared.tokens] * spec.n, spec.max_tokens, context, group,
+                                     self._shaping(constraints))
+        for index, generation in enumerate(generations):
+            generation.report_progress = spec.report_progress
+            seed = generation.sampling.seed
+            if index and seed is not None and 0 <= seed != DEFAULT_SEED:  # a seeded request: choice i, seed + i
+                generation.sampling.seed = (seed + index) % DEFAULT_SEED
+        return ChatTurn(self, context, group, generations)
 
-    def _shaping(self, constraint) -> TurnShaping:
+    def _shaping(self, constraints: list) -> TurnShaping:
         spec, prepared = self.spec, self.prepared
-        shaping = TurnShaping(constraints=[constraint], logprobs=spec.logprobs)
+        shaping = TurnShaping(constraints=constraints, logprobs=spec.logprobs)
         if spec.thinking_budget is not None and spec.thinking_budget >= 0 and prepared.parse_reasoning:
             markers = prepared.markers
             shaping.reasoning_budget = spec.thinking_budget
@@ -141,24 +163,31 @@ class RenderedTurn:
 
 
 class ChatTurn:
-    """A chat turn's generation: submit it, then read it as a stream of parsed steps
-    or whole; `cancel` ends it early."""
+    """A chat turn's generations (one per choice): submit them, then read them as a
+    stream of parsed steps or whole; `cancel` ends them early."""
 
     def __init__(self, rendered: RenderedTurn, context: RequestContext, group: GenerationGroup,
-                 generation: GenerationRequest) -> None:
+                 generations: list[GenerationRequest]) -> None:
         self.rendered = rendered
         self.context = context
-        self.generation = generation
+        self.generations = generations
         self._group = group
         prepared = rendered.prepared
-        self._parser = ChatOutputParser(
-            parse_reasoning=prepared.parse_reasoning,
-            start_in_reasoning=prepared.start_in_reasoning,
-            tool_parser_cls=rendered.host.tool_parser_cls,
-            tools=prepared.plan.tools,
-            request_id=context.request_id,
-            markers=prepared.markers,
-        )
+        self._parsers = [
+            ChatOutputParser(
+                parse_reasoning=prepared.parse_reasoning,
+                start_in_reasoning=prepared.start_in_reasoning,
+                tool_parser_cls=rendered.host.tool_parser_cls,
+                tools=prepared.plan.tools,
+                request_id=context.request_id,
+                markers=prepared.markers,
+            )
+            for _ in generations
+        ]
+
+    @property
+    def generation(self) -> GenerationRequest:
+        return self.generations[0]
 
     @classmethod
     async def start(cls, host: ModelHost, spec: ChatTurnSpec, context: RequestContext) -> ChatTurn:
@@ -174,42 +203,55 @@ class ChatTurn:
         return self.rendered.prompt_tokens
 
     def submit(self) -> None:
-        self._group.submit([self.generation])
+        self._group.submit(self.generations)
 
     def cancel(self) -> None:
         """Stop the generation; its stream or run then ends with FinishReason.CANCELLED."""
         self._group.cancel()
 
-    def _outcome(self, finish: FinishEvent) -> ChatOutcome:
-        tail = self._parser.feed(finish.text)
-        tail.extend(self._parser.finish())
-        final, owed = self._parser.final()
+    def _outcome(self, finish: FinishEvent, index: int) -> ChatOutcome:
+        parser = self._parsers[index]
+        tail = parser.feed(finish.text)
+        tail.extend(parser.finish())
+        final, owed = parser.final()
         self._check_forced(final)
-        return ChatOutcome(final=final, finish=finish, owed=owed, tail=tail)
+        return ChatOutcome(final=final, finish=finish, owed=owed, tail=tail, index=index)
 
     def _check_forced(self, final: FinalChat) -> None:
         if self.rendered.prepared.plan.forced and not final.tool_calls:
             log.warning("request %s: tool_choice forced a call but the generation ended without one",
                         self.context.request_id)
 
-    async def stream(self) -> AsyncIterator[ChatStep | ChatOutcome]:
-        """A ChatStep per generated token (its delta may be empty while markup or a
-        partial marker is held back), then the ChatOutcome."""
-        async for _, event in self._group.events():
+    async def stream(self) -> AsyncIterator[ChatStep | ChatProgress | ChatOutcome]:
+        """Per choice: a ChatStep per generated token (its delta may be empty while
+        markup or a partial marker is held back), then its ChatOutcome; choices
+        interleave. ChatProgress comes only when the spec asked for it."""
+        async for index, event in self._group.events():
             if isinstance(event, TokenEvent):
-                yield ChatStep(self._parser.feed(event.text), event)
+                yield ChatStep(self._parsers[index].feed(event.text), event, index)
+            elif isinstance(event, PromptProgressEvent):
+                yield ChatProgress(event, index)
             else:
-                yield self._outcome(event)
+                yield self._outcome(event, index)
 
     async def run(self) -> ChatOutcome:
-        """The whole turn, parsed once. A failed generation raises its typed error."""
-        (result,) = await self._group.collect()
-        if result.finish.reason is FinishReason.ERROR:
-            raise generation_error(result.finish)
-        self._parser.add_text(result.text)
-        final, _ = self._parser.final()
-        self._check_forced(final)
-        return ChatOutcome(final=final, finish=result.finish, owed=[], tail=ParsedDelta(), tokens=result.events)
+        """The whole turn (its first choice), parsed once. A failed generation raises
+        its typed error."""
+        return (await self.run_all())[0]
+
+    async def run_all(self) -> list[ChatOutcome]:
+        """Every choice, in order, each parsed once."""
+        results = await self._group.collect()
+        outcomes = []
+        for index, (result, parser) in enumerate(zip(results, self._parsers)):
+            if result.finish.reason is FinishReason.ERROR:
+                raise generation_error(result.finish)
+            parser.add_text(result.text)
+            final, _ = parser.final()
+            self._check_forced(final)
+            outcomes.append(ChatOutcome(final=final, finish=result.finish, owed=[], tail=ParsedDelta(),
+                                        tokens=result.events, index=index))
+        return outcomes
 
 
 def count_prompt_tokens(host: ModelHost, spec: ChatTurnSpec) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from mlxcel.engine.engine import Engine, EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
-from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, TokenEvent
+from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, PromptProgressEvent, TokenEvent
 from mlxcel.turn.errors import EngineUnavailable, ServerBusy
 
 
@@ -82,6 +82,8 @@ class GenerationGroup:
         """Gather every request's result."""
         results = [Completion() for _ in self.requests]
         async for index, event in self.events():
+            if isinstance(event, PromptProgressEvent):
+                continue
             result = results[index]
             result.parts.append(event.text)
             if isinstance(event, TokenEvent):

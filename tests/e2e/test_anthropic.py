@@ -130,9 +130,46 @@ def test_count_tokens_equals_usage(claude):
               "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
                            {"role": "user", "content": [{"type": "text", "text": "Name a colour."}]}]}
     counted = claude.messages.count_tokens(**kwargs)
-    assert counted.input_tokens == claude.messages.create(max_tokens=1, **kwargs).usage.input_tokens
+    usage = claude.messages.create(max_tokens=1, **kwargs).usage
+    assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
     with claude.messages.stream(max_tokens=1, **kwargs) as stream:
-        assert stream.get_final_message().usage.input_tokens == counted.input_tokens
+        usage = stream.get_final_message().usage
+    # the repeated prompt is served from the cache, reported as llama-server does
+    assert usage.cache_read_input_tokens > 0 and usage.input_tokens + usage.cache_read_input_tokens == counted.input_tokens
+
+
+def test_cache_read_input_tokens_on_a_repeated_prompt(claude):
+    kwargs = {"model": "m", "max_tokens": 2, "system": "You are a poet. " * 20, "messages": HELLO}
+    first = claude.messages.create(**kwargs, extra_body={"cache_prompt": False}).usage
+    assert first.cache_read_input_tokens == 0
+    again = claude.messages.create(**kwargs).usage
+    repeat = claude.messages.create(**kwargs).usage
+    assert repeat.cache_read_input_tokens > 0
+    assert repeat.input_tokens + repeat.cache_read_input_tokens == first.input_tokens
+    assert again.input_tokens + again.cache_read_input_tokens == first.input_tokens
+
+
+def test_a_final_assistant_message_is_a_prefill(claude):
+    messages = [{"role": "user", "content": "Give a JSON object with a name field for a cat."},
+                {"role": "assistant", "content": '{"name": "'}]
+    message = claude.messages.create(model="m", max_tokens=6, messages=messages, **GREEDY_NO_CACHE)
+    assert not message.content[0].text.startswith('{"name"')
+    counted = claude.messages.count_tokens(model="m", messages=messages).input_tokens
+    assert message.usage.input_tokens == counted
+
+
+def test_tool_result_text_parts_are_joined(claude):
+    def tool_turn(content):
+        return [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                                   "input": {"city": "Paris"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": content}]}]
+
+    parts = [{"type": "text", "text": "21 degrees"}, {"type": "text", "text": " and sunny"}]
+    joined = claude.messages.count_tokens(model="m", messages=tool_turn(parts), tools=[WEATHER]).input_tokens
+    whole = claude.messages.count_tokens(model="m", messages=tool_turn("21 degrees and sunny"),
+                                         tools=[WEATHER]).input_tokens
+    assert joined == whole  # concatenated, as llama-server does
 
 
 # --- tools on Qwen2.5-Coder ----------------------------------------------------
@@ -183,7 +220,7 @@ def test_server_tools_are_dropped(qwen_claude):
     assert with_search.input_tokens > qwen_claude.messages.count_tokens(**kwargs).input_tokens + 20
     message = qwen_claude.messages.create(**kwargs, max_tokens=4, tools=[WEATHER, WEB_SEARCH],
                                           tool_choice={"type": "auto"})
-    assert message.usage.input_tokens == with_search.input_tokens
+    assert message.usage.input_tokens + message.usage.cache_read_input_tokens == with_search.input_tokens
 
 
 def test_tool_choice_errors(qwen_claude):

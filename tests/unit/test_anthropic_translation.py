@@ -213,7 +213,8 @@ def test_stream_blocks_in_order():
         "message_delta", "message_stop",
     ]
     start = events[0][1]["message"]
-    assert start["id"] == "msg_1" and start["content"] == [] and start["usage"] == {"input_tokens": 7,
+    assert start["id"] == "msg_1" and start["content"] == [] and start["usage"] == {"cache_read_input_tokens": 0,
+                                                                                    "input_tokens": 7,
                                                                                     "output_tokens": 0}
     assert events[2][1] == {"type": "content_block_start", "index": 0,
                             "content_block": {"type": "thinking", "thinking": "", "signature": ""}}
@@ -223,7 +224,7 @@ def test_stream_blocks_in_order():
     fragments = [p["delta"]["partial_json"] for _, p in events if p.get("delta", {}).get("type") == "input_json_delta"]
     assert json.loads("".join(fragments)) == {"city": "Paris"}
     assert events[-2][1]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
-    assert events[-2][1]["usage"] == {"input_tokens": 7, "output_tokens": 5}
+    assert events[-2][1]["usage"] == {"cache_read_input_tokens": 0, "input_tokens": 7, "output_tokens": 5}
 
 
 def test_stream_text_keeps_held_whitespace_once_text_comes():

@@ -39,7 +39,8 @@ COUNT_TOKENS = opening(CountTokensRequest, "count_")
 @router.post("/messages")
 async def create_message(request: Request, opened: Opened[MessagesRequest] = Depends(MESSAGES)):
     host, data, body, message_id = opened.host, opened.data, opened.body, opened.id
-    spec = await asyncio.to_thread(turn_spec, data, body, host.config.chat_template_kwargs)
+    spec = await asyncio.to_thread(turn_spec, data, body, host.config.chat_template_kwargs,
+                                   host.config.prefill_assistant)
     turn = await ChatTurn.start(host, spec, opened.context)
     if body.stream:
         return EventStreamResponse(
@@ -48,7 +49,8 @@ async def create_message(request: Request, opened: Opened[MessagesRequest] = Dep
     async with cancel_on_disconnect(request, turn.cancel):
         outcome = await turn.run()
     reason, sequence = stop_reason(outcome)
-    usage = usage_body(outcome.finish.prompt_tokens, outcome.finish.completion_tokens)
+    finish = outcome.finish
+    usage = usage_body(finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens)
     return JSONResponse(message_body(message_id, host.model_id, content_blocks(outcome.final), reason, sequence,
                                      usage))
 
@@ -59,7 +61,8 @@ async def count_tokens(opened: Opened[CountTokensRequest] = Depends(COUNT_TOKENS
     host, data, body = opened.host, opened.data, opened.body
 
     def render() -> int:
-        return count_prompt_tokens(host, turn_spec(data, body, host.config.chat_template_kwargs))
+        return count_prompt_tokens(host, turn_spec(data, body, host.config.chat_template_kwargs,
+                                                   host.config.prefill_assistant))
 
     return JSONResponse({"input_tokens": await asyncio.to_thread(render)})
 

@@ -59,7 +59,7 @@ class MessageStream:
         reason, sequence = stop_reason(outcome)
         finish = outcome.finish
         events.append(_event("message_delta", delta={"stop_reason": reason, "stop_sequence": sequence},
-                             usage=usage_body(finish.prompt_tokens, finish.completion_tokens)))
+                             usage=usage_body(finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens)))
         events.append(_event("message_stop"))
         return events
 

@@ -9,6 +9,7 @@ import json
 import logging
 from typing import Any
 
+from mlxcel.chat.continuation import resolve_ending
 from mlxcel.chat.deltas import ToolCall
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.output import FinalChat
@@ -61,7 +62,8 @@ def _tool_result_text(block: dict, where: str) -> str:
         return content or ""
     if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
         raise ChatInputError(f"{where}.content must be a string or an array of content blocks")
-    return "\n".join(_text_of(part, f"{where}.content[{i}]") for i, part in enumerate(content))
+    # text parts are concatenated as llama-server does; an image part is refused (text-only model)
+    return "".join(_text_of(part, f"{where}.content[{i}]") for i, part in enumerate(content))
 
 
 def _user_messages(blocks: list[dict], where: str, tool_names: dict[str, str]) -> list[dict]:
@@ -178,11 +180,15 @@ def response_format(body: MessagesRequest) -> dict | None:
     return config_format or body.output_format or body.response_format
 
 
-def turn_spec(data: dict, body: CountTokensRequest, server_template_kwargs: dict) -> ChatTurnSpec:
-    """The chat turn a request asks for; a count_tokens body gives the same prompt."""
+def turn_spec(data: dict, body: CountTokensRequest, server_template_kwargs: dict,
+              prefill_assistant: bool = True) -> ChatTurnSpec:
+    """The chat turn a request asks for; a count_tokens body gives the same prompt. A
+    final assistant message is a prefill the reply continues (as in llama-server)."""
     tools = chat_tools(body.tools)
+    messages = chat_messages(body.system, body.messages)
     spec = ChatTurnSpec(
-        messages=chat_messages(body.system, body.messages),
+        messages=messages,
+        ending=resolve_ending(messages, None, None, prefill_assistant),
         sampling=body,
         tools=tools,
         tool_choice=chat_tool_choice(body.tool_choice, tools),

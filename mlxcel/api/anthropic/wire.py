@@ -74,8 +74,11 @@ class MessagesRequest(CountTokensRequest):
         return self.model_copy(update={"stop": self.stop_sequences or []})
 
 
-def usage_body(input_tokens: int, output_tokens: int) -> dict:
-    return {"input_tokens": input_tokens, "output_tokens": output_tokens}
+def usage_body(prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict:
+    """Anthropic's split, as llama-server reports it: prompt tokens served from the
+    prompt cache are `cache_read_input_tokens`, the rest `input_tokens`."""
+    return {"cache_read_input_tokens": cached_tokens, "input_tokens": prompt_tokens - cached_tokens,
+            "output_tokens": output_tokens}
 
 
 def message_body(id: str, model: str, content: list[dict], stop_reason: str | None, stop_sequence: str | None,

@@ -75,6 +75,10 @@ class ChatCompletionRequest(SamplingFields):
     thinking_budget: int | None = Field(default=None, ge=-1)
     thinking_budget_tokens: int | None = Field(default=None, ge=-1)
     timings_per_token: bool = False
+    return_progress: bool = False  # stream prompt_progress chunks while the prompt prefills
+    verbose: bool | None = None  # None: the server's --verbose
+    add_generation_prompt: bool | None = None  # None: true
+    continue_final_message: Any = None  # true, "content" or "reasoning_content" (llama-server's parse)
     user: str | None = None
     metadata: dict[str, Any] | None = None
 
@@ -88,14 +92,14 @@ def chat_message(content: str | None, reasoning: str | None, tool_calls: list[di
     return message
 
 
-def chat_body(id: str, created: int, model: str, choice: dict, usage: dict | None) -> dict:
+def chat_body(id: str, created: int, model: str, choices: list[dict], usage: dict | None) -> dict:
     return {
         "id": id,
         "object": "chat.completion",
         "created": created,
         "model": model,
         "system_fingerprint": None,
-        "choices": [choice],
+        "choices": choices,
         "usage": usage,
     }
 

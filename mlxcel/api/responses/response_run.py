@@ -28,7 +28,8 @@ from mlxcel.api.responses.records import ResponseRecord
 from mlxcel.api.responses.store import json_size
 from mlxcel.api.responses.translate import check_request, conversation_id, turn_spec
 from mlxcel.turn.chat_logprobs import LogprobFormatter
-from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec, RenderedTurn, count_prompt_tokens
+from mlxcel.turn.chat_turn import ChatOutcome, ChatProgress, ChatTurn, ChatTurnSpec, RenderedTurn, count_prompt_tokens
+from mlxcel.turn.live_timings import LiveTimings
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import GenerationFailed, InvalidRequest, NotFound, TurnError, generation_error
 
@@ -181,12 +182,24 @@ class ResponseRun:
         builder = OutputBuilder(event, len(prefix), self.parallel_tool_calls)
         formatter = LogprobFormatter(self.host.tokenizer) if self.spec.logprobs is not None else None
         outcome: ChatOutcome | None = None
+        timings = LiveTimings() if self.body.timings_per_token else None
         async for step in self.turn.stream():
             if isinstance(step, ChatOutcome):
                 outcome = step
                 break
+            if isinstance(step, ChatProgress):
+                if timings is not None:
+                    timings.progress(step.progress)
+                if self.body.return_progress:
+                    yield progress_event(event, snapshot, step.progress, timings)
+                continue
+            if timings is not None:
+                timings.token()
             entries = [formatter.entry(step.token)] if formatter is not None and step.token is not None else None
-            for e in builder.feed(step.delta, entries):
+            events = builder.feed(step.delta, entries)
+            if events and timings is not None:  # llama-server puts them on a token's last event
+                events[-1]["timings"] = timings.to_dict()
+            for e in events:
                 yield e
         for delta in (outcome.tail, ParsedDelta(tool_calls=outcome.owed)):
             for e in builder.feed(delta):
@@ -203,7 +216,10 @@ class ResponseRun:
                                prefix + builder.output, usage, error=error, incomplete_details=details,
                                completed_at=int(time.time()), conversation_id=self.conversation)
         self.final = self.record(body)
-        yield event(TERMINAL_EVENTS[self.final["status"]], response=self.final)
+        terminal = event(TERMINAL_EVENTS[self.final["status"]], response=self.final)
+        if outcome.finish.reason is not FinishReason.ERROR:
+            terminal["timings"] = outcome.finish.timings.to_dict()  # as llama-server's final event carries
+        yield terminal
 
     def _token_count(self, text: str) -> int:
         return len(self.host.tokenizer.encode(text, add_special=False, parse_special=False)) if text else 0
@@ -269,6 +285,17 @@ class ResponseRun:
             self.state.records.save(ResponseRecord(body, [], self.owner), ephemeral=not self.body.store)
         except Exception:  # noqa: BLE001 - the caller is already handling a failure
             log.exception("response %s: its failed object could not be stored", self.id)
+
+
+def progress_event(event: EventSequence, snapshot: dict, progress, timings: LiveTimings | None) -> dict:
+    """llama-server's prefill progress on Responses: a response.in_progress event that
+    carries `prompt_progress` (and `timings` with timings_per_token)."""
+    out = event("response.in_progress", response=snapshot)
+    if timings is not None:
+        out["timings"] = timings.to_dict()
+    out["prompt_progress"] = {"total": progress.total, "cache": progress.cache, "processed": progress.processed,
+                              "time_ms": progress.time_ms}
+    return out
 
 
 def _status(finish: FinishEvent) -> tuple[str, dict | None, dict | None]:

@@ -152,4 +152,5 @@ def turn_spec(data: dict, body: ResponsesInput, history: list[dict], server_temp
         logprobs=request.top_logprobs if request else None,
         thinking_budget=next((v for v in (request.thinking_budget, request.thinking_budget_tokens) if v is not None),
                              None) if request else None,
+        report_progress=bool(request and request.stream and (request.timings_per_token or request.return_progress)),
     )

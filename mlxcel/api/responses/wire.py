@@ -48,6 +48,8 @@ class ResponsesRequest(ResponsesInput):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     thinking_budget: int | None = Field(default=None, ge=-1)
     thinking_budget_tokens: int | None = Field(default=None, ge=-1)
+    timings_per_token: bool = False  # llama-server: `timings` on each streamed delta event
+    return_progress: bool = False  # llama-server: response.in_progress events with prompt_progress
     metadata: dict[str, Any] | None = None
     user: str | None = None
 
