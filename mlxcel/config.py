@@ -54,6 +54,9 @@ class ServerConfig:
     batch_size: int = 2048
     ubatch_size: int = 512
     n_predict: int = -1
+    context_shift: bool = False  # at the slot context's end, drop old tokens and go on (else stop)
+    n_keep: int = 0  # prompt tokens a context shift keeps (-1: all)
+    spm_infill: bool = False  # /infill: suffix, prefix, middle order
     api_keys: list[str] = field(default_factory=list)
     metrics: bool = False
     slots_endpoint: bool = True

@@ -18,3 +18,4 @@ class EngineStats:
     completion_tokens: int = 0
     generation_seconds: float = 0.0
     rejected_queue_full: int = 0
+    context_shifts: int = 0

@@ -129,3 +129,14 @@ def test_request_caps_are_flags():
     assert (limits.max_logit_bias, limits.max_prompts, limits.chars_cap(4096)) == (5, 4, 1000)
     automatic = parse_serve_args([]).limits
     assert automatic.chars_cap(4096) == 1 << 20 and automatic.chars_cap(1 << 20) == 32 << 20
+
+
+def test_context_shift_keep_and_spm_infill_follow_llama_server(monkeypatch):
+    config = parse_serve_args([])
+    assert (config.context_shift, config.n_keep, config.spm_infill) == (False, 0, False)  # llama-server's defaults
+    config = parse_serve_args(["--context-shift", "--keep", "-1", "--spm-infill"])
+    assert (config.context_shift, config.n_keep, config.spm_infill) == (True, -1, True)
+    assert parse_serve_args(["--context-shift", "--no-context-shift"]).context_shift is False
+    monkeypatch.setenv("LLAMA_ARG_CONTEXT_SHIFT", "1")
+    assert parse_serve_args([]).context_shift is True and not parse_serve_args(["--no-context-shift"]).context_shift
+    assert parse_serve_args(["--context-shift"]).ignored_flags == []
