@@ -77,7 +77,7 @@ def test_without_context_shift_generation_stops_at_the_context_end(http):
 @pytest.fixture(scope="module")
 def shifting():
     """One slot of 256 tokens that shifts its context when full."""
-    proc = ServerProcess("-c", "256", "-np", "1", "--context-shift")
+    proc = ServerProcess("-c", "256", "-np", "1", "--context-shift", "-t", "1")
     try:
         yield proc.wait_ready()
     finally:
