@@ -63,6 +63,9 @@ class ServerConfig:
     n_predict: int = -1
     ignore_eos: bool = False  # --ignore-eos: every request bans end-of-generation tokens
     default_stop: list[str] = field(default_factory=list)  # --reverse-prompt: stops when a request has none
+    context_shift: bool = False  # at the slot context's end, drop old tokens and go on (else stop)
+    n_keep: int = 0  # prompt tokens a context shift keeps (-1: all)
+    spm_infill: bool = False  # /infill: suffix, prefix, middle order
     api_keys: list[str] = field(default_factory=list)
     metrics: bool = False
     slots_endpoint: bool = True

@@ -83,6 +83,7 @@ class EngineConfig:
     queue_cap: int = 64  # requests waiting for a slot, beyond those running
     prefill_chunk: int = 256  # prompt tokens per step while other slots decode
     cache_prompt: bool = True  # reuse a slot's previous tokens as a prompt prefix
+    context_shift: bool = False  # at the slot context's end, drop old tokens and go on (else stop there)
     host_cache: HostPromptCache | None = None  # KV states saved beyond the slots
     lookup_ngram: int = 0  # prompt-lookup speculation: n-gram size (0: off)
     drafter: DraftModel | None = None  # draft-model speculation (--model-draft)
@@ -365,6 +366,9 @@ class Engine:
         expected_yield = 0.0  # tokens this batch is expected to emit
         for slot in self.slots:
             if slot.state is SlotState.DECODE:
+                full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
+                if full and self.config.context_shift and not self._shift_context(slot):
+                    continue
                 start = slot.n_past
                 slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
                 try:
@@ -390,6 +394,29 @@ class Engine:
             spans.append(_Span(slot, chunk, start, prefill=True, last=take == slot.prompt_remaining))
             budget -= take
         return spans
+
+    def _shift_context(self, slot: Slot) -> bool:
+        """Make room in a slot whose next token would take its context's last cell, as
+        llama-server does: keep the request's n_keep prompt tokens (BOS not counted),
+        drop half of the rest (or n_discard) and move what follows down. False when
+        the request ended instead."""
+        request = slot.request
+        try:
+            n_keep = len(request.prompt_tokens) if request.n_keep < 0 else request.n_keep
+            n_keep = min(self.n_ctx_slot - 4, n_keep + (1 if self.tokenizer.add_bos else 0))
+            n_left = slot.n_past - n_keep
+            n_discard = max(0, min(request.n_discard or n_left // 2, n_left - 1))
+            if n_discard == 0 or not self.runtime.shift_seq(slot.id, n_keep, n_discard):
+                raise RuntimeError(f"cannot shift the context (n_keep {n_keep}, n_left {n_left})")
+        except Exception as exc:  # noqa: BLE001 - one request's failure is its own
+            self._request_failed(request, "shifting the context", exc)
+            return False
+        del slot.cached_tokens[n_keep : n_keep + n_discard]
+        slot.shifted_keep = n_keep
+        self.stats.context_shifts += 1
+        log.info("request %d: context shift in slot %d, n_keep = %d, n_discard = %d", request.id, slot.id,
+                 n_keep, n_discard)
+        return True
 
     def _fill(self, spans: list[_Span]) -> TokenBatch:
         """Write the spans into the batch; each slot's memory record grows with them."""
@@ -506,6 +533,8 @@ class Engine:
         drafter = self.config.drafter
         if slot.acceptance is None or request.constraint is not None or slot.forced_tokens:
             return [], 0.0
+        if slot.shifted_keep is not None:  # its history no longer matches its positions: no drafting
+            return [], 0.0
         if slot.budget is not None and not slot.budget.done:
             return [], 0.0
         room = self._batch.capacity - batch_tokens
@@ -617,8 +646,8 @@ class Engine:
             self._finish(slot, FinishReason.STOP)
         elif 0 <= request.max_tokens <= slot.n_generated:
             self._finish(slot, FinishReason.LENGTH)
-        elif slot.n_past + 1 >= self.n_ctx_slot:
-            self._finish(slot, FinishReason.LENGTH)
+        elif slot.n_past + 1 >= self.n_ctx_slot and not self.config.context_shift:
+            self._finish(slot, FinishReason.LENGTH, truncated=True)  # llama-server's stop at the context's end
         else:
             slot.next_token = token
             slot.state = SlotState.DECODE
@@ -633,6 +662,7 @@ class Engine:
         error: str | None = None,
         engine_failed: bool = False,
         unsatisfiable: bool = False,
+        truncated: bool = False,
     ) -> None:
         """End the slot's request: release the slot and emit its FinishEvent. Nothing
         here may keep the event from being emitted."""
@@ -659,6 +689,9 @@ class Engine:
             cache_tier=slot.cache_tier,
         )
         seed = slot.sampler.seed if slot.sampler is not None else None
+        truncated = truncated or slot.shifted_keep is not None
+        if slot.shifted_keep is not None:
+            self._keep_unshifted_prefix(slot)
         if not (self.config.cache_prompt and request.cache_prompt):
             # an opted-out request donates nothing: forget what its sequence holds
             self._forget_sequence(slot)
@@ -681,8 +714,18 @@ class Engine:
                 error=error,
                 engine_failed=engine_failed,
                 unsatisfiable=unsatisfiable,
+                truncated=truncated,
             )
         )
+
+    def _keep_unshifted_prefix(self, slot: Slot) -> None:
+        """A shifted sequence's memory past its kept prefix was computed over tokens it
+        no longer holds: only that prefix may be reused as a later prompt's."""
+        keep, slot.shifted_keep = slot.shifted_keep, None
+        if not self.runtime.seq_remove(slot.id, keep, -1):
+            self._forget_sequence(slot)
+            return
+        del slot.cached_tokens[keep:]
 
     def _finish_unstarted(
         self, request: GenerationRequest, reason: FinishReason, error: str | None = None, engine_failed: bool = False

@@ -162,6 +162,19 @@ class LlamaRuntime:
     def seq_remove(self, seq_id: int, start: int, end: int = -1) -> bool:
         return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, end))
 
+    @property
+    def can_shift(self) -> bool:
+        """Whether cached positions can be moved (context shift); not for recurrent memory."""
+        return bool(llama_cpp.llama_memory_can_shift(self.memory))
+
+    def shift_seq(self, seq_id: int, n_keep: int, n_discard: int) -> bool:
+        """Drop positions [n_keep, n_keep + n_discard) and move everything after them
+        down by n_discard (llama.cpp re-rotates the moved keys)."""
+        if not llama_cpp.llama_memory_seq_rm(self.memory, seq_id, n_keep, n_keep + n_discard):
+            return False
+        llama_cpp.llama_memory_seq_add(self.memory, seq_id, n_keep + n_discard, -1, -n_discard)
+        return True
+
     def seq_clear(self, seq_id: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
 

@@ -105,6 +105,7 @@ class FinishEvent:
     error: str | None = None
     engine_failed: bool = False  # the engine itself failed (the server answers 503 and restarts)
     unsatisfiable: bool = False  # the request's own constraints left no token to sample (a 400)
+    truncated: bool = False  # the slot's context ran out: generation stopped there, or shifted it
 
 
 @dataclass
@@ -134,6 +135,8 @@ class GenerationRequest:
     max_tokens: int = -1  # -1: until end of generation or of the slot's context
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    n_keep: int = 0  # context shift: prompt tokens kept at the start (-1: the whole prompt)
+    n_discard: int = 0  # context shift: tokens dropped after them (0: half of the rest)
     priority: Priority = Priority.NORMAL
     cache_prompt: bool = True
     logprobs: int | None = None  # None: off; k: the chosen token's logprob and the k most likely

@@ -64,11 +64,11 @@ class SlotMemory:
     @staticmethod
     def _longest_live_prefix(prompt: list[int], busy: Iterable[Slot]) -> tuple[Slot | None, int]:
         """The busy slot sharing the longest prefix with `prompt`. A request that opted
-        out of prompt caching shares nothing."""
+        out of prompt caching, or whose context was shifted, shares nothing."""
         best, n_best = None, 0
         for other in busy:
-            if other.request is None or not other.request.cache_prompt:
-                continue
+            if other.request is None or not other.request.cache_prompt or other.shifted_keep is not None:
+                continue  # a shifted sequence's memory no longer matches its tokens
             n = common_prefix_length(other.cached_tokens, prompt)
             if n > n_best:
                 best, n_best = other, n

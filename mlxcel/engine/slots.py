@@ -74,6 +74,7 @@ class Slot:
     draft_accepted: int = 0
     draft_rounds: int = 0
     acceptance: AcceptanceStats | None = None  # how far recent drafts held, when speculating
+    shifted_keep: int | None = None  # after a context shift: the prefix whose memory is still exact
     unsaved: bool = False  # holds a finished request's tokens the host cache may not have yet
     n_reused: int = 0  # prompt tokens taken from the slot's previous contents
     n_generated: int = 0
@@ -109,6 +110,7 @@ class Slot:
         self.acceptance = None
         self.forced_tokens = []
         self.budget = None
+        self.shifted_keep = None
         if request.reasoning_budget is not None and all(request.reasoning_markers):
             self.budget = ReasoningBudget(request.reasoning_budget, request.reasoning_open_at_start,
                                           *request.reasoning_markers)

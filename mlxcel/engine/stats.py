@@ -31,6 +31,7 @@ class EngineStats:
     draft_tokens: int = 0
     draft_accepted: int = 0
     draft_rounds: int = 0
+    context_shifts: int = 0
 
     def count_decode(self, n_busy: int, longest: int, n_prompt: int, seconds: float) -> None:
         self.n_decode += 1

@@ -8,12 +8,32 @@ bytes with a list lookup instead of a foreign call.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 import llama_cpp
 
 
 class TokenizeError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """The fill-in-the-middle tokens, -1 where the vocabulary has none. llama.cpp takes
+    them from the GGUF's tokenizer.ggml.fim_* keys or, without those, finds them by
+    their text (Qwen2.5-Coder's <|fim_prefix|>, <|repo_name|>, <|file_sep|>, ...)."""
+
+    pre: int = -1
+    suf: int = -1
+    mid: int = -1
+    pad: int = -1
+    rep: int = -1  # repository name, for the repo-level pattern
+    sep: int = -1  # file separator
+
+    @classmethod
+    def of(cls, vocab: llama_cpp.llama_vocab_p) -> FimTokens:
+        return cls(*(int(getattr(llama_cpp, f"llama_vocab_fim_{name}")(vocab))
+                     for name in ("pre", "suf", "mid", "pad", "rep", "sep")))
 
 
 class Tokenizer:
@@ -26,6 +46,7 @@ class Tokenizer:
         self.eog_tokens = frozenset(
             t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)
         )
+        self.fim = FimTokens.of(vocab)
         self._pieces = [self._piece(t, special=False) for t in range(self.n_vocab)]
 
     @property

@@ -16,10 +16,12 @@ from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template import TemplateError
 from mlxcel.structured.errors import StructuredOutputError
 from mlxcel.turn.errors import (
+    ContextOverflow,
     EngineUnavailable,
     GenerationFailed,
     InvalidRequest,
     NotFound,
+    NotSupported,
     RateLimited,
     ServerBusy,
     TurnError,
@@ -28,6 +30,7 @@ from mlxcel.turn.errors import (
 log = logging.getLogger("mlxcel.server")
 
 ANTHROPIC_PREFIXES = ("/v1/messages", "/messages")
+RESPONSES_PREFIXES = ("/v1/responses", "/responses")
 # Anthropic's error type for an HTTP status; a busy server is Anthropic's 529
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -38,6 +41,10 @@ CLIENT_CLOSED_REQUEST = 499
 
 def is_anthropic_path(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in ANTHROPIC_PREFIXES)
+
+
+def is_responses_path(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in RESPONSES_PREFIXES)
 
 
 def anthropic_error_body(kind: str, message: str) -> dict:
@@ -100,6 +107,7 @@ def describe_validation_errors(errors: list[dict]) -> str:
 TURN_ERRORS: dict[type[TurnError], tuple[int, str]] = {
     InvalidRequest: (400, "invalid_request_error"),
     NotFound: (404, "invalid_request_error"),
+    NotSupported: (501, "not_supported_error"),
     RateLimited: (429, "rate_limit_error"),
     ServerBusy: (503, "server_busy"),
     EngineUnavailable: (503, "unavailable_error"),
@@ -112,6 +120,8 @@ def as_api_error(exc: Exception) -> APIError:
     where typed errors become HTTP statuses."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, ContextOverflow):  # llama-server's body: its own type, the status as code
+        return APIError(400, exc.message, "exceed_context_size_error", 400, **exc.extra)
     if isinstance(exc, TurnError):
         status, kind = next((v for k, v in TURN_ERRORS.items() if isinstance(exc, k)), (500, "server_error"))
         return APIError(status, exc.message, kind, exc.code, **exc.extra)
@@ -131,8 +141,11 @@ def as_api_error(exc: Exception) -> APIError:
 
 
 def render_error(request: Request, exc: Exception) -> JSONResponse:
+    path = request.url.path
+    if is_responses_path(path) and isinstance(exc, ContextOverflow):  # OpenAI's Responses shape there
+        return invalid_request(exc.message, exc.code, **exc.extra).response()
     error = as_api_error(exc)
-    return error.anthropic_response() if is_anthropic_path(request.url.path) else error.response()
+    return error.anthropic_response() if is_anthropic_path(path) else error.response()
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -17,6 +17,7 @@ from mlxcel.http.errors import install_error_handlers
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.api.responses.state import ResponsesState
 from mlxcel.api.anthropic import routes as anthropic
+from mlxcel.api.native import infill
 from mlxcel.api.native import routes as native
 from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
@@ -47,6 +48,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app.include_router(anthropic.router)
     app.include_router(completions.router)
     app.include_router(native.router)
+    app.include_router(infill.router)
     app.include_router(responses.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key

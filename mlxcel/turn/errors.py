@@ -20,6 +20,23 @@ class InvalidRequest(TurnError):
     """The request cannot be served as sent (400)."""
 
 
+class ContextOverflow(InvalidRequest):
+    """The prompt does not fit the slot's context (400, with both sizes)."""
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"request ({n_prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
+            "try increasing it",
+            code="context_length_exceeded",
+            n_prompt_tokens=n_prompt_tokens,
+            n_ctx=n_ctx,
+        )
+
+
+class NotSupported(TurnError):
+    """The loaded model cannot do what the route asks, e.g. /infill without FIM tokens (501)."""
+
+
 class NotFound(TurnError):
     """A named resource (a stored response, a conversation) does not exist for this client (404)."""
 

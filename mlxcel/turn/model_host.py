@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -119,6 +120,9 @@ class ModelHost:
                 runtime.warm_up(tokenizer.bos if tokenizer.bos >= 0 else 0)
             drafter = self._load_drafter(cfg, tokenizer, runtime.n_ctx) if cfg.model_draft else None
             lookup_ngram = cfg.spec_ngram_size if cfg.spec_type == "ngram-simple" else 0
+            if cfg.context_shift and not runtime.can_shift:  # as llama-server: off, with a warning
+                log.warning("context shift is not supported by this model's memory: it is disabled")
+                cfg = self.config = dataclasses.replace(cfg, context_shift=False)
             costs = None
             if drafter is not None or lookup_ngram:
                 costs = self._measure_decode_costs(runtime, drafter is not None)
@@ -129,6 +133,7 @@ class ModelHost:
                     queue_cap=cfg.queue_cap,
                     prefill_chunk=cfg.prefill_chunk,
                     cache_prompt=cfg.cache_prompt,
+                    context_shift=cfg.context_shift,
                     host_cache=self.host_cache,
                     lookup_ngram=lookup_ngram,
                     drafter=drafter,

@@ -17,7 +17,7 @@ from mlxcel.engine.sampler_order import parse_sampler_order
 from mlxcel.engine.sampling import SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.turn.context import RequestContext
-from mlxcel.turn.errors import InvalidRequest
+from mlxcel.turn.errors import ContextOverflow, InvalidRequest
 from mlxcel.turn.sampling_fields import SamplingFields
 
 if TYPE_CHECKING:
@@ -145,20 +145,17 @@ def _tokenize_one(tokenizer: Tokenizer, prompt) -> list[int]:
 
 
 def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
+    """A prompt must leave the slot room for at least one generated token (llama-server's
+    check, with or without context shift)."""
     if len(tokens) >= n_ctx_slot:
-        raise InvalidRequest(
-            f"the prompt has {len(tokens)} tokens, which does not fit the per-slot context of "
-            f"{n_ctx_slot} tokens: prompts must be shorter than {n_ctx_slot} tokens",
-            code="context_length_exceeded",
-            n_prompt_tokens=len(tokens),
-            n_ctx=n_ctx_slot,
-        )
+        raise ContextOverflow(len(tokens), n_ctx_slot)
 
 
-def clamp_max_tokens(max_tokens: int, n_ctx_slot: int) -> int:
-    """A generation limit past the slot's context means "until the context is full",
-    which is what -1 already says; the clamp is logged."""
-    if max_tokens > n_ctx_slot:
+def clamp_max_tokens(max_tokens: int, n_ctx_slot: int, context_shift: bool = False) -> int:
+    """Without context shift, a generation limit past the slot's context means "until
+    the context is full", which is what -1 already says; the clamp is logged. With it,
+    generation goes on past the context's end, so the limit stands."""
+    if max_tokens > n_ctx_slot and not context_shift:
         log.info("max_tokens %d exceeds the slot context of %d tokens: generation stops at the context's end",
                  max_tokens, n_ctx_slot)
         return n_ctx_slot
@@ -202,7 +199,7 @@ def build_requests(
     sampling = resolve_sampling(fields, config.sampling, tokenizer)
     loop_detection = resolve_loop_detection(fields, host.model_family)
     cache_prompt = fields.extra_cache_prompt()
-    limit = clamp_max_tokens(config.n_predict if max_tokens is None else max_tokens, n_ctx_slot)
+    limit = clamp_max_tokens(config.n_predict if max_tokens is None else max_tokens, n_ctx_slot, config.context_shift)
     requests = []
     for index, tokens in enumerate(prompts):
         check_fits(tokens, n_ctx_slot)
@@ -214,6 +211,8 @@ def build_requests(
                 max_tokens=limit,
                 stop=list(fields.stop or config.default_stop),
                 ignore_eos=fields.ignore_eos or config.ignore_eos,
+                n_keep=fields.n_keep if fields.n_keep is not None else config.n_keep,
+                n_discard=fields.n_discard or 0,
                 priority=context.priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,
                 logprobs=shaping.logprobs,

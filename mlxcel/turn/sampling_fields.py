@@ -56,6 +56,9 @@ class SamplingFields(BaseModel):
     stop: str | list[str] | None = None
     ignore_eos: bool = False
     cache_prompt: bool | None = None
+    # context shift (--context-shift): prompt tokens kept (-1: all) and tokens dropped per shift (0: half)
+    n_keep: int | None = Field(default=None, ge=-1, le=INT32_MAX)
+    n_discard: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
     @field_validator("stop")
     @classmethod

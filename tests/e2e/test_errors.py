@@ -71,16 +71,6 @@ def test_unknown_response_format_type(http):
         http.post("/v1/completions", json={"prompt": "x", "response_format": {"type": "xml"}}), 400)
 
 
-def test_prompt_longer_than_the_slot_context(http):
-    prompt = "word " * 1100
-    n_tokens = len(http.post("/tokenize", json={"content": prompt}).json()["tokens"])
-    for path in ("/v1/completions", "/completion"):
-        response = http.post(path, json={"prompt": prompt, "stream": True})
-        message = _error(response, 400)
-        assert str(n_tokens) in message and "1024" in message
-        assert response.json()["error"]["code"] == "context_length_exceeded"
-
-
 def test_generation_stops_with_length_at_the_end_of_the_slot(http):
     prompt = "word " * 1000
     n_prompt = len(http.post("/tokenize", json={"content": prompt}).json()["tokens"])

@@ -97,6 +97,7 @@ class FakeRuntime:
         self.batches: list[DecodedBatch] = []  # every batch decode was asked for, refused ones too
         self.last: DecodedBatch | None = None  # the last batch decoded successfully
         self.violations: list[str] = []
+        self.shifts: list[tuple[int, int, int]] = []  # every context shift: (sequence, n_keep, n_discard)
         # the rc to answer for a batch (None: 0); may raise, as a broken runtime would
         self.refuse: Callable[[DecodedBatch], int] | None = None
         self.arrivals: queue.Queue[DecodedBatch] = queue.Queue()  # batches held, see hold()
@@ -152,6 +153,15 @@ class FakeRuntime:
         del memory[max(start, 0):]
         return True
 
+    def shift_seq(self, seq_id: int, n_keep: int, n_discard: int) -> bool:
+        memory = self.memory[seq_id]
+        if not 0 <= n_keep <= n_keep + n_discard <= len(memory):
+            self.violations.append(f"shift_seq({seq_id}, {n_keep}, {n_discard}) outside {len(memory)} positions")
+            return False
+        del memory[n_keep : n_keep + n_discard]
+        self.shifts.append((seq_id, n_keep, n_discard))
+        return True
+
     def seq_clear(self, seq_id: int) -> None:
         self.memory[seq_id] = []
 
@@ -195,6 +205,7 @@ class FakeTokenizer:
 
     def __init__(self, pieces: dict[int, bytes] | None = None, eog_tokens: frozenset[int] = frozenset({EOG})):
         self.n_vocab = N_VOCAB
+        self.add_bos = False
         self.eog_tokens = eog_tokens
         self._pieces = pieces or {}
 

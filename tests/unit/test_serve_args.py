@@ -175,3 +175,14 @@ def test_llama_server_lists_alias_tags_host_and_cors(monkeypatch):
 def test_bad_listen_settings_raise_usage_error(argv):
     with pytest.raises(UsageError):
         parse_serve_args(argv)
+
+
+def test_context_shift_keep_and_spm_infill_follow_llama_server(monkeypatch):
+    config = parse_serve_args([])
+    assert (config.context_shift, config.n_keep, config.spm_infill) == (False, 0, False)  # llama-server's defaults
+    config = parse_serve_args(["--context-shift", "--keep", "-1", "--spm-infill"])
+    assert (config.context_shift, config.n_keep, config.spm_infill) == (True, -1, True)
+    assert parse_serve_args(["--context-shift", "--no-context-shift"]).context_shift is False
+    monkeypatch.setenv("LLAMA_ARG_CONTEXT_SHIFT", "1")
+    assert parse_serve_args([]).context_shift is True and not parse_serve_args(["--no-context-shift"]).context_shift
+    assert parse_serve_args(["--context-shift"]).ignored_flags == []

@@ -15,10 +15,12 @@ from mlxcel.engine.request import FinishEvent, FinishReason, Priority, Timings, 
 from mlxcel.http.errors import as_api_error
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import (
+    ContextOverflow,
     EngineUnavailable,
     GenerationFailed,
     InvalidRequest,
     NotFound,
+    NotSupported,
     RateLimited,
     ServerBusy,
     generation_error,
@@ -106,10 +108,26 @@ def test_limits_default_and_clamp_to_the_slot():
 
 
 def test_a_prompt_that_fills_the_slot_is_refused_with_its_sizes():
-    with pytest.raises(InvalidRequest) as info:
+    with pytest.raises(ContextOverflow) as info:
         _build(SamplingFields(), [[1] * SLOT], None)
-    assert info.value.code == "context_length_exceeded"
     assert info.value.extra == {"n_prompt_tokens": SLOT, "n_ctx": SLOT}
+    # llama-server's body: its error type, the status as code, both sizes
+    assert as_api_error(info.value).body() == {"error": {
+        "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": SLOT, "n_ctx": SLOT,
+        "message": f"request ({SLOT} tokens) exceeds the available context size ({SLOT} tokens), try increasing it"}}
+
+
+def test_with_context_shift_a_limit_past_the_slot_stands_and_n_keep_is_passed_on():
+    host = _host()
+    host.config.context_shift, host.config.n_keep = True, 4
+
+    async def build(fields, max_tokens):
+        return build_requests(host, fields, [[1]], max_tokens, RequestContext("r"), GenerationGroup(FakeEngine()))
+
+    (request,) = asyncio.run(build(SamplingFields(), 10**6))
+    assert (request.max_tokens, request.n_keep, request.n_discard) == (10**6, 4, 0)
+    (request,) = asyncio.run(build(SamplingFields(n_keep=-1, n_discard=9), None))
+    assert (request.max_tokens, request.n_keep, request.n_discard) == (-1, -1, 9)
 
 
 @pytest.mark.parametrize("error, kind", [(QueueFullError("full"), ServerBusy),
@@ -136,6 +154,7 @@ def _build_and_submit(engine):
     (ServerBusy("busy"), 503, "server_busy"),
     (EngineUnavailable("the llama context failed"), 503, "unavailable_error"),
     (GenerationFailed("broke"), 500, "server_error"),
+    (NotSupported("Infill is not supported by this model: ", code=501), 501, "not_supported_error"),
 ])
 def test_typed_errors_map_to_statuses_once(error, status, kind):
     api = as_api_error(error)

@@ -53,7 +53,7 @@ def _final_body(
             request.sampling, request.max_tokens, request.stop, request.ignore_eos, seed=finish.seed
         ),
         "has_new_line": "\n" in result.text,
-        "truncated": False,
+        "truncated": finish.truncated,
         "stop_type": _stop_type(finish),
         "stopping_word": finish.stop_word or "",
         "tokens_cached": finish.prompt_tokens + finish.completion_tokens,
