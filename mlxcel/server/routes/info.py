@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -98,12 +100,16 @@ def _template_caps(request: Request, host: ModelHost) -> dict[str, bool]:
     return caps
 
 
+# llama-server draws its media marker at start so no prompt text can forge it
+MEDIA_MARKER = f"<__media_{secrets.token_urlsafe(24).replace('-', 'a').replace('_', 'b')}__>"
+
+
 @router.get("/props")
 async def props(request: Request):
     host = _host(request)
     host.require_ready()
     config = host.config
-    settings = generation_settings(config.sampling, config.n_predict)
+    settings = generation_settings(config.sampling, config.n_predict, config.default_stop, config.ignore_eos)
     template = host.template
     return {
         # the spec's flat fields, with llama-server's `params` and `n_ctx` beside them
@@ -126,6 +132,8 @@ async def props(request: Request):
         "build_info": f"mlxcel {__version__}",
         "is_sleeping": False,
         "cors_proxy_enabled": False,
+        "media_marker": MEDIA_MARKER,  # where media would go in a prompt (none is accepted yet)
+        "ui_settings": {},
     }
 
 
