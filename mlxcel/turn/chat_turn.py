@@ -46,6 +46,19 @@ class ChatTurnSpec:
     ending: PromptEnding = field(default_factory=PromptEnding)  # generation prompt or continuation
     n: int = 1  # choices: independent generations of the same prompt
     report_progress: bool = False  # the stream carries ChatProgress while the prompt prefills
+    # llama-server's chat reply to a continued message is the whole message: the text
+    # continued, then what was generated (Anthropic's reply is only the new text)
+    reply_repeats_continued: bool = False
+
+    def continued_text(self) -> str:
+        """The final message's text a continuation carries on from ("" when none)."""
+        mode = self.ending.continue_final
+        if mode is None or not self.messages:
+            return ""
+        value = self.messages[-1].get(mode)
+        if isinstance(value, list):
+            value = "".join(part.get("text", "") for part in value if isinstance(part, dict))
+        return value if isinstance(value, str) else ""
 
 
 @dataclass
@@ -184,6 +197,10 @@ class ChatTurn:
             )
             for _ in generations
         ]
+        # what the reply repeats before the generated text, parsed as output is
+        repeated = rendered.spec.continued_text() if rendered.spec.reply_repeats_continued else ""
+        self._repeated = repeated
+        self._pending = [parser.feed(repeated) if repeated else ParsedDelta() for parser in self._parsers]
 
     @property
     def generation(self) -> GenerationRequest:
@@ -209,9 +226,18 @@ class ChatTurn:
         """Stop the generation; its stream or run then ends with FinishReason.CANCELLED."""
         self._group.cancel()
 
+    def _take_pending(self, index: int, delta: ParsedDelta) -> ParsedDelta:
+        """The continued text's delta goes out with the choice's first piece."""
+        pending = self._pending[index]
+        if not pending:
+            return delta
+        self._pending[index] = ParsedDelta()
+        pending.extend(delta)
+        return pending
+
     def _outcome(self, finish: FinishEvent, index: int) -> ChatOutcome:
         parser = self._parsers[index]
-        tail = parser.feed(finish.text)
+        tail = self._take_pending(index, parser.feed(finish.text))
         tail.extend(parser.finish())
         final, owed = parser.final()
         self._check_forced(final)
@@ -228,7 +254,7 @@ class ChatTurn:
         interleave. ChatProgress comes only when the spec asked for it."""
         async for index, event in self._group.events():
             if isinstance(event, TokenEvent):
-                yield ChatStep(self._parsers[index].feed(event.text), event, index)
+                yield ChatStep(self._take_pending(index, self._parsers[index].feed(event.text)), event, index)
             elif isinstance(event, PromptProgressEvent):
                 yield ChatProgress(event, index)
             else:
@@ -246,7 +272,7 @@ class ChatTurn:
         for index, (result, parser) in enumerate(zip(results, self._parsers)):
             if result.finish.reason is FinishReason.ERROR:
                 raise generation_error(result.finish)
-            parser.add_text(result.text)
+            parser.add_text(result.text)  # after the continued text fed at construction
             final, _ = parser.final()
             self._check_forced(final)
             outcomes.append(ChatOutcome(final=final, finish=result.finish, owed=[], tail=ParsedDelta(),

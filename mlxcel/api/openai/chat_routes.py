@@ -65,6 +65,7 @@ def turn_spec(data: dict, body: ChatCompletionRequest, host: ModelHost) -> ChatT
                               host.config.prefill_assistant),
         n=body.n,
         report_progress=body.stream and (body.return_progress or body.timings_per_token),
+        reply_repeats_continued=True,
     )
 
 
