@@ -8,7 +8,12 @@ U64_MAX = 18446744073709551615
 
 
 def generation_settings(
-    sampling: SamplingParams, n_predict: int, stop: list[str] | None = None, ignore_eos: bool = False, seed: int | None = None
+    sampling: SamplingParams,
+    n_predict: int,
+    stop: list[str] | None = None,
+    ignore_eos: bool = False,
+    seed: int | None = None,
+    grammar: str = "",
 ) -> dict:
     if seed is None:
         seed = U64_MAX if sampling.seed in (None, -1, DEFAULT_SEED) else sampling.seed
@@ -34,4 +39,5 @@ def generation_settings(
         "xtc_threshold": sampling.xtc_threshold,
         "stop": list(stop or []),
         "ignore_eos": ignore_eos,
+        "grammar": grammar,  # the request's GBNF text, as llama-server reports it
     }
