@@ -641,7 +641,7 @@ class Engine:
         if stop_word is not None:
             self._finish(slot, FinishReason.STOP, stop_word=stop_word)
         elif request.constraint is not None and request.constraint.is_finished():
-            self._finish(slot, FinishReason.STOP)
+            self._finish(slot, FinishReason.STOP, eos=True)  # only EOG could follow (llama-server: an eos stop)
         elif slot.loop_detector is not None and slot.loop_detector.observe(token):
             self._finish(slot, FinishReason.STOP)
         elif 0 <= request.max_tokens <= slot.n_generated:

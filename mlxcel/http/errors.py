@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template import TemplateError
-from mlxcel.structured.errors import StructuredOutputError
+from mlxcel.structured.errors import GrammarError, StructuredOutputError
 from mlxcel.turn.errors import (
     ContextOverflow,
     EngineUnavailable,
@@ -125,6 +125,8 @@ def as_api_error(exc: Exception) -> APIError:
     if isinstance(exc, TurnError):
         status, kind = next((v for k, v in TURN_ERRORS.items() if isinstance(exc, k)), (500, "server_error"))
         return APIError(status, exc.message, kind, exc.code, **exc.extra)
+    if isinstance(exc, GrammarError):
+        return invalid_request(str(exc), code="invalid_grammar")
     if isinstance(exc, StructuredOutputError):
         return invalid_request(str(exc), code="invalid_response_format")
     if isinstance(exc, TemplateError):

@@ -51,8 +51,9 @@ class Constraint:
     """One request's grammar: which tokens may come next, and the tokens taken so far.
     Used by one thread at a time (the engine, or its mask-filling helper)."""
 
-    def __init__(self, matcher: LLMatcher, n_vocab: int) -> None:
+    def __init__(self, matcher: LLMatcher, n_vocab: int, source: str = "") -> None:
         self.matcher = matcher
+        self.source = source  # the GBNF text it came from, if any (generation_settings.grammar)
         self.n_vocab = n_vocab
         self.n_words = mask_words(n_vocab)
 

@@ -28,6 +28,23 @@ class SchemaError(StructuredOutputError):
         super().__init__(f"invalid JSON schema: {reason}")
 
 
+class GrammarError(StructuredOutputError):
+    """A GBNF grammar that is too large, does not parse or does not compile. The message
+    starts as llama-server's ("Failed to parse grammar") and adds the reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"Failed to parse grammar: {reason}")
+
+
+class ConflictingConstraintsError(StructuredOutputError):
+    """A request names two output constraints (grammar with json_schema or a
+    constraining response_format); llama-server refuses the pair too."""
+
+    def __init__(self) -> None:
+        super().__init__("Cannot use both json_schema and grammar")
+
+
 class GrammarTimeoutError(SchemaError):
     """Compiling the schema took longer than allowed."""
 

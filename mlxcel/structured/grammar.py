@@ -1,7 +1,9 @@
-"""From a request's `response_format` to a compiled, per-request `Constraint`.
+"""From a request's `response_format` (or GBNF `grammar`) to a compiled, per-request
+`Constraint`.
 
 `ResponseFormat.parse` checks the wire object's shape and the schema limits, and
-`grammar_spec()` turns it into a llguidance grammar (cheap, no compilation).
+`grammar_spec()` turns it into a llguidance grammar (cheap, no compilation);
+`gbnf_grammar` checks a GBNF text's size and leaves its conversion to the compile.
 `compile_constraint` then builds the matcher on a small worker pool with a time
 bound, so a hostile schema costs a worker, never the engine thread or a handler
 forever; llguidance's own parser limits bound the work inside the worker as well.
@@ -19,20 +21,27 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from llguidance import LLMatcher, LLParserLimits, LLTokenizer
+from llguidance import LLMatcher, LLParserLimits, LLTokenizer, grammar_from
 
 from mlxcel.structured.constraint import Constraint
-from mlxcel.structured.errors import GrammarTimeoutError, ResponseFormatError, SchemaError
+from mlxcel.structured.errors import (
+    GrammarError,
+    GrammarTimeoutError,
+    ResponseFormatError,
+    SchemaError,
+    StructuredOutputError,
+)
 from mlxcel.structured.limits import check_schema
 
 DEFAULT_COMPILE_TIMEOUT_S = 3.0
 MAX_REASON_CHARS = 200
+MAX_GRAMMAR_BYTES = 64 * 1024  # a GBNF text, as large as a schema may be
 
 # Between JSON tokens: nothing, one space, or a newline and up to 20 spaces/tabs of
 # indentation. Unbounded whitespace lets small models loop on newlines forever.
 JSON_WHITESPACE = r"(?: |\n[ \t]{0,20})?"
 
-GrammarKind = Literal["json_schema", "json_object", "tool_call"]
+GrammarKind = Literal["json_schema", "json_object", "tool_call", "gbnf"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,8 @@ DEFAULT_LIMITS = GrammarLimits()
 
 @dataclass(frozen=True)
 class GrammarSpec:
-    """A grammar ready to compile: llguidance's serialized grammar and where it came from."""
+    """A grammar ready to compile: llguidance's serialized grammar and where it came
+    from; for kind "gbnf", the GBNF text itself (converted when compiled)."""
 
     kind: GrammarKind
     grammar: str
@@ -93,8 +103,10 @@ class ResponseFormat:
         kind = value.get("type", "text")
         if kind in ("text", None):
             return cls()
-        if kind == "json_object":
-            return cls(type="json_object")
+        if kind == "json_object":  # llama-server's form may carry a schema
+            if value.get("schema") is None:
+                return cls(type="json_object")
+            return cls(type="json_schema", schema=_checked_schema(value["schema"], "response_format.schema"))
         if kind != "json_schema":
             raise ResponseFormatError(
                 "response_format.type must be one of 'text', 'json_object', 'json_schema'"
@@ -103,17 +115,20 @@ class ResponseFormat:
         if not isinstance(wrapper, Mapping):
             raise ResponseFormatError("response_format.json_schema must be an object")
         schema = wrapper.get("schema")
-        if schema is None:
-            raise ResponseFormatError("response_format.json_schema.schema is required")
-        if not isinstance(schema, dict):
-            raise ResponseFormatError("response_format.json_schema.schema must be an object")
+        if schema is None:  # llama-server: an absent schema means any object
+            return cls(type="json_object")
+        schema = _checked_schema(schema, "response_format.json_schema.schema")
         name, strict = wrapper.get("name"), wrapper.get("strict")
         if name is not None and not isinstance(name, str):
             raise ResponseFormatError("response_format.json_schema.name must be a string")
         if strict is not None and not isinstance(strict, bool):
             raise ResponseFormatError("response_format.json_schema.strict must be a boolean")
-        check_schema(schema)
         return cls(type="json_schema", schema=schema, name=name, strict=strict)
+
+    @classmethod
+    def from_schema(cls, schema: Any, field: str = "json_schema") -> ResponseFormat:
+        """A bare JSON schema (llama-server's `json_schema` field) as a format."""
+        return cls(type="json_schema", schema=_checked_schema(schema, field))
 
     @property
     def constrained(self) -> bool:
@@ -127,6 +142,22 @@ class ResponseFormat:
             assert self.schema is not None
             return GrammarSpec("json_schema", json_schema_grammar(self.schema), self.name)
         return None
+
+
+def _checked_schema(schema: Any, field: str) -> dict[str, Any]:
+    """A schema within the limits; an empty one means any object, as in llama-server."""
+    if not isinstance(schema, dict):
+        raise ResponseFormatError(f"{field} must be an object")
+    check_schema(schema)
+    return schema or {"type": "object"}
+
+
+def gbnf_grammar(text: str) -> GrammarSpec:
+    """A GBNF grammar (llama.cpp's `grammar` field; a Lark text starting with `start:`
+    or `%llguidance` passes as is), size-checked; parsed when compiled."""
+    if len(text.encode("utf-8")) > MAX_GRAMMAR_BYTES:
+        raise GrammarError(f"grammar is larger than {MAX_GRAMMAR_BYTES // 1024} KiB")
+    return GrammarSpec("gbnf", text)
 
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:
@@ -152,7 +183,7 @@ def compile_constraint(
         return future.result(timeout=timeout_s)
     except concurrent.futures.TimeoutError:
         future.cancel()  # a compile already running finishes within llguidance's limits
-        raise GrammarTimeoutError(timeout_s) from None
+        raise _timeout(spec, timeout_s) from None
 
 
 async def compile_constraint_async(
@@ -166,19 +197,37 @@ async def compile_constraint_async(
     try:
         return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
     except asyncio.TimeoutError:
-        raise GrammarTimeoutError(timeout_s) from None
+        raise _timeout(spec, timeout_s) from None
+
+
+def _timeout(spec: GrammarSpec, timeout_s: float) -> StructuredOutputError:
+    if spec.kind == "gbnf":
+        return GrammarError(f"compiling the grammar took longer than {timeout_s:g} s")
+    return GrammarTimeoutError(timeout_s)
 
 
 def _compile(spec: GrammarSpec, lltokenizer: LLTokenizer, limits: GrammarLimits) -> Constraint:
     """Build the matcher (llguidance drops the GIL meanwhile) and compute its first
-    mask, which surfaces unsatisfiable schemas and pays the lexer's first-step cost."""
-    matcher = LLMatcher(lltokenizer, spec.grammar, log_level=0, limits=limits.to_llguidance())
+    mask, which surfaces unsatisfiable schemas and pays the lexer's first-step cost.
+    A GBNF text is converted here first (llguidance's front-end: Python, bounded by
+    MAX_GRAMMAR_BYTES)."""
+    grammar = spec.grammar
+    if spec.kind == "gbnf":
+        try:
+            grammar = grammar_from("gbnf", spec.grammar)
+        except ValueError as exc:
+            raise GrammarError(_reason(str(exc).removeprefix(GBNF_FRONT_END_PREFIX))) from None
+    matcher = LLMatcher(lltokenizer, grammar, log_level=0, limits=limits.to_llguidance())
     if not matcher.is_error():
         scratch = np.empty((lltokenizer.vocab_size + 31) // 32, dtype=np.int32)
         matcher.unsafe_compute_mask_ptr(scratch.ctypes.data, scratch.nbytes)
     if matcher.is_error():
-        raise SchemaError(_reason(matcher.get_error()))
-    return Constraint(matcher, lltokenizer.vocab_size)
+        reason = _reason(matcher.get_error())
+        raise GrammarError(reason) if spec.kind == "gbnf" else SchemaError(reason)
+    return Constraint(matcher, lltokenizer.vocab_size, source=spec.grammar if spec.kind == "gbnf" else "")
+
+
+GBNF_FRONT_END_PREFIX = "Failed to convert the grammar from GBNF to Lark: "
 
 
 def _reason(message: str) -> str:

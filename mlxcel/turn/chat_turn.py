@@ -18,13 +18,14 @@ from mlxcel.chat.output import ChatOutputParser, FinalChat
 from mlxcel.chat.prompt import PreparedChat, prepare_chat
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, TokenEvent
 from mlxcel.engine.sampling import DEFAULT_SEED
+from mlxcel.structured import request_grammar
 from mlxcel.structured.errors import StructuredOutputError
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import InvalidRequest, generation_error
 from mlxcel.turn.generation import GenerationGroup
 from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.sampling_fields import SamplingFields
-from mlxcel.turn.structured_output import compile_forced_tool_call, compile_response_format, is_constraining
+from mlxcel.turn.structured_output import compile_forced_tool_call, compile_grammar
 
 if TYPE_CHECKING:
     from mlxcel.turn.model_host import ModelHost
@@ -39,6 +40,8 @@ class ChatTurnSpec:
     tools: list[dict] = field(default_factory=list)  # OpenAI function-tool shape
     tool_choice: Any = None
     response_format: dict | None = None
+    grammar: str | None = None  # llama-server's GBNF field (chat accepts it too)
+    json_schema: dict | None = None  # llama-server's bare schema field
     template_kwargs: dict = field(default_factory=dict)
     max_tokens: int | None = None
     logprobs: int | None = None  # None: off; k: top-k alternatives per token
@@ -127,14 +130,17 @@ class RenderedTurn:
         """The turn with its engine request complete (limits, sampling, constraint,
         logprobs, thinking budget), not yet submitted."""
         host, spec, prepared = self.host, self.spec, self.prepared
-        if prepared.plan.forced and is_constraining(spec.response_format):
+        output = request_grammar(spec.grammar, spec.json_schema, spec.response_format)
+        if spec.grammar and prepared.plan.tools:  # llama-server's rule and message
+            raise InvalidRequest("Cannot use custom grammar constraints with tools.")
+        if prepared.plan.forced and output is not None:
             raise InvalidRequest("a forced tool_choice cannot be combined with a constraining response_format")
         constraints = []  # a constraint holds one generation's state: one per choice
         for _ in range(spec.n):
             if prepared.plan.forced:
                 constraints.append(await self._forced_call_constraint(context.request_id))
             else:
-                constraints.append(await compile_response_format(host.tokenizer, spec.response_format))
+                constraints.append(await compile_grammar(host.tokenizer, output))
         group = GenerationGroup(host.engine)
         generations = build_requests(host, spec.sampling, [prepared.tokens] * spec.n, spec.max_tokens, context, group,
                                      self._shaping(constraints))

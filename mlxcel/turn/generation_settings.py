@@ -16,7 +16,12 @@ def f32(value: float) -> float:
 
 
 def generation_settings(
-    sampling: SamplingParams, n_predict: int, stop: list[str] | None = None, ignore_eos: bool = False, seed: int | None = None
+    sampling: SamplingParams,
+    n_predict: int,
+    stop: list[str] | None = None,
+    ignore_eos: bool = False,
+    seed: int | None = None,
+    grammar: str = "",
 ) -> dict:
     if seed is None:
         seed = U64_MAX if sampling.seed in (None, -1, DEFAULT_SEED) else sampling.seed
@@ -51,4 +56,5 @@ def generation_settings(
         "samplers": list(sampling.samplers),
         "stop": list(stop or []),
         "ignore_eos": ignore_eos,
+        "grammar": grammar,  # the request's GBNF text, as llama-server reports it
     }

@@ -1,22 +1,24 @@
-"""response_format on the HTTP side: parsed, checked and compiled off the event loop
-into the Constraint an engine request carries."""
+"""Output constraints on the HTTP side (response_format, llama-server's grammar and
+json_schema): parsed, checked and compiled off the event loop into the Constraint an
+engine request carries."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.structured import ResponseFormat, compile_constraint_async, grammar_tokenizer
-
-
-def is_constraining(response_format: dict[str, Any] | None) -> bool:
-    return ResponseFormat.parse(response_format).constrained
+from mlxcel.structured import GrammarSpec, ResponseFormat, compile_constraint_async, grammar_tokenizer
 
 
 async def compile_response_format(tokenizer: Tokenizer, response_format: dict[str, Any] | None):
     """A fresh Constraint for one generation, or None for unconstrained text. Raises a
     StructuredOutputError (a 400) for a bad format or a schema that cannot compile."""
-    spec = ResponseFormat.parse(response_format).grammar_spec()
+    return await compile_grammar(tokenizer, ResponseFormat.parse(response_format).grammar_spec())
+
+
+async def compile_grammar(tokenizer: Tokenizer, spec: GrammarSpec | None):
+    """A fresh Constraint for one generation from a checked grammar, or None. Raises a
+    StructuredOutputError (a 400) when it does not compile."""
     if spec is None:
         return None
     return await compile_constraint_async(spec, grammar_tokenizer(tokenizer))

@@ -70,10 +70,3 @@ def test_completion_rejects_structured_response_format(http):
     assert response.status_code == 400
     ok = http.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "response_format": {"type": "text"}})
     assert ok.status_code == 200
-
-
-@pytest.mark.parametrize("field, value", [("grammar", 'root ::= "yes"'), ("json_schema", {"type": "object"})])
-def test_constraints_not_served_on_completion_are_refused_not_ignored(http, field, value):
-    response = http.post("/completion", json={"prompt": "Answer:", "n_predict": 2, field: value})
-    assert response.status_code == 400
-    assert field in response.json()["error"]["message"]

@@ -114,8 +114,8 @@ def test_schema_the_engine_rejects_is_a_400_with_a_reason(http):
                             json={"messages": ASK, "response_format": _json_schema(impossible)}))
 
 
-@pytest.mark.parametrize("response_format", [{"type": "xml"}, {"type": "json_schema"}, {"type": "json_schema",
-                                                                                        "json_schema": {"name": "x"}}])
+@pytest.mark.parametrize("response_format", [{"type": "xml"}, {"type": "json_object", "schema": 123},
+                                             {"type": "json_schema", "json_schema": {"schema": "{}"}}])
 def test_malformed_response_formats(http, response_format):
     _error(http.post("/v1/chat/completions", json={"messages": ASK, "response_format": response_format}))
 

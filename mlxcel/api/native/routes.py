@@ -16,11 +16,11 @@ from mlxcel.turn.generation import Completion, GenerationGroup
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.turn.request_builder import build_requests, tokenize_prompts
+from mlxcel.turn.request_builder import TurnShaping, build_requests, tokenize_prompts
+from mlxcel.turn.structured_output import compile_grammar
 from mlxcel.http.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
-UNSERVED_CONSTRAINTS = ("grammar", "json_schema")  # llama-server's; served once its native API is complete
 COMPLETION = opening(NativeCompletionRequest, "cmpl-")
 TOKENIZE = opening(TokenizeRequest, "tok-")
 DETOKENIZE = opening(DetokenizeRequest, "tok-")
@@ -50,7 +50,8 @@ def _final_body(
         "tokens_predicted": finish.completion_tokens,
         "tokens_evaluated": finish.prompt_tokens,
         "generation_settings": generation_settings(
-            request.sampling, request.max_tokens, request.stop, request.ignore_eos, seed=finish.seed
+            request.sampling, request.max_tokens, request.stop, request.ignore_eos, seed=finish.seed,
+            grammar=getattr(request.constraint, "source", ""),
         ),
         "has_new_line": "\n" in result.text,
         "truncated": finish.truncated,
@@ -66,15 +67,15 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
     host, body = opened.host, opened.body
     engine, tokenizer = host.engine, host.tokenizer
     if body.response_format is not None and body.response_format.get("type") != "text":
-        raise invalid_request("response_format is not supported on /completion; use /v1/chat/completions")
-    constraining = [name for name in UNSERVED_CONSTRAINTS if (body.model_extra or {}).get(name) is not None]
-    if constraining:  # refused rather than silently ignored: the output would not be what was asked
-        raise invalid_request(f"{', '.join(constraining)} is not supported on /completion yet; "
-                              "use response_format on /v1/chat/completions")
+        raise invalid_request("response_format is not supported on /completion; use json_schema or grammar, "
+                              "or /v1/chat/completions")
+    grammar = body.output_grammar()
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
     group = GenerationGroup(engine)
-    requests = build_requests(host, body, prompts, max_tokens, opened.context, group)
+    constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
+    requests = build_requests(host, body, prompts, max_tokens, opened.context, group,
+                              TurnShaping(constraints=constraints))
     group.submit(requests)
     if body.stream:
         return EventStreamResponse(_stream(group, host.model_id, body.return_tokens), on_close=group.cancel)

@@ -6,12 +6,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.sampling_fields import SamplingFields
 
 NativePrompt = str | list[int] | list[str | int | list[int]]
 
 
-class NativeCompletionRequest(SamplingFields):
+class NativeCompletionRequest(SamplingFields, GrammarFields):
     prompt: NativePrompt
     n_predict: int | None = Field(default=None, ge=-1)
     max_tokens: int | None = Field(default=None, ge=-1)

@@ -56,6 +56,8 @@ def turn_spec(data: dict, body: ChatCompletionRequest, host: ModelHost) -> ChatT
         tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
         tool_choice=body.tool_choice,
         response_format=body.response_format,
+        grammar=body.grammar,
+        json_schema=body.json_schema,
         template_kwargs=_template_kwargs(data, body, host.config.chat_template_kwargs),
         max_tokens=next((v for v in (body.max_completion_tokens, body.max_tokens, body.n_predict) if v is not None),
                         None),

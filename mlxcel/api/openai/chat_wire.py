@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlxcel.api.openai.completions_wire import StreamOptions
+from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.sampling_fields import SamplingFields
 
 
@@ -53,7 +54,7 @@ class ToolDefinition(BaseModel):
     function: FunctionDefinition
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatCompletionRequest(SamplingFields, GrammarFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False

@@ -16,7 +16,7 @@ from mlxcel.turn.generation import GenerationGroup
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.turn.request_builder import TurnShaping, build_requests, tokenize_prompts
-from mlxcel.turn.structured_output import compile_response_format
+from mlxcel.turn.structured_output import compile_grammar
 from mlxcel.http.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -34,7 +34,8 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
     engine, tokenizer = host.engine, host.tokenizer
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
-    constraints = [await compile_response_format(tokenizer, body.response_format) for _ in prompts]
+    grammar = body.output_grammar(body.response_format)
+    constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
     group = GenerationGroup(engine)
     group.submit(build_requests(host, body, prompts, max_tokens, opened.context, group,
                                 TurnShaping(constraints=constraints)))

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.sampling_fields import SamplingFields
 
 Prompt = str | list[int] | list[str | int | list[int]]
@@ -16,7 +17,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class CompletionRequest(SamplingFields):
+class CompletionRequest(SamplingFields, GrammarFields):
     model: str | None = None
     prompt: Prompt
     max_tokens: int | None = Field(default=None, ge=-1)

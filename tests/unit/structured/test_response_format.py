@@ -39,8 +39,6 @@ def test_json_schema_flattened_shape():
     "value, words",
     [
         ({"type": "yaml"}, "response_format.type"),
-        ({"type": "json_schema"}, "schema is required"),
-        ({"type": "json_schema", "json_schema": {"name": "x"}}, "schema is required"),
         ({"type": "json_schema", "json_schema": {"schema": "{}"}}, "must be an object"),
         ({"type": "json_schema", "json_schema": []}, "must be an object"),
         ({"type": "json_schema", "json_schema": {"schema": SCHEMA, "strict": "yes"}}, "strict"),
