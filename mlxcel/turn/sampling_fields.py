@@ -39,7 +39,7 @@ class SamplingFields(BaseModel):
     dry_sequence_breakers: list[int | str] | None = Field(default=None, max_length=64)
     xtc_probability: float | None = Field(default=None, ge=0.0, le=1.0)
     xtc_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    logit_bias: dict[str, float | bool] | list[list[int | float | bool]] | None = None
+    logit_bias: dict[str, float | bool] | list[list[int | str | float | bool]] | None = None
     max_pattern_size: int | None = Field(default=None, ge=0, le=512)
     min_pattern_size: int | None = Field(default=None, ge=0, le=512)
     min_count: int | None = Field(default=None, ge=0, le=4096)

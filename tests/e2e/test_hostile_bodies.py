@@ -134,7 +134,7 @@ CASES = [
     ("stop-number", CHAT, chat(', "stop": 5'), 400),
     ("stop-list-of-numbers", CHAT, chat(', "stop": [1, 2]'), 400),
     ("logit-bias-string", CHAT, chat(', "logit_bias": "x"'), 400),
-    ("logit-bias-key-not-a-token", CHAT, chat(', "logit_bias": {"hello": 1}'), 400),
+    ("logit-bias-bias-not-a-number", CHAT, chat(', "logit_bias": {"hello": "x"}'), 400),
     ("logit-bias-token-out-of-vocab", CHAT, chat(', "logit_bias": {"49152": 1}'), 400),
     ("logit-bias-triple", CHAT, chat(', "logit_bias": [[1, 2, 3]]'), 400),
     ("dry-breakers-object", CHAT, chat(', "dry_multiplier": 0.8, "dry_sequence_breakers": {"a": 1}'), 400),

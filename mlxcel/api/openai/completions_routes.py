@@ -1,4 +1,4 @@
-"""POST /v1/completions (and /completions): OpenAI legacy text completions."""
+"""POST /v1/completions: OpenAI legacy text completions (/completions is the native route)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import GenerationGroup
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.turn.request_builder import TurnShaping, build_requests, tokenize_prompts
+from mlxcel.turn.prompts import tokenize_prompts
+from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_response_format
 from mlxcel.http.sse import EventStreamResponse, sse_data
 
@@ -28,7 +29,6 @@ def finish_reason(event: FinishEvent) -> str:
 
 
 @router.post("/v1/completions")
-@router.post("/completions")
 async def create_completion(request: Request, opened: Opened[CompletionRequest] = Depends(OPENING)):
     host, body, completion_id = opened.host, opened.body, opened.id
     engine, tokenizer = host.engine, host.tokenizer

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlxcel.turn.prompts import PromptField
 from mlxcel.turn.sampling_fields import SamplingFields
 
-Prompt = str | list[int] | list[str | int | list[int]]
 
 
 class StreamOptions(BaseModel):
@@ -18,7 +18,7 @@ class StreamOptions(BaseModel):
 
 class CompletionRequest(SamplingFields):
     model: str | None = None
-    prompt: Prompt
+    prompt: PromptField
     max_tokens: int | None = Field(default=None, ge=-1)
     n_predict: int | None = Field(default=None, ge=-1)
     stream: bool = False
