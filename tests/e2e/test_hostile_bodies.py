@@ -152,7 +152,8 @@ CASES = [
     ("repeat-penalty-negative", CHAT, chat(', "repeat_penalty": -1'), 400),
     # the other APIs' wrong types
     ("prompt-object", "/v1/completions", b'{"prompt": {"a": 1}, "max_tokens": 2}', 400),
-    ("prompt-nested-wrong", "/completion", b'{"prompt": [[1, "a"]], "n_predict": 2}', 400),
+    ("prompt-nested-wrong", "/completion", b'{"prompt": [[1, ["a"]]], "n_predict": 2}', 400),
+    ("prompt-nested-strings", "/completion", b'{"prompt": [["a", "b"]], "n_predict": 2}', 400),
     ("prompt-token-out-of-vocab", "/completion", b'{"prompt": [1, 49152], "n_predict": 2}', 400),
     ("prompt-negative-token", "/completion", b'{"prompt": [-1], "n_predict": 2}', 400),
     ("prompt-empty-list", "/completion", b'{"prompt": [], "n_predict": 2}', 400),

@@ -27,13 +27,13 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1)
-    logprobs: int | None = None
+    logprobs: int | None = None  # alternatives per token (at most 20); 0: the tokens' own logprobs only
     user: str | None = None
     response_format: dict[str, Any] | None = None
 
 
-def completion_choice(index: int, text: str, finish_reason: str | None) -> dict:
-    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": None}
+def completion_choice(index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
 
 
 def completion_body(
