@@ -592,52 +592,59 @@ class Engine:
         index, slot.batch_index = slot.batch_index, -1
         if self._injecting and request.fault is Fault.SAMPLE:
             raise InjectedFault("sampling")
-        logprob, top = None, None
         constraint = request.constraint
         if constraint is not None and constraint.error:
             self._finish(slot, FinishReason.ERROR, error=f"structured output: {constraint.error}")
             return -1
-        if request.logprobs is not None or request.sampling.p_less or constraint is not None:
+        k = request.logprobs
+        post = k is not None and request.post_sampling_probs
+        if k is not None or request.sampling.p_less or constraint is not None:
             logits = logits_row(self.runtime.ctx, index, self.tokenizer.n_vocab)
-            if request.logprobs is not None:
+            if k is not None and not post:
                 raw = logits.copy()
             if constraint is not None:
                 self._masker.apply(logits, slot.mask_row)
             if request.sampling.p_less and not request.sampling.greedy:
                 apply_p_less(logits, request.sampling.temperature)
+        scores: dict = {}
         if slot.forced_tokens:
             token = slot.forced_tokens.pop(0)
             slot.sampler.accept(token)
+        elif post:  # the chain runs on a candidates array it leaves readable
+            token, prob, top_probs = slot.sampler.sample_with_probs(logits, k)
+            scores = {"prob": prob, "top_probs": top_probs}
         else:
             token = slot.sampler.sample(self.runtime.ctx, index)
-        if request.logprobs is not None:
-            logprob, top = token_logprobs(raw, token, request.logprobs)
+        if k is not None and not post:
+            logprob, top = token_logprobs(raw, token, k)
+            scores = {"logprob": logprob, "top_logprobs": top}
         if constraint is not None and not constraint.accept(token):
             # the mask leaves the sampler no token only when the request's own logit_bias
             # banned every token the format allows
             self._finish(slot, FinishReason.ERROR, unsatisfiable=True,
                          error="no token satisfies both the output format and the request's logit_bias")
             return token
-        self._accept_token(slot, token, logprob, top)
+        self._accept_token(slot, token, scores)
         return token
 
-    def _accept_token(
-        self, slot: Slot, token: int, logprob: float | None = None, top: list[tuple[int, float]] | None = None
-    ) -> None:
+    def _accept_token(self, slot: Slot, token: int, scores: dict | None = None) -> None:
+        """`scores`: the TokenEvent's probability fields, when the request asked for them."""
         request = slot.request
+        scores = scores or {}
         now = time.monotonic()
         if slot.n_generated == 0:
             slot.first_token_at = now
         slot.n_generated += 1
         if self.tokenizer.is_eog(token) and not request.ignore_eos:
-            self._finish(slot, FinishReason.STOP, eos=True)
+            end = TokenEvent(token=token, text="", **scores) if scores else None
+            self._finish(slot, FinishReason.STOP, eos=True, end_token=end)
             return
         text = slot.text_decoder.feed(self.tokenizer.piece(token))
         if slot.budget is not None and slot.budget.observe(text):
             slot.budget.done = True
             slot.forced_tokens = list(request.reasoning_close_tokens)
         text, stop_word = slot.stop_matcher.feed(text)
-        request.emit(TokenEvent(token=token, text=text, logprob=logprob, top_logprobs=top))
+        request.emit(TokenEvent(token=token, text=text, **scores))
         if stop_word is not None:
             self._finish(slot, FinishReason.STOP, stop_word=stop_word)
         elif request.constraint is not None and request.constraint.is_finished():
@@ -663,6 +670,7 @@ class Engine:
         engine_failed: bool = False,
         unsatisfiable: bool = False,
         truncated: bool = False,
+        end_token: TokenEvent | None = None,
     ) -> None:
         """End the slot's request: release the slot and emit its FinishEvent. Nothing
         here may keep the event from being emitted."""
@@ -715,6 +723,7 @@ class Engine:
                 engine_failed=engine_failed,
                 unsatisfiable=unsatisfiable,
                 truncated=truncated,
+                end_token=end_token,
             )
         )
 

@@ -88,6 +88,10 @@ class TokenEvent:
     text: str
     logprob: float | None = None
     top_logprobs: list[tuple[int, float]] | None = None  # (token, logprob), most likely first
+    # post-sampling (GenerationRequest.post_sampling_probs): the sampler chain's probability
+    # of the token, and its surviving candidates (token, probability), most likely first
+    prob: float | None = None
+    top_probs: list[tuple[int, float]] | None = None
 
 
 @dataclass
@@ -106,6 +110,9 @@ class FinishEvent:
     engine_failed: bool = False  # the engine itself failed (the server answers 503 and restarts)
     unsatisfiable: bool = False  # the request's own constraints left no token to sample (a 400)
     truncated: bool = False  # the slot's context ran out: generation stopped there, or shifted it
+    # the end-of-generation token that ended it, with its probabilities, when the
+    # request asked for them (it is no TokenEvent: no API shows it as text)
+    end_token: TokenEvent | None = None
 
 
 @dataclass
@@ -140,6 +147,7 @@ class GenerationRequest:
     priority: Priority = Priority.NORMAL
     cache_prompt: bool = True
     logprobs: int | None = None  # None: off; k: the chosen token's logprob and the k most likely
+    post_sampling_probs: bool = False  # with logprobs: probabilities after the sampler chain instead
     loop_detection: tuple[int, int, int] | None = None  # (max_pattern, min_pattern, min_count)
     # thinking budget: after this many reasoning tokens the close marker is forced
     reasoning_budget: int | None = None

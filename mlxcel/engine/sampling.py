@@ -17,6 +17,9 @@ import secrets
 from dataclasses import dataclass, field
 
 import llama_cpp
+import numpy as np
+
+from mlxcel.engine.candidates import Candidates, post_sampling_probs
 
 from mlxcel.engine.sampler_order import DEFAULT_ORDER
 
@@ -85,6 +88,9 @@ class SamplerChain:
         self.seed = params.resolved_seed()
         self._vocab = vocab
         self._context_size = context_size
+        self._greedy = params.greedy
+        self._n_vocab = n_vocab
+        self._candidates: Candidates | None = None  # made on the first post-sampling draw
         self._ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         for sampler in self._samplers(params, n_vocab, banned_tokens):
             llama_cpp.llama_sampler_chain_add(self._ptr, sampler)
@@ -172,6 +178,21 @@ class SamplerChain:
 
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
         return int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))
+
+    def sample_with_probs(self, logits: np.ndarray, k: int) -> tuple[int, float, list[tuple[int, float]]]:
+        """sample() on these logits (the batch row, as the engine left it), also
+        returning the chain's probability of the token and its `k` most probable
+        surviving candidates: llama-server's post-sampling probabilities. A greedy
+        chain computes no probabilities: its pick has probability 1 and nothing
+        else survives, as llama-server's temperature-0 chain leaves it."""
+        if self._candidates is None:
+            self._candidates = Candidates(self._n_vocab)
+        token = self._candidates.run(self._ptr, logits)
+        llama_cpp.llama_sampler_accept(self._ptr, token)
+        if self._greedy:
+            return token, 1.0, [(token, 1.0)] if k > 0 else []
+        prob, top = post_sampling_probs(self._candidates.surviving(), token, k)
+        return token, prob, top
 
     def accept(self, token: int) -> None:
         """Tell the chain about a token it did not pick (one forced into the output)."""

@@ -9,6 +9,7 @@ import json
 import math
 
 from mlxcel.config import RequestLimits
+from mlxcel.turn.prompts import split_prompts
 
 INT_LIMIT = 1 << 63  # no field of any API means an integer beyond int64
 
@@ -114,11 +115,8 @@ def _count(value) -> int:
 
 
 def _prompt_count(prompt) -> int:
-    """Prompts in a completion request's `prompt`: a token array or a mixed array of
-    strings and tokens is one prompt; an array of strings or token arrays is several."""
-    if not isinstance(prompt, list) or all(isinstance(p, int) for p in prompt):
-        return 1
-    return len(prompt) if all(isinstance(p, (str, list)) for p in prompt) else 1
+    """Prompts in a completion request's `prompt`, split as llama-server splits them."""
+    return len(split_prompts(prompt))
 
 
 def check_counts(data: dict, limits: RequestLimits) -> None:

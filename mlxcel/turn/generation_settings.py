@@ -1,10 +1,15 @@
-"""llama-server's `generation_settings` object, for /props and native responses."""
+"""llama-server's `generation_settings` object, for /props and native responses:
+its fields, names, order and types (task_params::to_json). Float settings are
+reported as llama.cpp holds them (float32); settings mlxcel does not serve (LoRA,
+lazy grammars, backend sampling) at the values that leave them off."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 from mlxcel.engine.sampling import DEFAULT_SEED, SamplingParams
+from mlxcel.turn.logit_bias import reported_logit_bias
 
 U64_MAX = 18446744073709551615
 
@@ -21,40 +26,62 @@ def generation_settings(
     stop: list[str] | None = None,
     ignore_eos: bool = False,
     seed: int | None = None,
+    *,
+    banned_eog: Iterable[int] = (),
+    n_probs: int = 0,
+    post_sampling_probs: bool = False,
+    stream: bool = False,
     grammar: str = "",
+    n_keep: int = 0,
+    n_discard: int = 0,
 ) -> dict:
+    """`banned_eog`: the end-of-generation tokens `ignore_eos` bans, which llama-server
+    lists in `logit_bias` after the request's own biases."""
     if seed is None:
         seed = U64_MAX if sampling.seed in (None, -1, DEFAULT_SEED) else sampling.seed
     return {
-        "n_predict": n_predict,
         "seed": seed,
         "temperature": f32(sampling.temperature),
+        "dynatemp_range": f32(sampling.dynatemp_range),
+        "dynatemp_exponent": f32(sampling.dynatemp_exponent),
         "top_k": sampling.top_k,
         "top_p": f32(sampling.top_p),
         "min_p": f32(sampling.min_p),
-        "typical_p": f32(sampling.typical_p),
-        "repeat_penalty": f32(sampling.repeat_penalty),
-        "repeat_last_n": sampling.repeat_last_n,
-        "frequency_penalty": f32(sampling.frequency_penalty),
-        "presence_penalty": f32(sampling.presence_penalty),
         "top_n_sigma": f32(sampling.top_n_sigma),
+        "xtc_probability": f32(sampling.xtc_probability),
+        "xtc_threshold": f32(sampling.xtc_threshold),
+        "typical_p": f32(sampling.typical_p),
+        "repeat_last_n": sampling.repeat_last_n,
+        "repeat_penalty": f32(sampling.repeat_penalty),
+        "presence_penalty": f32(sampling.presence_penalty),
+        "frequency_penalty": f32(sampling.frequency_penalty),
         "dry_multiplier": f32(sampling.dry_multiplier),
         "dry_base": f32(sampling.dry_base),
         "dry_allowed_length": sampling.dry_allowed_length,
         "dry_penalty_last_n": sampling.dry_penalty_last_n,
         "dry_sequence_breakers": list(sampling.dry_sequence_breakers),
-        "xtc_probability": f32(sampling.xtc_probability),
-        "xtc_threshold": f32(sampling.xtc_threshold),
-        "dynatemp_range": f32(sampling.dynatemp_range),
-        "dynatemp_exponent": f32(sampling.dynatemp_exponent),
         "mirostat": sampling.mirostat,
         "mirostat_tau": f32(sampling.mirostat_tau),
         "mirostat_eta": f32(sampling.mirostat_eta),
         "adaptive_target": f32(sampling.adaptive_target),
         "adaptive_decay": f32(sampling.adaptive_decay),
-        "min_keep": sampling.min_keep,
-        "samplers": list(sampling.samplers),
         "stop": list(stop or []),
+        "max_tokens": n_predict,
+        "n_predict": n_predict,
+        "n_keep": n_keep,
+        "n_discard": n_discard,
         "ignore_eos": ignore_eos,
+        "stream": stream,
+        "logit_bias": reported_logit_bias(sampling.logit_bias, sorted(banned_eog) if ignore_eos else []),
+        "n_probs": n_probs,
+        "min_keep": sampling.min_keep,
         "grammar": grammar,  # the request's GBNF text, as llama-server reports it
+        "grammar_lazy": False,
+        "grammar_triggers": [],
+        "preserved_tokens": [],
+        "samplers": list(sampling.samplers),
+        "timings_per_token": False,
+        "post_sampling_probs": post_sampling_probs,
+        "backend_sampling": False,
+        "lora": [],
     }

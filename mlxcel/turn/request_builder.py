@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -18,6 +17,7 @@ from mlxcel.engine.sampling import SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import ContextOverflow, InvalidRequest
+from mlxcel.turn.logit_bias import parse_logit_bias
 from mlxcel.turn.sampling_fields import SamplingFields
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def resolve_sampling(fields: SamplingFields, defaults: SamplingParams, tokenizer
         except ValueError as exc:
             raise InvalidRequest(f"samplers: {exc}") from None
     if fields.logit_bias is not None:
-        chosen["logit_bias"] = parse_logit_bias(fields.logit_bias, tokenizer.n_vocab)
+        chosen["logit_bias"] = parse_logit_bias(fields.logit_bias, tokenizer)
     return dataclasses.replace(defaults, **{k: v for k, v in chosen.items() if v is not None})
 
 
@@ -75,73 +75,6 @@ def _breaker_text(breaker: int | str, tokenizer: Tokenizer) -> str:
     if not 0 <= breaker < tokenizer.n_vocab:
         raise InvalidRequest(f"dry_sequence_breakers: token id {breaker} is out of vocabulary range")
     return tokenizer.special_piece(breaker).decode("utf-8", errors="replace")
-
-
-def parse_logit_bias(raw, n_vocab: int) -> dict[int, float]:
-    """OpenAI's {"token_id": bias} (or llama-server's [[id, bias], ...]); a bias of
-    -100 or `false` bans the token, as in llama-server."""
-    if isinstance(raw, dict):
-        pairs = list(raw.items())
-    else:
-        for i, pair in enumerate(raw):
-            if len(pair) != 2:
-                raise InvalidRequest(f"logit_bias[{i}]: expected a [token_id, bias] pair")
-        pairs = [tuple(p) for p in raw]
-    biases: dict[int, float] = {}
-    for key, value in pairs:
-        try:
-            token = int(key) if not isinstance(key, (bool, float)) else None
-        except (TypeError, ValueError):
-            token = None
-        if token is None:
-            raise InvalidRequest(f"logit_bias: key {key!r} is not a token id") from None
-        if not 0 <= token < n_vocab:
-            raise InvalidRequest(f"logit_bias: token id {token} is out of vocabulary range (vocab_size {n_vocab})")
-        if value is False or (not isinstance(value, bool) and value <= -100):
-            biases[token] = -math.inf
-        elif value is True:
-            continue
-        elif not -100 <= value <= 100:
-            raise InvalidRequest(f"logit_bias: bias {value} for token {token} is outside [-100, 100]")
-        else:
-            biases[token] = float(value)
-    return biases
-
-
-def tokenize_prompts(tokenizer: Tokenizer, prompt, max_prompts: int) -> list[list[int]]:
-    """A prompt is a string, a token array, a mixed array of strings and tokens (one
-    prompt), or an array of strings / token arrays (several prompts)."""
-    if isinstance(prompt, str):
-        prompts = [prompt]
-    elif prompt and all(isinstance(p, int) for p in prompt):
-        prompts = [prompt]
-    elif prompt and all(isinstance(p, (str, list)) for p in prompt) and len(prompt) > 1:
-        prompts = list(prompt)
-    else:
-        prompts = [prompt]
-    if not prompts or len(prompts) > max_prompts:
-        raise InvalidRequest(f"prompt: between 1 and {max_prompts} prompts are accepted (--max-prompts)")
-    return [_tokenize_one(tokenizer, p) for p in prompts]
-
-
-def _tokenize_one(tokenizer: Tokenizer, prompt) -> list[int]:
-    if isinstance(prompt, str):
-        tokens = tokenizer.encode(prompt, add_special=True, parse_special=True)
-    else:
-        tokens = []
-        for i, part in enumerate(prompt):
-            if isinstance(part, str):
-                tokens += tokenizer.encode(part, add_special=(i == 0), parse_special=True)
-            elif isinstance(part, int):
-                tokens.append(part)
-            else:
-                tokens += part
-    bad = tokenizer.first_out_of_range(tokens)
-    if bad is not None:
-        raise InvalidRequest(f"prompt: token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")
-    if not tokens:
-        raise InvalidRequest("prompt: the prompt is empty")
-    return tokens
 
 
 def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
@@ -177,6 +110,7 @@ class TurnShaping:
 
     constraints: list[TokenConstraint | None] = field(default_factory=list)  # one per prompt, if any
     logprobs: int | None = None
+    post_sampling_probs: bool = False  # logprobs as the sampler chain's probabilities (llama-server's n_probs)
     reasoning_budget: int | None = None
     reasoning_markers: tuple[str, str] = ("", "")
     reasoning_close_tokens: list[int] = field(default_factory=list)
@@ -216,6 +150,7 @@ def build_requests(
                 priority=context.priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,
                 logprobs=shaping.logprobs,
+                post_sampling_probs=shaping.post_sampling_probs,
                 loop_detection=loop_detection,
                 reasoning_budget=shaping.reasoning_budget,
                 reasoning_markers=shaping.reasoning_markers,

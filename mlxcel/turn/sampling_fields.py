@@ -48,7 +48,7 @@ class SamplingFields(BaseModel):
     adaptive_decay: float | None = Field(default=None, ge=0.0, le=0.99)
     min_keep: int | None = Field(default=None, ge=0, le=INT32_MAX)
     samplers: list[str] | str | None = Field(default=None, max_length=64)
-    logit_bias: dict[str, float | bool] | list[list[int | float | bool]] | None = None
+    logit_bias: dict[str, float | bool] | list[list[int | str | float | bool]] | None = None
     max_pattern_size: int | None = Field(default=None, ge=0, le=512)
     min_pattern_size: int | None = Field(default=None, ge=0, le=512)
     min_count: int | None = Field(default=None, ge=0, le=4096)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 PROMPT = "The capital of France is"
 
 
@@ -115,3 +117,22 @@ def test_ignore_eos_generates_exactly_max_tokens(http):
                                               "ignore_eos": True}).json()
     assert body["usage"]["completion_tokens"] == 40
     assert body["choices"][0]["finish_reason"] == "length"
+
+
+def test_logprobs_in_openai_legacy_shape(openai_client):
+    whole = openai_client.completions.create(model="m", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=3)
+    choice = whole.choices[0]
+    logprobs = choice.logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == 6
+    assert "".join(logprobs.tokens) == choice.text
+    assert logprobs.text_offset == [sum(len(t) for t in logprobs.tokens[:i]) for i in range(6)]
+    for token, value, top in zip(logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs):
+        assert value <= 0 and 1 <= len(top) <= 3
+        assert max(top.values()) == top[token] == pytest.approx(value)  # greedy: the most likely token
+    stream = openai_client.completions.create(model="m", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=3,
+                                              stream=True)
+    streamed = [c.choices[0].logprobs for c in stream if c.choices and c.choices[0].logprobs]
+    assert [t for lp in streamed for t in lp.tokens] == logprobs.tokens
+    assert [v for lp in streamed for v in lp.token_logprobs] == pytest.approx(logprobs.token_logprobs, abs=1e-3)
+    plain = openai_client.completions.create(model="m", prompt=PROMPT, max_tokens=2, temperature=0)
+    assert plain.choices[0].logprobs is None

@@ -134,7 +134,7 @@ CASES = [
     ("stop-number", CHAT, chat(', "stop": 5'), 400),
     ("stop-list-of-numbers", CHAT, chat(', "stop": [1, 2]'), 400),
     ("logit-bias-string", CHAT, chat(', "logit_bias": "x"'), 400),
-    ("logit-bias-key-not-a-token", CHAT, chat(', "logit_bias": {"hello": 1}'), 400),
+    ("logit-bias-bias-not-a-number", CHAT, chat(', "logit_bias": {"hello": "x"}'), 400),
     ("logit-bias-token-out-of-vocab", CHAT, chat(', "logit_bias": {"49152": 1}'), 400),
     ("logit-bias-triple", CHAT, chat(', "logit_bias": [[1, 2, 3]]'), 400),
     ("dry-breakers-object", CHAT, chat(', "dry_multiplier": 0.8, "dry_sequence_breakers": {"a": 1}'), 400),
@@ -152,7 +152,8 @@ CASES = [
     ("repeat-penalty-negative", CHAT, chat(', "repeat_penalty": -1'), 400),
     # the other APIs' wrong types
     ("prompt-object", "/v1/completions", b'{"prompt": {"a": 1}, "max_tokens": 2}', 400),
-    ("prompt-nested-wrong", "/completion", b'{"prompt": [[1, "a"]], "n_predict": 2}', 400),
+    ("prompt-nested-wrong", "/completion", b'{"prompt": [[1, ["a"]]], "n_predict": 2}', 400),
+    ("prompt-nested-strings", "/completion", b'{"prompt": [["a", "b"]], "n_predict": 2}', 400),
     ("prompt-token-out-of-vocab", "/completion", b'{"prompt": [1, 49152], "n_predict": 2}', 400),
     ("prompt-negative-token", "/completion", b'{"prompt": [-1], "n_predict": 2}', 400),
     ("prompt-empty-list", "/completion", b'{"prompt": [], "n_predict": 2}', 400),

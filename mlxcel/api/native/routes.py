@@ -1,9 +1,10 @@
-"""llama-server's native routes: POST /completion, /tokenize, /detokenize."""
+"""llama-server's native routes: POST /completion (and /completions), /tokenize, /detokenize."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -16,8 +17,11 @@ from mlxcel.turn.generation import Completion, GenerationGroup
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.turn.request_builder import TurnShaping, build_requests, tokenize_prompts
+from mlxcel.turn.prompts import tokenize_prompts
+from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
+from mlxcel.turn.completion_probs import CompletionProbs, requested_n_probs
+from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.http.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
@@ -36,33 +40,76 @@ def _stop_type(finish: FinishEvent) -> str:
     return "none"
 
 
-def _final_body(
-    index: int, content: str, result: Completion, request: GenerationRequest, model: str, return_tokens: bool
-) -> dict:
-    finish = result.finish
-    return {
-        "index": index,
-        "content": content,
-        "tokens": result.tokens if return_tokens else [],
-        "id_slot": finish.slot_id if finish.slot_id is not None else -1,
-        "stop": True,
-        "model": model,
-        "tokens_predicted": finish.completion_tokens,
-        "tokens_evaluated": finish.prompt_tokens,
-        "generation_settings": generation_settings(
-            request.sampling, request.max_tokens, request.stop, request.ignore_eos, seed=finish.seed,
-            grammar=getattr(request.constraint, "source", ""),
-        ),
-        "has_new_line": "\n" in result.text,
-        "truncated": finish.truncated,
-        "stop_type": _stop_type(finish),
-        "stopping_word": finish.stop_word or "",
-        "tokens_cached": finish.prompt_tokens + finish.completion_tokens,
-        "timings": finish.timings.to_dict(),
-    }
+@dataclass
+class _Answer:
+    """What every body of one native completion shares."""
+
+    model: str
+    tokenizer: Tokenizer
+    return_tokens: bool
+    stream: bool
+    n_probs: int  # as requested (generation_settings reports it)
+    probs: CompletionProbs | None  # set when the request asked for probabilities
+
+    def final_body(self, index: int, content: str, result: Completion, request: GenerationRequest) -> dict:
+        finish = result.finish
+        body = {
+            "index": index,
+            "content": content,
+            "tokens": result.tokens if self.return_tokens else [],
+            "id_slot": finish.slot_id if finish.slot_id is not None else -1,
+            "stop": True,
+            "model": self.model,
+            "tokens_predicted": finish.completion_tokens,
+            "tokens_evaluated": finish.prompt_tokens,
+            "generation_settings": generation_settings(
+                request.sampling, request.max_tokens, request.stop, request.ignore_eos, seed=finish.seed,
+                banned_eog=self.tokenizer.eog_tokens, n_probs=self.n_probs,
+                post_sampling_probs=request.post_sampling_probs, stream=self.stream,
+                grammar=getattr(request.constraint, "source", ""), n_keep=request.n_keep, n_discard=request.n_discard,
+            ),
+            "prompt": self.tokenizer.decode(request.prompt_tokens),
+            "has_new_line": "\n" in result.text,
+            "truncated": finish.truncated,
+            "stop_type": _stop_type(finish),
+            "stopping_word": finish.stop_word or "",
+            "tokens_cached": finish.prompt_tokens + finish.completion_tokens,
+            "timings": finish.timings.to_dict(),
+        }
+        if self.probs is not None and not self.stream:
+            body["completion_probabilities"] = self.probs.entries(self._probed(result))
+        return body
+
+    def _probed(self, result: Completion) -> list[TokenEvent]:
+        """The tokens whose probabilities a non-streamed answer lists: every generated
+        one (the end-of-generation token included), less as many as the stop word
+        tokenizes to, as llama-server cuts them."""
+        events = list(result.events)
+        finish = result.finish
+        if finish.end_token is not None:
+            events.append(finish.end_token)
+        if finish.stop_word:
+            cut = len(self.tokenizer.encode(finish.stop_word, add_special=False, parse_special=False))
+            events = events[: max(0, len(events) - cut)]
+        return events
+
+    def partial(self, index: int, event: TokenEvent, n_predicted: int, n_prompt: int) -> dict:
+        body = {
+            "index": index,
+            "content": event.text,
+            "tokens": [event.token] if self.return_tokens else [],
+            "stop": False,
+            "id_slot": -1,
+            "tokens_predicted": n_predicted,
+            "tokens_evaluated": n_prompt,
+        }
+        if self.probs is not None:
+            body["completion_probabilities"] = [self.probs.entry(event)]
+        return body
 
 
 @router.post("/completion")
+@router.post("/completions")
 async def native_completion(request: Request, opened: Opened[NativeCompletionRequest] = Depends(COMPLETION)):
     host, body = opened.host, opened.body
     engine, tokenizer = host.engine, host.tokenizer
@@ -72,49 +119,45 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
     grammar = body.output_grammar()
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
+    n_probs = requested_n_probs(body.wanted_probs())
+    shaping = TurnShaping(logprobs=n_probs, post_sampling_probs=body.post_sampling_probs)
     group = GenerationGroup(engine)
-    constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
-    requests = build_requests(host, body, prompts, max_tokens, opened.context, group,
-                              TurnShaping(constraints=constraints))
+    shaping.constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
+    requests = build_requests(host, body, prompts, max_tokens, opened.context, group, shaping)
+    answer = _Answer(host.model_id, tokenizer, body.return_tokens, body.stream, body.wanted_probs() or 0,
+                     CompletionProbs(tokenizer, body.post_sampling_probs) if n_probs is not None else None)
     group.submit(requests)
     if body.stream:
-        return EventStreamResponse(_stream(group, host.model_id, body.return_tokens), on_close=group.cancel)
+        return EventStreamResponse(_stream(group, answer), on_close=group.cancel)
     async with cancel_on_disconnect(request, group.cancel):
         results = await group.collect()
     bodies = []
     for index, (result, req) in enumerate(zip(results, requests)):
         if result.finish.reason is FinishReason.ERROR:
             raise generation_error(result.finish)
-        bodies.append(_final_body(index, result.text, result, req, host.model_id, body.return_tokens))
+        bodies.append(answer.final_body(index, result.text, result, req))
     return JSONResponse(bodies[0] if len(bodies) == 1 else bodies)
 
 
-async def _stream(group: GenerationGroup, model: str, return_tokens: bool) -> AsyncIterator[str]:
+async def _stream(group: GenerationGroup, answer: _Answer) -> AsyncIterator[str]:
     results = [Completion() for _ in group.requests]
     async for index, event in group.events():
         result = results[index]
+        n_prompt = len(group.requests[index].prompt_tokens)
         if isinstance(event, TokenEvent):
             result.tokens.append(event.token)
             result.parts.append(event.text)
-            if event.text or return_tokens:
-                yield sse_data(
-                    {
-                        "index": index,
-                        "content": event.text,
-                        "tokens": [event.token] if return_tokens else [],
-                        "stop": False,
-                        "id_slot": -1,
-                        "tokens_predicted": len(result.tokens),
-                        "tokens_evaluated": len(group.requests[index].prompt_tokens),
-                    }
-                )
+            if event.text or answer.return_tokens or answer.probs is not None:
+                yield sse_data(answer.partial(index, event, len(result.tokens), n_prompt))
             continue
         result.finish = event
         result.parts.append(event.text)
         if event.reason is FinishReason.ERROR:
             yield sse_data(as_api_error(generation_error(event)).body())
             continue
-        yield sse_data(_final_body(index, event.text, result, group.requests[index], model, return_tokens))
+        if event.end_token is not None:  # llama-server streams the end token's probabilities too
+            yield sse_data(answer.partial(index, event.end_token, len(result.tokens) + 1, n_prompt))
+        yield sse_data(answer.final_body(index, event.text, result, group.requests[index]))
 
 
 @router.post("/tokenize")

@@ -7,18 +7,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlxcel.turn.grammar_fields import GrammarFields
+from mlxcel.turn.prompts import PromptField
 from mlxcel.turn.sampling_fields import SamplingFields
 
-NativePrompt = str | list[int] | list[str | int | list[int]]
 
 
 class NativeCompletionRequest(SamplingFields, GrammarFields):
-    prompt: NativePrompt
+    prompt: PromptField
     n_predict: int | None = Field(default=None, ge=-1)
     max_tokens: int | None = Field(default=None, ge=-1)
     stream: bool = False
     return_tokens: bool = False
     response_format: dict[str, Any] | None = None
+    n_probs: int | None = None  # > 0: completion_probabilities with the top n_probs tokens
+    logprobs: int | None = None  # llama-server reads it when n_probs is absent
+    post_sampling_probs: bool = False
+
+    def wanted_probs(self) -> int | None:
+        """n_probs as sent (or its `logprobs` alias)."""
+        return self.n_probs if self.n_probs is not None else self.logprobs
 
 
 class TokenizeRequest(BaseModel):

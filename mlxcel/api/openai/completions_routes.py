@@ -1,4 +1,4 @@
-"""POST /v1/completions (and /completions): OpenAI legacy text completions."""
+"""POST /v1/completions: OpenAI legacy text completions (/completions is the native route)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from mlxcel.engine.request import FinishEvent, FinishReason
+from mlxcel.engine.request import FinishEvent, FinishReason, TokenEvent
+from mlxcel.api.openai.completions_logprobs import LegacyLogprobs, requested_logprobs
 from mlxcel.api.openai.completions_wire import CompletionRequest, completion_body, completion_choice, usage_body
 from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import GenerationGroup
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.turn.request_builder import TurnShaping, build_requests, tokenize_prompts
+from mlxcel.turn.prompts import tokenize_prompts
+from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
 from mlxcel.http.sse import EventStreamResponse, sse_data
 
@@ -28,7 +30,6 @@ def finish_reason(event: FinishEvent) -> str:
 
 
 @router.post("/v1/completions")
-@router.post("/completions")
 async def create_completion(request: Request, opened: Opened[CompletionRequest] = Depends(OPENING)):
     host, body, completion_id = opened.host, opened.body, opened.id
     engine, tokenizer = host.engine, host.tokenizer
@@ -36,15 +37,20 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
     grammar = body.output_grammar(body.response_format)
     constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
+    k = requested_logprobs(body.logprobs)
     group = GenerationGroup(engine)
     group.submit(build_requests(host, body, prompts, max_tokens, opened.context, group,
-                                TurnShaping(constraints=constraints)))
+                                TurnShaping(constraints=constraints, logprobs=k)))
     created = int(time.time())
     echoes = [body.prompt if isinstance(body.prompt, str) else tokenizer.decode(p) for p in prompts] if body.echo else None
+    logprobs = None
+    if k is not None:
+        logprobs = [LegacyLogprobs(tokenizer, len(echoes[i]) if echoes else 0) for i in range(len(prompts))]
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventStreamResponse(
-            _stream(group, completion_id, created, host.model_id, include_usage, echoes), on_close=group.cancel
+            _stream(group, completion_id, created, host.model_id, include_usage, echoes, logprobs),
+            on_close=group.cancel,
         )
 
     async with cancel_on_disconnect(request, group.cancel):
@@ -55,7 +61,8 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
         if finish.reason is FinishReason.ERROR:
             raise generation_error(finish)
         text = (echoes[index] if echoes else "") + result.text
-        choices.append(completion_choice(index, text, finish_reason(finish)))
+        choices.append(completion_choice(index, text, finish_reason(finish),
+                                         logprobs[index].of(result.events) if logprobs else None))
         prompt_tokens += finish.prompt_tokens
         completion_tokens += finish.completion_tokens
         cached += finish.cached_tokens
@@ -70,16 +77,19 @@ async def _stream(
     model: str,
     include_usage: bool,
     echoes: list[str] | None,
+    logprobs: list[LegacyLogprobs] | None,
 ) -> AsyncIterator[str]:
-    def chunk(index: int, text: str, reason: str | None) -> str:
-        choice = completion_choice(index, text, reason)
+    def chunk(index: int, text: str, reason: str | None, token_logprobs: dict | None = None) -> str:
+        choice = completion_choice(index, text, reason, token_logprobs)
         return sse_data(completion_body(completion_id, created, model, [choice], None, stream=True))
 
     prompt_tokens = completion_tokens = cached = 0
     for index, echo in enumerate(echoes or []):
         yield chunk(index, echo, None)
     async for index, event in group.events():
-        if event.text:
+        if logprobs and isinstance(event, TokenEvent):  # a chunk per token, each with its logprobs
+            yield chunk(index, event.text, None, logprobs[index].of([event]))
+        elif event.text:
             yield chunk(index, event.text, None)
         if isinstance(event, FinishEvent):
             yield chunk(index, "", finish_reason(event))

@@ -7,9 +7,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlxcel.turn.grammar_fields import GrammarFields
+from mlxcel.turn.prompts import PromptField
 from mlxcel.turn.sampling_fields import SamplingFields
 
-Prompt = str | list[int] | list[str | int | list[int]]
 
 
 class StreamOptions(BaseModel):
@@ -19,7 +19,7 @@ class StreamOptions(BaseModel):
 
 class CompletionRequest(SamplingFields, GrammarFields):
     model: str | None = None
-    prompt: Prompt
+    prompt: PromptField
     max_tokens: int | None = Field(default=None, ge=-1)
     n_predict: int | None = Field(default=None, ge=-1)
     stream: bool = False
@@ -28,13 +28,13 @@ class CompletionRequest(SamplingFields, GrammarFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1)
-    logprobs: int | None = None
+    logprobs: int | None = None  # alternatives per token (at most 20); 0: the tokens' own logprobs only
     user: str | None = None
     response_format: dict[str, Any] | None = None
 
 
-def completion_choice(index: int, text: str, finish_reason: str | None) -> dict:
-    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": None}
+def completion_choice(index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
 
 
 def completion_body(
