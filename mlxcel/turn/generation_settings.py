@@ -34,6 +34,7 @@ def generation_settings(
     grammar: str = "",
     n_keep: int = 0,
     n_discard: int = 0,
+    speculative: str = "none",
 ) -> dict:
     """`banned_eog`: the end-of-generation tokens `ignore_eos` bans, which llama-server
     lists in `logit_bias` after the request's own biases."""
@@ -79,7 +80,14 @@ def generation_settings(
         "grammar_lazy": False,
         "grammar_triggers": [],
         "preserved_tokens": [],
+        # how the text is parsed: plain completions are content only; chat output is
+        # split into reasoning (<think> blocks) and content, as llama-server's deepseek
+        "chat_format": "Content-only",
+        "reasoning_format": "deepseek",
+        "reasoning_in_content": False,
+        "generation_prompt": "",
         "samplers": list(sampling.samplers),
+        "speculative.types": speculative,
         "timings_per_token": False,
         "post_sampling_probs": post_sampling_probs,
         "backend_sampling": False,

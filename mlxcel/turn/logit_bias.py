@@ -3,8 +3,9 @@
 Forms: an object {"<token id or string>": bias} (OpenAI's, and llama-server's
 extension to strings), or an array of [token id, bias] / [string, bias] pairs. A
 string stands for every token it tokenizes to (without BOS, special tokens not
-parsed, as llama-server tokenizes it). A bias of `false` bans the token; so does
--100 or less (OpenAI's convention); `true` is no bias. Biases for the same token add
+parsed, as llama-server tokenizes it). A bias of `false` bans the token; a number
+is added to the logit as given (-100, OpenAI's "ban", is -100 as in llama-server:
+in practice a ban); `true` is no bias. Biases for the same token add
 up, as llama.cpp's logit-bias sampler adds every entry it is given."""
 
 from __future__ import annotations
@@ -46,9 +47,7 @@ def _bias(value, key) -> float | None:
         return None
     if isinstance(value, str) or not isinstance(value, (int, float)):
         raise InvalidRequest(f"logit_bias: the bias for {key!r} must be a number or false")
-    if value <= -MAX_BIAS:
-        return -math.inf
-    if value > MAX_BIAS:
+    if not -MAX_BIAS <= value <= MAX_BIAS:
         raise InvalidRequest(f"logit_bias: bias {value} for {key!r} is outside [-100, 100]")
     return float(value)
 

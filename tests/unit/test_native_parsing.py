@@ -82,7 +82,7 @@ def test_prompt_limits_and_vocabulary():
 @pytest.mark.parametrize("raw, expected", [
     ({"5": 2.5}, {5: 2.5}),  # OpenAI's object
     ({"5": False, "6": True}, {5: -math.inf}),  # false bans, true is no bias
-    ({"5": -100}, {5: -math.inf}),
+    ({"5": -100}, {5: -100.0}),  # as given, as llama-server adds it (no -inf)
     ([[5, 1], [6, False]], {5: 1.0, 6: -math.inf}),  # llama-server's pairs
     ([["ab", -2]], {97: -2.0, 98: -2.0}),  # a string: every token of it, no BOS
     ({"ab": 3}, {97: 3.0, 98: 3.0}),  # an object key that is no number is a string

@@ -50,6 +50,7 @@ class _Answer:
     stream: bool
     n_probs: int  # as requested (generation_settings reports it)
     probs: CompletionProbs | None  # set when the request asked for probabilities
+    speculative: str = "none"  # the server's speculation type, as generation_settings names it
 
     def final_body(self, index: int, content: str, result: Completion, request: GenerationRequest) -> dict:
         finish = result.finish
@@ -67,6 +68,7 @@ class _Answer:
                 banned_eog=self.tokenizer.eog_tokens, n_probs=self.n_probs,
                 post_sampling_probs=request.post_sampling_probs, stream=self.stream,
                 grammar=getattr(request.constraint, "source", ""), n_keep=request.n_keep, n_discard=request.n_discard,
+                speculative=self.speculative,
             ),
             "prompt": self.tokenizer.decode(request.prompt_tokens),
             "has_new_line": "\n" in result.text,
@@ -125,7 +127,8 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
     shaping.constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
     requests = build_requests(host, body, prompts, max_tokens, opened.context, group, shaping)
     answer = _Answer(host.model_id, tokenizer, body.return_tokens, body.stream, body.wanted_probs() or 0,
-                     CompletionProbs(tokenizer, body.post_sampling_probs) if n_probs is not None else None)
+                     CompletionProbs(tokenizer, body.post_sampling_probs) if n_probs is not None else None,
+                     host.config.spec_type)
     group.submit(requests)
     if body.stream:
         return EventStreamResponse(_stream(group, answer), on_close=group.cancel)

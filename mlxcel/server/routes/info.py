@@ -109,7 +109,8 @@ async def props(request: Request):
     host = _host(request)
     host.require_ready()
     config = host.config
-    settings = generation_settings(config.sampling, config.n_predict, config.default_stop, config.ignore_eos)
+    settings = generation_settings(config.sampling, config.n_predict, config.default_stop, config.ignore_eos,
+                                   banned_eog=host.tokenizer.eog_tokens, speculative=config.spec_type)
     template = host.template
     return {
         # the spec's flat fields, with llama-server's `params` and `n_ctx` beside them
