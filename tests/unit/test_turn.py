@@ -68,7 +68,7 @@ def _build(fields: SamplingFields, prompts, max_tokens=None, context=None, shapi
 
 def test_every_field_is_set_where_the_request_is_built():
     fields = SamplingFields(temperature=0.5, stop=["END"], ignore_eos=True, cache_prompt=False, seed=7,
-                            logit_bias={"5": -100})
+                            logit_bias={"5": False})
     shaping = TurnShaping(constraints=["c0", "c1"], logprobs=3, reasoning_budget=10,
                           reasoning_markers=("<think>", "</think>"), reasoning_close_tokens=[9, 8],
                           reasoning_open_at_start=True)
