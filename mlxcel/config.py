@@ -61,6 +61,7 @@ class ServerConfig:
     batch_size: int = 2048
     ubatch_size: int = 512
     n_predict: int = -1
+    sse_ping_interval: int = 30  # seconds of silence before an SSE comment ping (<= 0: none)
     ignore_eos: bool = False  # --ignore-eos: every request bans end-of-generation tokens
     default_stop: list[str] = field(default_factory=list)  # --reverse-prompt: stops when a request has none
     context_shift: bool = False  # at the slot context's end, drop old tokens and go on (else stop)

@@ -644,9 +644,14 @@ class Engine:
             slot.budget.done = True
             slot.forced_tokens = list(request.reasoning_close_tokens)
         text, stop_word = slot.stop_matcher.feed(text)
+        line_stop = False
+        if slot.line_limits is not None and stop_word is None:
+            text, line_stop = slot.line_limits.feed(text, 1e3 * (now - slot.first_token_at))
         request.emit(TokenEvent(token=token, text=text, **scores))
         if stop_word is not None:
             self._finish(slot, FinishReason.STOP, stop_word=stop_word)
+        elif line_stop:
+            self._finish(slot, FinishReason.LENGTH, drop_held=True)
         elif request.constraint is not None and request.constraint.is_finished():
             self._finish(slot, FinishReason.STOP, eos=True)  # only EOG could follow (llama-server: an eos stop)
         elif slot.loop_detector is not None and slot.loop_detector.observe(token):
@@ -671,13 +676,15 @@ class Engine:
         unsatisfiable: bool = False,
         truncated: bool = False,
         end_token: TokenEvent | None = None,
+        drop_held: bool = False,
     ) -> None:
         """End the slot's request: release the slot and emit its FinishEvent. Nothing
-        here may keep the event from being emitted."""
+        here may keep the event from being emitted. `drop_held`: text still held back
+        (a partial stop string or character) lies past where the output was cut."""
         request = slot.request
         now = time.monotonic()
         tail = ""
-        if stop_word is None and slot.text_decoder is not None and error is None:
+        if stop_word is None and slot.text_decoder is not None and error is None and not drop_held:
             try:
                 tail = slot.stop_matcher.feed(slot.text_decoder.flush())[0] + slot.stop_matcher.flush()
             except Exception:  # noqa: BLE001 - the held-back text is lost, the answer still ends

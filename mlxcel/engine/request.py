@@ -144,6 +144,8 @@ class GenerationRequest:
     ignore_eos: bool = False
     n_keep: int = 0  # context shift: prompt tokens kept at the start (-1: the whole prompt)
     n_discard: int = 0  # context shift: tokens dropped after them (0: half of the rest)
+    n_indent: int = 0  # llama-server's indentation stop for code completion (0: off)
+    t_max_predict_ms: float = 0.0  # llama-server's time stop at a newline (0: off)
     priority: Priority = Priority.NORMAL
     cache_prompt: bool = True
     logprobs: int | None = None  # None: off; k: the chosen token's logprob and the k most likely

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from mlxcel.engine.draft_policy import AcceptanceStats
+from mlxcel.engine.line_limits import LineLimits
 from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.sampling import SamplerChain
@@ -82,6 +83,7 @@ class Slot:
     batch_index: int = -1  # where this slot's logits are in the current batch
     admitted_at: float = 0.0
     first_token_at: float = 0.0
+    line_limits: LineLimits | None = None
 
     @property
     def n_past(self) -> int:
@@ -103,6 +105,7 @@ class Slot:
         self.batch_index = -1
         self.admitted_at = time.monotonic()
         self.first_token_at = 0.0
+        self.line_limits = LineLimits.for_request(request.n_indent, request.t_max_predict_ms)
         self.loop_detector = loop_detector
         self.lookup = None
         self.drafts, self.draft_indices = [], []

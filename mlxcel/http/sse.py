@@ -57,11 +57,19 @@ class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(
-        self, events: AsyncIterator[str], status_code: int = 200, on_close: Callable[[], None] | None = None
+        self,
+        events: AsyncIterator[str],
+        status_code: int = 200,
+        on_close: Callable[[], None] | None = None,
+        ping_seconds: float | None = None,
     ) -> None:
         """`on_close` runs however the stream ends; it cancels what is still running
-        (a generator that was never started runs no `finally` of its own)."""
+        (a generator that was never started runs no `finally` of its own).
+        `ping_seconds`: an SSE comment (":") goes out whenever the stream has been
+        silent that long (llama-server's sse_ping_interval), so idle-timeout clients
+        and proxies keep the connection."""
         self._on_close = on_close
+        self._ping_seconds = ping_seconds
         self.status_code = status_code
         self.background = None
         self.body = b""
@@ -71,6 +79,15 @@ class EventStreamResponse(Response):
             (b"x-accel-buffering", b"no"),
         ]
         self._events = events
+
+    async def _framed(self) -> AsyncIterator[str]:
+        if self._ping_seconds is None:
+            async for event in self._events:
+                yield event
+            return
+        async with contextlib.aclosing(with_heartbeat(self._events, self._ping_seconds)) as events:
+            async for event in events:
+                yield ":\n\n" if event is None else event
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with anyio.create_task_group() as tasks:
@@ -85,7 +102,7 @@ class EventStreamResponse(Response):
             tasks.start_soon(watch_disconnect)
             try:
                 await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-                async for event in self._events:
+                async for event in self._framed():
                     await send({"type": "http.response.body", "body": event.encode("utf-8"), "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             except OSError:

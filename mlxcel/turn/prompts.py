@@ -79,3 +79,12 @@ def _tokens(tokenizer: Tokenizer, prompt) -> list[int]:
         else:
             tokens.append(part)
     return tokens
+
+
+def per_completion(prompts: list[list[int]], n: int, n_parallel: int) -> list[list[int]]:
+    """Each prompt `n` times in a row (prompt-major: result i*n + j is prompt i's j-th
+    completion), as llama-server's n_cmpl and OpenAI's `n` lay them out. At most one
+    slot's worth per prompt, as llama-server bounds n_cmpl."""
+    if not 1 <= n <= n_parallel:
+        raise InvalidRequest(f"Field 'n_cmpl': Value must be between 1 <= value <= {n_parallel}, but got {n}")
+    return [tokens for tokens in prompts for _ in range(n)]

@@ -147,6 +147,8 @@ def build_requests(
                 ignore_eos=fields.ignore_eos or config.ignore_eos,
                 n_keep=fields.n_keep if fields.n_keep is not None else config.n_keep,
                 n_discard=fields.n_discard or 0,
+                n_indent=fields.n_indent or 0,
+                t_max_predict_ms=float(fields.t_max_predict_ms or 0),
                 priority=context.priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,
                 logprobs=shaping.logprobs,

@@ -59,6 +59,24 @@ class SamplingFields(BaseModel):
     # context shift (--context-shift): prompt tokens kept (-1: all) and tokens dropped per shift (0: half)
     n_keep: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     n_discard: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    # llama-server's stops for code completion: a later line indented less than n_indent;
+    # a newline after t_max_predict_ms of generation
+    n_indent: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    t_max_predict_ms: int | None = Field(default=None, ge=-1, le=2**53)
+    sse_ping_interval: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # seconds; -1 or 0: no pings
+    lora: list[dict] | None = Field(default=None, max_length=64)
+
+    @field_validator("lora")
+    @classmethod
+    def _check_lora(cls, value: list[dict] | None) -> list[dict] | None:
+        if value:  # llama-server: an adapter id that names no loaded adapter is an error
+            raise ValueError("no LoRA adapter is loaded (--lora is not supported): only an empty list is accepted")
+        return value
+
+    def ping_seconds(self, server_default: int) -> float | None:
+        """SSE comment pings while a stream is silent (llama-server's sse_ping_interval)."""
+        interval = self.sse_ping_interval if self.sse_ping_interval is not None else server_default
+        return float(interval) if interval > 0 else None
 
     @field_validator("stop")
     @classmethod

@@ -17,7 +17,7 @@ from mlxcel.turn.generation import Completion, GenerationGroup
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.turn.prompts import tokenize_prompts
+from mlxcel.turn.prompts import per_completion, tokenize_prompts
 from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
 from mlxcel.turn.completion_probs import CompletionProbs, requested_n_probs
@@ -110,6 +110,25 @@ class _Answer:
         return body
 
 
+def selected_fields(body: dict, fields: list[str] | None) -> dict:
+    """llama-server's `response_fields`: only the named fields, a "a/b" path reaching
+    into objects and keyed by the path as written; missing ones are left out."""
+    if not fields:
+        return body
+    chosen = {}
+    for path in fields:
+        value, found = body, True
+        for key in path.split("/"):
+            if isinstance(value, dict) and key in value:
+                value = value[key]
+            else:
+                found = False
+                break
+        if found:
+            chosen[path] = value
+    return chosen
+
+
 @router.post("/completion")
 @router.post("/completions")
 async def native_completion(request: Request, opened: Opened[NativeCompletionRequest] = Depends(COMPLETION)):
@@ -120,6 +139,7 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
                               "or /v1/chat/completions")
     grammar = body.output_grammar()
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
+    prompts = per_completion(prompts, body.completions_per_prompt(), host.config.parallel)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
     n_probs = requested_n_probs(body.wanted_probs())
     shaping = TurnShaping(logprobs=n_probs, post_sampling_probs=body.post_sampling_probs)
@@ -131,14 +151,15 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
                      host.config.spec_type)
     group.submit(requests)
     if body.stream:
-        return EventStreamResponse(_stream(group, answer), on_close=group.cancel)
+        return EventStreamResponse(_stream(group, answer), on_close=group.cancel,
+                                   ping_seconds=body.ping_seconds(host.config.sse_ping_interval))
     async with cancel_on_disconnect(request, group.cancel):
         results = await group.collect()
     bodies = []
     for index, (result, req) in enumerate(zip(results, requests)):
         if result.finish.reason is FinishReason.ERROR:
             raise generation_error(result.finish)
-        bodies.append(answer.final_body(index, result.text, result, req))
+        bodies.append(selected_fields(answer.final_body(index, result.text, result, req), body.response_fields))
     return JSONResponse(bodies[0] if len(bodies) == 1 else bodies)
 
 

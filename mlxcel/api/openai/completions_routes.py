@@ -16,7 +16,7 @@ from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import GenerationGroup
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.turn.prompts import tokenize_prompts
+from mlxcel.turn.prompts import per_completion, tokenize_prompts
 from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
 from mlxcel.http.sse import EventStreamResponse, sse_data
@@ -34,6 +34,7 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
     host, body, completion_id = opened.host, opened.body, opened.id
     engine, tokenizer = host.engine, host.tokenizer
     prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
+    prompts = per_completion(prompts, body.n, host.config.parallel)  # choice i*n + j: prompt i's j-th
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
     grammar = body.output_grammar(body.response_format)
     constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
@@ -49,8 +50,9 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return EventStreamResponse(
-            _stream(group, completion_id, created, host.model_id, include_usage, echoes, logprobs),
+            _stream(group, completion_id, created, host.model_id, include_usage, echoes, logprobs, body.n),
             on_close=group.cancel,
+            ping_seconds=body.ping_seconds(host.config.sse_ping_interval),
         )
 
     async with cancel_on_disconnect(request, group.cancel):
@@ -63,7 +65,8 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
         text = (echoes[index] if echoes else "") + result.text
         choices.append(completion_choice(index, text, finish_reason(finish),
                                          logprobs[index].of(result.events) if logprobs else None))
-        prompt_tokens += finish.prompt_tokens
+        if index % body.n == 0:  # a prompt counts once, however many completions it has
+            prompt_tokens += finish.prompt_tokens
         completion_tokens += finish.completion_tokens
         cached += finish.cached_tokens
     usage = usage_body(prompt_tokens, completion_tokens, cached)
@@ -78,6 +81,7 @@ async def _stream(
     include_usage: bool,
     echoes: list[str] | None,
     logprobs: list[LegacyLogprobs] | None,
+    n: int = 1,
 ) -> AsyncIterator[str]:
     def chunk(index: int, text: str, reason: str | None, token_logprobs: dict | None = None) -> str:
         choice = completion_choice(index, text, reason, token_logprobs)
@@ -93,7 +97,8 @@ async def _stream(
             yield chunk(index, event.text, None)
         if isinstance(event, FinishEvent):
             yield chunk(index, "", finish_reason(event))
-            prompt_tokens += event.prompt_tokens
+            if index % n == 0:
+                prompt_tokens += event.prompt_tokens
             completion_tokens += event.completion_tokens
             cached += event.cached_tokens
     if include_usage:

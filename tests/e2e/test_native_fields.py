@@ -1,0 +1,77 @@
+"""llama-server's remaining per-request fields on the shared SmolLM2 server: n_cmpl
+(and `n` on /v1/completions), response_fields, n_indent and t_max_predict_ms (the
+code-completion stops), sse_ping_interval and lora."""
+
+from __future__ import annotations
+
+import time
+
+PROMPT = "The capital of France is"
+GREEDY = {"temperature": 0, "n_predict": 6}
+CODE = "def fizzbuzz(n):\n    for i in range(1, n + 1):\n"
+
+
+def test_n_cmpl_gives_each_prompt_its_completions_in_order(http):
+    body = http.post("/completion", json={"prompt": ["The capital of France is", "Once upon a time"],
+                                         "n_cmpl": 2, **GREEDY}).json()
+    assert [b["index"] for b in body] == [0, 1, 2, 3]
+    assert body[0]["content"] == body[1]["content"] != body[2]["content"] == body[3]["content"]
+    alias = http.post("/completion", json={"prompt": PROMPT, "n": 2, **GREEDY}).json()
+    assert len(alias) == 2 and alias[0]["content"] == body[0]["content"]
+    too_many = http.post("/completion", json={"prompt": PROMPT, "n_cmpl": 5, **GREEDY})
+    assert too_many.status_code == 400 and "n_cmpl" in too_many.json()["error"]["message"]
+
+
+def test_n_on_legacy_completions_counts_the_prompt_once(http):
+    one = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "temperature": 0}).json()
+    three = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "n": 3, "temperature": 0.9,
+                                               "seed": 5}).json()
+    assert [c["index"] for c in three["choices"]] == [0, 1, 2]
+    assert three["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    assert three["usage"]["completion_tokens"] == 12
+
+
+def test_response_fields_trim_the_answer(http):
+    body = http.post("/completion", json={"prompt": PROMPT, **GREEDY,
+                                          "response_fields": ["content", "generation_settings/n_predict", "nope"]})
+    assert body.json() == {"content": body.json()["content"], "generation_settings/n_predict": 6}
+
+
+def test_n_indent_stops_at_the_first_line_indented_less(http):
+    free = http.post("/completion", json={"prompt": CODE, "temperature": 0, "n_predict": 48}).json()
+    assert "\n" in free["content"]  # the model writes several lines here
+    body = http.post("/completion", json={"prompt": CODE, "temperature": 0, "n_predict": 48,
+                                          "n_indent": 100}).json()
+    first, _, rest = body["content"].partition("\n")
+    assert first == free["content"].partition("\n")[0]
+    assert rest.strip(" \t") == ""  # the next line's text is cut before its first character
+    assert body["stop_type"] == "limit" and body["tokens_predicted"] < 48
+
+
+def test_t_max_predict_ms_stops_at_a_newline_once_the_time_is_up(http):
+    body = http.post("/completion", json={"prompt": CODE, "temperature": 0, "n_predict": 64, "ignore_eos": True,
+                                          "t_max_predict_ms": 1}).json()
+    assert body["content"].endswith("\n") and body["content"].count("\n") <= 2
+    assert body["stop_type"] == "limit" and body["tokens_predicted"] < 64
+
+
+def test_sse_pings_keep_a_silent_stream_alive(http):
+    long_prompt = "The history of the city, told slowly. " * 95  # seconds of prefill before a token
+    started = time.monotonic()
+    with http.stream("POST", "/completion", json={"prompt": long_prompt, "n_predict": 2, "stream": True,
+                                                   "sse_ping_interval": 1}) as response:
+        raw = b"".join(response.iter_raw())
+    elapsed = time.monotonic() - started
+    frames = raw.split(b"\n\n")
+    if elapsed > 1.5:  # the prefill outlasted the interval: a ping came before the first token
+        assert frames[0] == b":", frames[:2]
+    assert frames[-2].startswith(b"data: ") and b'"stop":true' in frames[-2]
+    with http.stream("POST", "/completion", json={"prompt": PROMPT, "n_predict": 2, "stream": True,
+                                                   "sse_ping_interval": -1}) as response:
+        assert b"\n:\n" not in b"\n" + b"".join(response.iter_raw())
+
+
+def test_lora_entries_are_refused_without_adapters(http):
+    assert http.post("/completion", json={"prompt": PROMPT, **GREEDY, "lora": []}).status_code == 200
+    refused = http.post("/completion", json={"prompt": PROMPT, **GREEDY, "lora": [{"id": 0, "scale": 0.5}]})
+    assert refused.status_code == 400 and "LoRA" in refused.json()["error"]["message"]
