@@ -75,3 +75,26 @@ def test_lora_entries_are_refused_without_adapters(http):
     assert http.post("/completion", json={"prompt": PROMPT, **GREEDY, "lora": []}).status_code == 200
     refused = http.post("/completion", json={"prompt": PROMPT, **GREEDY, "lora": [{"id": 0, "scale": 0.5}]})
     assert refused.status_code == 400 and "LoRA" in refused.json()["error"]["message"]
+
+
+def _events(http, body: dict) -> list[dict]:
+    import json
+
+    with http.stream("POST", "/completion", json={**body, "stream": True}) as response:
+        return [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+
+
+def test_return_progress_and_timings_per_token_on_the_native_stream(http):
+    prompt = "A new prompt about rivers and mountains, " * 12
+    events = _events(http, {"prompt": prompt, "n_predict": 3, "temperature": 0, "return_progress": True,
+                            "timings_per_token": True, "cache_prompt": False})
+    progress = [e for e in events if "prompt_progress" in e]
+    tokens = [e for e in events if not e["stop"] and "prompt_progress" not in e]
+    assert progress and events.index(progress[-1]) < events.index(tokens[0])  # progress comes first
+    last = progress[-1]["prompt_progress"]
+    assert last["processed"] == last["total"] == progress[0]["tokens_evaluated"]
+    assert all(e["tokens_predicted"] == 0 and e["content"] == "" for e in progress)
+    assert [e["timings"]["predicted_n"] for e in tokens] == list(range(1, len(tokens) + 1))
+    assert all(e["timings"]["prompt_n"] == last["total"] - last["cache"] for e in tokens)
+    plain = _events(http, {"prompt": prompt, "n_predict": 3, "temperature": 0})
+    assert not any("prompt_progress" in e or ("timings" in e and not e["stop"]) for e in plain)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from mlxcel.api.native.routes import selected_fields
+from mlxcel.api.native.answer import selected_fields
 from mlxcel.engine.line_limits import LineLimits
 from mlxcel.turn.errors import InvalidRequest
 from mlxcel.turn.prompts import per_completion

@@ -22,6 +22,8 @@ class NativeCompletionRequest(SamplingFields, GrammarFields):
     n_probs: int | None = None  # > 0: completion_probabilities with the top n_probs tokens
     logprobs: int | None = None  # llama-server reads it when n_probs is absent
     post_sampling_probs: bool = False
+    timings_per_token: bool = False
+    return_progress: bool = False
     n_cmpl: int | None = Field(default=None, ge=1)  # completions per prompt (llama-server; `n` is its alias)
     n: int | None = Field(default=None, ge=1)
     response_fields: list[str] | None = Field(default=None, max_length=256)
