@@ -299,8 +299,11 @@ class Engine:
     # -- admission ----------------------------------------------------------------------
 
     def _admit(self) -> None:
-        while self.waiting and self.slots.idle():
-            request = self._admitting = self.waiting.pop()  # in neither the queue nor a slot for a moment
+        while self.waiting and (idle := self.slots.idle()):
+            request = self.waiting.pop_for({slot.id for slot in idle})
+            if request is None:  # every waiting request is pinned to a busy slot
+                return
+            self._admitting = request  # in neither the queue nor a slot for a moment
             if self._injecting and request.fault is Fault.CRASH:
                 raise InjectedFault("engine thread crash")
             try:
@@ -311,7 +314,7 @@ class Engine:
 
     def _admit_one(self, request: GenerationRequest) -> None:
         reuse = self.config.cache_prompt and request.cache_prompt
-        slot, n_common = self.slots.choose(request.prompt_tokens, reuse)
+        slot, n_common = self.slots.choose(request.prompt_tokens, reuse, request.id_slot)
         try:
             if self._injecting and request.fault is Fault.ADMIT:
                 raise InjectedFault("admission")

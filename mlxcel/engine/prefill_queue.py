@@ -22,6 +22,19 @@ class PrefillQueue:
     def pop(self) -> GenerationRequest:
         return heapq.heappop(self._heap)[2]
 
+    def pop_for(self, idle_slots: set[int]) -> GenerationRequest | None:
+        """The first request, in queue order, that one of the idle slots can take: a
+        request pinned to a busy slot (llama-server's id_slot) waits without holding
+        up those behind it."""
+        head = self._heap[0][2] if self._heap else None
+        if head is not None and (head.id_slot < 0 or head.id_slot in idle_slots):
+            return self.pop()
+        for entry in sorted(self._heap):
+            request = entry[2]
+            if request.id_slot < 0 or request.id_slot in idle_slots:
+                return self.remove(request.id)
+        return None
+
     def remove(self, request_id: int) -> GenerationRequest | None:
         for i, (_, _, request) in enumerate(self._heap):
             if request.id == request_id:

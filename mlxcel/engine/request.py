@@ -144,6 +144,7 @@ class GenerationRequest:
     ignore_eos: bool = False
     n_keep: int = 0  # context shift: prompt tokens kept at the start (-1: the whole prompt)
     n_discard: int = 0  # context shift: tokens dropped after them (0: half of the rest)
+    id_slot: int = -1  # llama-server's id_slot: run in this slot (waiting for it); -1: any
     n_indent: int = 0  # llama-server's indentation stop for code completion (0: off)
     t_max_predict_ms: float = 0.0  # llama-server's time stop at a newline (0: off)
     priority: Priority = Priority.NORMAL

@@ -162,13 +162,15 @@ class SlotTable:
     def busy(self) -> list[Slot]:
         return [s for s in self.slots if s.state is not SlotState.IDLE]
 
-    def choose(self, prompt: list[int], reuse: bool) -> tuple[Slot, int] | None:
+    def choose(self, prompt: list[int], reuse: bool, pinned: int = -1) -> tuple[Slot, int] | None:
         """The idle slot sharing the longest prefix with `prompt` and the length of
         that prefix; on a tie, one whose tokens need no saving first (so admission does
         not wait for a copy to the host cache), then the least recently used. With
         reuse off, an empty slot if there is one, else the least recently used, so
-        others' prefixes survive."""
+        others' prefixes survive. `pinned` >= 0: that slot, if idle."""
         idle = self.idle()
+        if pinned >= 0:
+            idle = [s for s in idle if s.id == pinned]
         if not idle:
             return None
         if not reuse:

@@ -77,6 +77,14 @@ def _breaker_text(breaker: int | str, tokenizer: Tokenizer) -> str:
     return tokenizer.special_piece(breaker).decode("utf-8", errors="replace")
 
 
+def _slot(id_slot: int | None, n_parallel: int) -> int:
+    if id_slot is None or id_slot < 0:
+        return -1
+    if id_slot >= n_parallel:
+        raise InvalidRequest(f"id_slot {id_slot} does not exist: the server has slots 0 to {n_parallel - 1}")
+    return id_slot
+
+
 def check_fits(tokens: list[int], n_ctx_slot: int) -> None:
     """A prompt must leave the slot room for at least one generated token (llama-server's
     check, with or without context shift)."""
@@ -147,6 +155,7 @@ def build_requests(
                 ignore_eos=fields.ignore_eos or config.ignore_eos,
                 n_keep=fields.n_keep if fields.n_keep is not None else config.n_keep,
                 n_discard=fields.n_discard or 0,
+                id_slot=_slot(fields.id_slot, config.parallel),
                 n_indent=fields.n_indent or 0,
                 t_max_predict_ms=float(fields.t_max_predict_ms or 0),
                 priority=context.priority,

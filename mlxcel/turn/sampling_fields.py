@@ -65,6 +65,7 @@ class SamplingFields(BaseModel):
     t_max_predict_ms: int | None = Field(default=None, ge=-1, le=2**53)
     sse_ping_interval: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # seconds; -1 or 0: no pings
     lora: list[dict] | None = Field(default=None, max_length=64)
+    id_slot: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # llama-server: run in this slot (-1: any)
 
     @field_validator("lora")
     @classmethod

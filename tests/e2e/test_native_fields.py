@@ -98,3 +98,11 @@ def test_return_progress_and_timings_per_token_on_the_native_stream(http):
     assert all(e["timings"]["prompt_n"] == last["total"] - last["cache"] for e in tokens)
     plain = _events(http, {"prompt": prompt, "n_predict": 3, "temperature": 0})
     assert not any("prompt_progress" in e or ("timings" in e and not e["stop"]) for e in plain)
+
+
+def test_id_slot_runs_the_request_in_that_slot(http):
+    for slot in (2, 0, 3):
+        body = http.post("/completion", json={"prompt": PROMPT, **GREEDY, "id_slot": slot}).json()
+        assert body["id_slot"] == slot
+    missing = http.post("/completion", json={"prompt": PROMPT, **GREEDY, "id_slot": 9})
+    assert missing.status_code == 400 and "id_slot" in missing.json()["error"]["message"]

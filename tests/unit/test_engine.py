@@ -123,6 +123,22 @@ def test_waiting_requests_are_admitted_by_priority_then_arrival(make_rig):
     assert order == ["first", "high1", "high2", "normal1", "normal2", "low1", "low2"]
 
 
+def test_a_pinned_request_runs_in_its_slot_and_waits_without_blocking_others(make_rig):
+    rig = make_rig(n_parallel=2)
+    order: list[str] = []
+    rig.runtime.hold()
+    holder = rig.submit([1], max_tokens=3, label="holder", order=order, id_slot=1)
+    rig.runtime.next_held()  # slot 1 is busy now
+    pinned = rig.submit([50], max_tokens=1, label="pinned", order=order, id_slot=1)
+    free = rig.submit([60], max_tokens=1, label="free", order=order)
+    rig.runtime.release()
+    for e in (holder, pinned, free):
+        assert e.wait().reason is FinishReason.LENGTH
+    assert holder.finish.slot_id == pinned.finish.slot_id == 1
+    assert free.finish.slot_id == 0
+    assert order.index("free") < order.index("pinned")  # it went ahead of the request waiting for slot 1
+
+
 def test_submit_past_the_queue_cap_raises_and_room_comes_back(make_rig):
     rig = make_rig(n_parallel=1, queue_cap=2, start=False)
     events = []
