@@ -106,3 +106,13 @@ def test_id_slot_runs_the_request_in_that_slot(http):
         assert body["id_slot"] == slot
     missing = http.post("/completion", json={"prompt": PROMPT, **GREEDY, "id_slot": 9})
     assert missing.status_code == 400 and "id_slot" in missing.json()["error"]["message"]
+
+
+def test_chat_input_tokens_counts_the_rendered_prompt(http):
+    messages = [{"role": "user", "content": "Count me, please."}]
+    rendered = http.post("/apply-template", json={"messages": messages}).json()["prompt"]
+    expected = len(http.post("/tokenize", json={"content": rendered, "add_special": True}).json()["tokens"])
+    for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"):
+        body = http.post(path, json={"messages": messages}).json()
+        assert body == {"object": "response.input_tokens", "input_tokens": expected}
+    assert http.post("/v1/chat/completions/input_tokens", json={"messages": "nope"}).status_code == 400

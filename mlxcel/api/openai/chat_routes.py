@@ -1,5 +1,6 @@
 """POST /v1/chat/completions (and /chat/completions), and llama-server's
-POST /apply-template (the prompt a chat request renders to, not generated)."""
+POST /apply-template (the prompt a chat request renders to, not generated) and
+POST /v1/chat/completions/input_tokens (its length in tokens)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ IGNORED_FIELDS = {"user", "metadata", "parallel_tool_calls", "service_tier", "st
 HONORED_FIELDS = set(ChatCompletionRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt"}
 OPENING = opening(ChatCompletionRequest, "chatcmpl-", HONORED_FIELDS, IGNORED_FIELDS)
 APPLY_TEMPLATE = opening(ChatCompletionRequest, "tmpl-")
+COUNT_TOKENS = opening(ChatCompletionRequest, "tok-")
 
 
 def _template_kwargs(data: dict, body: ChatCompletionRequest, server_defaults: dict) -> dict:
@@ -77,6 +79,15 @@ async def apply_template(opened: Opened[ChatCompletionRequest] = Depends(APPLY_T
     spec = turn_spec(opened.data, opened.body, opened.host)
     rendered = await asyncio.to_thread(RenderedTurn.render, opened.host, spec)
     return JSONResponse({"prompt": rendered.prepared.prompt})
+
+
+@router.post("/v1/chat/completions/input_tokens")
+@router.post("/chat/completions/input_tokens")
+async def count_input_tokens(opened: Opened[ChatCompletionRequest] = Depends(COUNT_TOKENS)):
+    """llama-server's token count for a chat body: the prompt it would render to."""
+    spec = turn_spec(opened.data, opened.body, opened.host)
+    rendered = await asyncio.to_thread(RenderedTurn.render, opened.host, spec)
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": rendered.prompt_tokens})
 
 
 @router.post("/v1/chat/completions")
