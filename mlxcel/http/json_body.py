@@ -6,6 +6,7 @@ never stalls the event loop."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TypeVar
 
 from fastapi import Request
@@ -21,6 +22,19 @@ OFFLOAD_BYTES = 64 * 1024  # bodies larger than this are parsed off the event lo
 async def read_json_object(request: Request, max_bytes: int | None = None) -> dict:
     raw = await _read_raw(request, max_bytes)
     return await _off_loop_if_large(raw, _checked, request, raw)
+
+
+async def read_small_json(request: Request, max_bytes: int = 64 * 1024):
+    """A small body that may be any JSON value (not only an object), size-capped."""
+    raw = await _read_raw(request, max_bytes)
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise invalid_request("the request body is not valid JSON") from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 async def read_model(request: Request, model: type[Model]) -> tuple[dict, Model]:

@@ -23,7 +23,7 @@ from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
 from mlxcel.api.responses import routes as responses
 from mlxcel.observability import metrics
-from mlxcel.server.routes import cache, info
+from mlxcel.server.routes import cache, info, llama_admin
 
 log = logging.getLogger("mlxcel.server")
 
@@ -50,6 +50,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app.include_router(native.router)
     app.include_router(infill.router)
     app.include_router(responses.router)
+    app.include_router(llama_admin.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key
     if config.api_keys:

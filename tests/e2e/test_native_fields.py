@@ -116,3 +116,13 @@ def test_chat_input_tokens_counts_the_rendered_prompt(http):
         body = http.post(path, json={"messages": messages}).json()
         assert body == {"object": "response.input_tokens", "input_tokens": expected}
     assert http.post("/v1/chat/completions/input_tokens", json={"messages": "nope"}).status_code == 400
+
+
+def test_admin_routes_answer_as_llama_server_does_without_their_features(http):
+    for path in ("/slots/0?action=erase", "/props"):
+        answer = http.post(path, json={})
+        assert answer.status_code == 501 and answer.json()["error"]["type"] == "not_supported_error"
+    assert http.get("/lora-adapters").json() == []
+    assert http.post("/lora-adapters", json=[]).json() == []
+    assert http.post("/lora-adapters", json=[{"id": 0, "scale": 1}]).status_code == 400
+    assert http.post("/lora-adapters", content=b"[NaN]").status_code == 400
