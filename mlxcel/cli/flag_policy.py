@@ -43,9 +43,9 @@ _refuse("constrains every generation with a server-wide grammar (send `grammar` 
 _refuse("changes what the chat output contains (not implemented; per-request fields cover some of it)",
         "-sp", "--special", "--no-jinja", "--reasoning-format", "-rea", "--reasoning", "--reasoning-effort",
         "--reasoning-budget", "--reasoning-budget-message", "--reasoning-preserve", "--no-reasoning-preserve",
-        "--skip-chat-parsing", "--no-prefill-assistant", "--spm-infill", "--keep")
+        "--skip-chat-parsing")
 _refuse("serves other routes or a web UI (not implemented)",
-        "--path", "--api-prefix", "--ssl-key-file", "--ssl-cert-file", "--props", "--slot-save-path",
+        "--path", "--ssl-key-file", "--ssl-cert-file", "--props", "--slot-save-path",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
         "--webui", "--ui", "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
         "--webui-mcp-proxy", "--ui-mcp-proxy")

@@ -240,13 +240,17 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(*negative, dest=dest, action="store_false", help=f"do not {help_text}")
 
 
+def implemented_flags() -> set[str]:
+    flags = {flag for option in _VALUE_OPTIONS + SAMPLING_OPTIONS for flag in option[0]}
+    flags |= {flag for switch in _SWITCHES + SAMPLING_SWITCHES for flag in switch[0] + switch[1]}
+    flags |= {flag for option in SAMPLING_LISTS for flag in option[0]}
+    return flags | {"-h", "--help", "--version"}
+
+
 def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     """Separate llama-server flags mlxcel does not implement (returned second, with
     their values dropped) from everything else."""
-    ours = {flag for option in _VALUE_OPTIONS + SAMPLING_OPTIONS for flag in option[0]}
-    ours |= {flag for switch in _SWITCHES + SAMPLING_SWITCHES for flag in switch[0] + switch[1]}
-    ours |= {flag for option in SAMPLING_LISTS for flag in option[0]}
-    ours |= {"-h", "--help", "--version"}
+    ours = implemented_flags()
     kept: list[str] = []
     ignored: list[str] = []
     i = 0

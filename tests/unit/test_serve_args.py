@@ -55,6 +55,9 @@ def test_every_llama_server_flag_is_implemented_refused_or_tuning():
     from mlxcel.cli.flag_policy import REFUSED
     from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
 
+    from mlxcel.cli.serve_args import implemented_flags
+
+    assert sorted(REFUSED.keys() & implemented_flags()) == []  # implemented flags are not refused
     kept, warned = split_llama_server_flags([f for f in LLAMA_SERVER_FLAGS if f not in REFUSED])
     semantic_words = ("lora", "mmproj", "embed", "rerank", "grammar", "schema", "rope", "yarn", "hf-", "model-url",
                       "pooling", "control-vector", "reasoning", "ssl", "api-prefix")
