@@ -283,6 +283,8 @@ def _assert_error(path: str, status: int, content: bytes, expected: int) -> None
     assert error_shape_problem(path, body) is None, body
     if is_anthropic_path(path):
         assert body["error"]["type"] == ("request_too_large" if expected == 413 else "invalid_request_error")
+    elif b'"n_ctx"' in content:  # a prompt past the slot context: llama-server's own error type
+        assert body["error"]["type"] == "exceed_context_size_error"
     else:
         assert body["error"]["type"] == "invalid_request_error"
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 
 def test_health_and_root_report_the_spec_fields(http):
     for path in ("/health", "/"):
@@ -42,7 +44,8 @@ def test_props_reports_defaults(http):
     settings = body["default_generation_settings"]
     assert body["total_slots"] == 4
     assert settings["seed"] == 18446744073709551615
-    assert settings["temperature"] == 0.8 and settings["top_k"] == 40 and settings["n_predict"] == -1
+    # float settings as llama.cpp holds them (float32), as llama-server reports them
+    assert settings["temperature"] == pytest.approx(0.8) and settings["top_k"] == 40 and settings["n_predict"] == -1
 
 
 def test_slots_lists_every_slot(http):

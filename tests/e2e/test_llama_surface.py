@@ -192,7 +192,8 @@ def test_props_carries_llama_servers_fields(keyed):
     with keyed.client(headers=AUTH) as client:
         body = client.get("/props").json()
     settings = body["default_generation_settings"]
-    assert settings["n_ctx"] == 1024 and settings["params"]["temperature"] == settings["temperature"] == 0.8
+    assert settings["n_ctx"] == 1024 and settings["params"]["temperature"] == settings["temperature"]
+    assert settings["temperature"] == pytest.approx(0.8)
     assert body["total_slots"] == 1 and body["model_alias"] == "alpha"
     assert body["model_path"].endswith(".gguf") and body["model_ftype"]
     assert body["modalities"] == {"vision": False, "video": False, "audio": False}
