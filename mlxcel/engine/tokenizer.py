@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import llama_cpp
 
+from mlxcel.engine.special_split import SpecialSplitter
+
 
 class TokenizeError(ValueError):
     pass
@@ -48,6 +50,29 @@ class Tokenizer:
         )
         self.fim = FimTokens.of(vocab)
         self._pieces = [self._piece(t, special=False) for t in range(self.n_vocab)]
+        self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(vocab))
+        self.add_sep = bool(llama_cpp.llama_vocab_get_add_sep(vocab))
+        self._splitters = self._special_splitters()
+
+    def _special_splitters(self) -> dict[bool, SpecialSplitter]:
+        """Keyed by parse_special, over what llama.cpp matches as special tokens in a
+        text: control, user-defined and unknown tokens when it parses special tokens;
+        otherwise only user-defined tokens that are neither control nor unknown."""
+        parsed_only = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+        special = parsed_only | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+        texts: dict[bool, list[str]] = {True: [], False: []}
+        lstrip: list[str] = []
+        for token in range(self.n_vocab):
+            attrs = llama_cpp.llama_vocab_get_attr(self._vocab, token)
+            if not attrs & special:
+                continue
+            text = llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
+            texts[True].append(text)
+            if not attrs & parsed_only:
+                texts[False].append(text)
+            if attrs & llama_cpp.LLAMA_TOKEN_ATTR_LSTRIP:
+                lstrip.append(text)
+        return {parse: SpecialSplitter(texts[parse], lstrip) for parse in (True, False)}
 
     @property
     def vocab(self) -> llama_cpp.llama_vocab_p:
@@ -63,6 +88,19 @@ class Tokenizer:
         return buf.raw[:n]
 
     def encode(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        pieces = self._splitters[parse_special].pieces(text)
+        if len(pieces) == 1:
+            return self._encode(text, add_special, parse_special)
+        tokens = [t for piece in pieces for t in self._encode(piece, False, parse_special)]
+        if add_special:  # what llama.cpp adds around a whole text
+            tokens = ([self.bos] if self.add_bos else []) + tokens
+            if self.add_eos:
+                tokens.append(self.eos)
+            if self.add_sep:
+                tokens.append(int(llama_cpp.llama_vocab_sep(self._vocab)))
+        return tokens
+
+    def _encode(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         data = text.encode("utf-8", errors="replace")
         capacity = len(data) + 8
         tokens = (llama_cpp.llama_token * capacity)()
