@@ -79,6 +79,8 @@ class ServerConfig:
     cache_type_k_draft: str = "f16"
     cache_type_v_draft: str = "f16"
     use_mmap: bool = True
+    load_mode: str = "auto"  # --load-mode: auto, none, mmap, mlock, mmap+mlock, dio
+    swa_full: bool = False
     warmup: bool = True
     queue_cap: int = 64
     prefill_chunk: int = 256

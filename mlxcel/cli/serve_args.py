@@ -13,7 +13,7 @@ from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.flag_policy import REFUSED, refusal
 from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
 from mlxcel.cli.sampling_args import SAMPLING_OPTIONS, SAMPLING_LISTS, SAMPLING_SWITCHES, add_sampling_lists, sampling_defaults
-from mlxcel.engine.llama_runtime import CACHE_TYPES
+from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 
@@ -28,6 +28,12 @@ class UsageError(Exception):
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print the whole usage first
         raise UsageError(message)
+
+
+def _load_mode(text: str) -> str:
+    if text.lower() not in LOAD_MODES:
+        raise argparse.ArgumentTypeError(f"invalid load mode {text!r} (expected one of {', '.join(LOAD_MODES)})")
+    return text.lower()
 
 
 def _cache_type(text: str) -> str:
@@ -110,6 +116,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
     (("-fa", "--flash-attn"), "flash_attn", _flash_attn, "auto", "LLAMA_ARG_FLASH_ATTN", "flash attention: on, off or auto"),
+    (("-lm", "--load-mode"), "load_mode", _load_mode, "auto", "LLAMA_ARG_LOAD_MODE",
+     f"how llama.cpp loads the model ({', '.join(LOAD_MODES)})"),
     (("-ctk", "--cache-type-k"), "cache_type_k", _cache_type, "f16", "LLAMA_ARG_CACHE_TYPE_K",
      f"KV cache type for K ({', '.join(CACHE_TYPES)})"),
     (("-ctv", "--cache-type-v"), "cache_type_v", _cache_type, "f16", "LLAMA_ARG_CACHE_TYPE_V",
@@ -199,6 +207,7 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = 
     (("--spm-infill",), (), "spm_infill", False, "MLXCEL_SPM_INFILL",
      "/infill: suffix/prefix/middle order instead of prefix/suffix/middle, as some models prefer"),
     (("--mmap",), ("--no-mmap",), "mmap", True, "LLAMA_ARG_MMAP", "memory-map the model file"),
+    (("--swa-full",), (), "swa_full", False, "LLAMA_ARG_SWA_FULL", "full-size KV cache for sliding-window layers"),
     (("--warmup",), ("--no-warmup",), "warmup", True, "LLAMA_ARG_WARMUP", "decode once at start-up"),
     (("--cors-credentials",), ("--no-cors-credentials",), "cors_credentials", True, "LLAMA_ARG_CORS_CREDENTIALS",
      "allow credentials in CORS requests (with --cors-origins '*', the request's Origin is echoed)"),
@@ -417,6 +426,8 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         cache_type_k_draft=args.cache_type_k_draft,
         cache_type_v_draft=args.cache_type_v_draft,
         use_mmap=args.mmap,
+        load_mode=args.load_mode,
+        swa_full=args.swa_full,
         warmup=args.warmup,
         queue_cap=args.queue_cap,
         prefill_chunk=args.prefill_chunk,

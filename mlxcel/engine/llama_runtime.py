@@ -38,10 +38,16 @@ class RuntimeConfig:
     n_threads_batch: int = 2
     flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
     n_gpu_layers: int = 0
-    use_mmap: bool = True
+    load_mode: str = "auto"  # llama.cpp's model loading: auto, none, mmap, mlock, mmap+mlock, dio
+    swa_full: bool = False  # full-size KV for sliding-window layers (more memory, no SWA eviction)
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
     type_v: str = "f16"
 
+
+# llama.cpp's llama_load_mode, by the names llama-server's --load-mode takes
+LOAD_MODES = {"auto": llama_cpp.LLAMA_LOAD_MODE_AUTO, "none": llama_cpp.LLAMA_LOAD_MODE_NONE,
+              "mmap": llama_cpp.LLAMA_LOAD_MODE_MMAP, "mlock": llama_cpp.LLAMA_LOAD_MODE_MLOCK,
+              "mmap+mlock": llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK, "dio": llama_cpp.LLAMA_LOAD_MODE_DIRECT_IO}
 
 # the KV cache types llama.cpp accepts for -ctk / -ctv
 CACHE_TYPES = {
@@ -74,32 +80,51 @@ def _init_backend() -> None:
             _backend_ready = True
 
 
+def _set(params, **values):
+    """Set fields of a llama.cpp params struct, refusing a name it does not have (ctypes
+    would silently keep it as a plain Python attribute that llama.cpp never reads)."""
+    names = {name for name, _ in type(params)._fields_}
+    for name, value in values.items():
+        if name not in names:
+            raise AttributeError(f"{type(params).__name__} has no field {name!r}")
+        setattr(params, name, value)
+    return params
+
+
+def model_params(config: RuntimeConfig):
+    return _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
+                load_mode=LOAD_MODES[config.load_mode])
+
+
+def context_params(config: RuntimeConfig):
+    return _set(
+        llama_cpp.llama_context_default_params(),
+        n_ctx=config.n_ctx,
+        n_batch=config.n_batch,
+        n_ubatch=min(config.n_ubatch, config.n_batch),
+        n_seq_max=config.n_parallel,
+        n_threads=config.n_threads,
+        n_threads_batch=config.n_threads_batch,
+        flash_attn_type=config.flash_attn,
+        type_k=CACHE_TYPES[config.type_k],
+        type_v=CACHE_TYPES[config.type_v],
+        kv_unified=False,
+        swa_full=config.swa_full,
+        no_perf=True,
+    )
+
+
 class LlamaRuntime:
     """Owns one llama_model and one llama_context with `n_parallel` sequences."""
 
     def __init__(self, config: RuntimeConfig) -> None:
         _init_backend()
         self.config = config
-        model_params = llama_cpp.llama_model_default_params()
-        model_params.n_gpu_layers = config.n_gpu_layers
-        model_params.use_mmap = config.use_mmap
-        self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params)
+        self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params(config))
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-
-        ctx_params = llama_cpp.llama_context_default_params()
-        ctx_params.n_ctx = config.n_ctx
-        ctx_params.n_batch = config.n_batch
-        ctx_params.n_ubatch = min(config.n_ubatch, config.n_batch)
-        ctx_params.n_seq_max = config.n_parallel
-        ctx_params.n_threads = config.n_threads
-        ctx_params.n_threads_batch = config.n_threads_batch
-        ctx_params.flash_attn_type = config.flash_attn
-        ctx_params.type_k = CACHE_TYPES[config.type_k]
-        ctx_params.type_v = CACHE_TYPES[config.type_v]
-        ctx_params.kv_unified = False
-        ctx_params.no_perf = True
+        ctx_params = context_params(config)
         self.ctx = llama_cpp.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)

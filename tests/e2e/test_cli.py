@@ -120,7 +120,8 @@ def test_environment_variables_configure_the_server():
 def test_sampling_and_cache_flags_shape_what_is_served():
     """llama-server's sampling flags become the defaults every request starts from,
     and a quantized KV cache serves."""
-    proc = ServerProcess("-c", "512", "-np", "1", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "--temp", "0",
+    proc = ServerProcess("-c", "512", "-np", "1", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on", "--temp", "0", "--no-mmap",
+                         "--swa-full",
                          "--samplers", "penalties;top_k;temperature", "--mirostat", "0", "--dynatemp-range", "0.3",
                          "-r", ".", "--ignore-eos", "-l", "30-inf")
     try:

@@ -189,3 +189,29 @@ def test_context_shift_keep_and_spm_infill_follow_llama_server(monkeypatch):
     monkeypatch.setenv("LLAMA_ARG_CONTEXT_SHIFT", "1")
     assert parse_serve_args([]).context_shift is True and not parse_serve_args(["--no-context-shift"]).context_shift
     assert parse_serve_args(["--context-shift"]).ignored_flags == []
+
+
+def test_loading_and_memory_flags_reach_llama_cpps_params(tmp_path):
+    """--no-mmap was once set on a field llama.cpp's struct no longer has (ctypes kept it
+    silently): every value now goes through fields the struct declares."""
+    import llama_cpp
+
+    from mlxcel.engine.llama_runtime import RuntimeConfig, context_params, model_params
+    from mlxcel.turn.model_host import _runtime_config
+
+    def runtime(argv):
+        return _runtime_config(parse_serve_args(argv), tmp_path / "m.gguf", 512)
+
+    assert model_params(runtime([])).load_mode == llama_cpp.LLAMA_LOAD_MODE_AUTO
+    assert model_params(runtime(["--no-mmap"])).load_mode == llama_cpp.LLAMA_LOAD_MODE_NONE
+    assert model_params(runtime(["-lm", "mmap+mlock"])).load_mode == llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK
+    ctx = context_params(runtime(["--swa-full", "-ctk", "q8_0", "-ctv", "q4_0", "-ub", "64"]))
+    assert ctx.swa_full and ctx.type_k == llama_cpp.GGML_TYPE_Q8_0 and ctx.type_v == llama_cpp.GGML_TYPE_Q4_0
+    assert ctx.n_ubatch == 64 and ctx.n_ctx == 512
+    with pytest.raises(UsageError):
+        parse_serve_args(["--load-mode", "sideways"])
+    from mlxcel.engine import llama_runtime
+
+    with pytest.raises(AttributeError, match="use_mmap"):
+        llama_runtime._set(llama_cpp.llama_model_default_params(), use_mmap=False)
+    assert RuntimeConfig(tmp_path).load_mode == "auto"
