@@ -7,7 +7,7 @@ RequestLimits, checked on the raw body before validation."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 INT32_MAX = 2**31 - 1
 # llama.cpp divides logits by the repeat penalty, in float32: a penalty that is 0 there
@@ -31,7 +31,7 @@ class SamplingFields(BaseModel):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     top_n_sigma: float | None = Field(default=None, ge=-1.0, le=100.0)
-    p_less: bool | None = None
+    p_less: StrictBool | None = None
     dry_multiplier: float | None = Field(default=None, ge=0.0, le=100.0)
     dry_base: float | None = Field(default=None, ge=1.0, le=100.0)
     dry_allowed_length: int | None = Field(default=None, ge=0, le=INT32_MAX)
@@ -54,8 +54,8 @@ class SamplingFields(BaseModel):
     min_count: int | None = Field(default=None, ge=0, le=4096)
     seed: int | None = None
     stop: str | list[str] | None = None
-    ignore_eos: bool = False
-    cache_prompt: bool | None = None
+    ignore_eos: StrictBool = False
+    cache_prompt: StrictBool | None = None
     # context shift (--context-shift): prompt tokens kept (-1: all) and tokens dropped per shift (0: half)
     n_keep: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     n_discard: int | None = Field(default=None, ge=0, le=INT32_MAX)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from mlxcel.turn.sampling_fields import SamplingFields
 
@@ -58,7 +58,7 @@ class CountTokensRequest(SamplingFields):
 class MessagesRequest(CountTokensRequest):
     max_tokens: int = Field(ge=1)
     stop_sequences: list[str] | None = None
-    stream: bool = False
+    stream: StrictBool = False
     output_config: dict[str, Any] | None = None
     output_format: dict[str, Any] | None = None  # the structured-outputs beta's spelling
     response_format: dict[str, Any] | None = None

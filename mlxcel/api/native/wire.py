@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.prompts import PromptField
@@ -16,14 +16,14 @@ class NativeCompletionRequest(SamplingFields, GrammarFields):
     prompt: PromptField
     n_predict: int | None = Field(default=None, ge=-1)
     max_tokens: int | None = Field(default=None, ge=-1)
-    stream: bool = False
-    return_tokens: bool = False
+    stream: StrictBool = False
+    return_tokens: StrictBool = False
     response_format: dict[str, Any] | None = None
     n_probs: int | None = None  # > 0: completion_probabilities with the top n_probs tokens
     logprobs: int | None = None  # llama-server reads it when n_probs is absent
-    post_sampling_probs: bool = False
-    timings_per_token: bool = False
-    return_progress: bool = False
+    post_sampling_probs: StrictBool = False
+    timings_per_token: StrictBool = False
+    return_progress: StrictBool = False
     n_cmpl: int | None = Field(default=None, ge=1)  # completions per prompt (llama-server; `n` is its alias)
     n: int | None = Field(default=None, ge=1)
     response_fields: list[str] | None = Field(default=None, max_length=256)
@@ -39,9 +39,9 @@ class NativeCompletionRequest(SamplingFields, GrammarFields):
 class TokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     content: str
-    add_special: bool = False
-    parse_special: bool = True
-    with_pieces: bool = False
+    add_special: StrictBool = False
+    parse_special: StrictBool = True
+    with_pieces: StrictBool = False
 
 
 class DetokenizeRequest(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mlxcel.api.openai.completions_wire import StreamOptions
 from mlxcel.turn.grammar_fields import GrammarFields
@@ -45,7 +45,7 @@ class FunctionDefinition(BaseModel):
     name: str = Field(min_length=1, max_length=256)
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ToolDefinition(BaseModel):
@@ -57,28 +57,28 @@ class ToolDefinition(BaseModel):
 class ChatCompletionRequest(SamplingFields, GrammarFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=-1)
     max_completion_tokens: int | None = Field(default=None, ge=-1)
     n_predict: int | None = Field(default=None, ge=-1)
     n: int = Field(default=1, ge=1, le=128)
-    logprobs: bool = False
+    logprobs: StrictBool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[ToolDefinition] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: StrictBool | None = None
     response_format: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     reasoning: dict[str, Any] | None = None
-    enable_thinking: bool | None = None
+    enable_thinking: StrictBool | None = None
     thinking_budget: int | None = Field(default=None, ge=-1)
     thinking_budget_tokens: int | None = Field(default=None, ge=-1)
-    timings_per_token: bool = False
-    return_progress: bool = False  # stream prompt_progress chunks while the prompt prefills
-    verbose: bool | None = None  # None: the server's --verbose
-    add_generation_prompt: bool | None = None  # None: true
+    timings_per_token: StrictBool = False
+    return_progress: StrictBool = False  # stream prompt_progress chunks while the prompt prefills
+    verbose: StrictBool | None = None  # None: the server's --verbose
+    add_generation_prompt: StrictBool | None = None  # None: true
     continue_final_message: Any = None  # true, "content" or "reasoning_content" (llama-server's parse)
     user: str | None = None
     metadata: dict[str, Any] | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.prompts import PromptField
@@ -14,7 +14,7 @@ from mlxcel.turn.sampling_fields import SamplingFields
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class CompletionRequest(SamplingFields, GrammarFields):
@@ -22,10 +22,10 @@ class CompletionRequest(SamplingFields, GrammarFields):
     prompt: PromptField
     max_tokens: int | None = Field(default=None, ge=-1)
     n_predict: int | None = Field(default=None, ge=-1)
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=128)
-    echo: bool = False
+    echo: StrictBool = False
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1)
     logprobs: int | None = None  # alternatives per token (at most 20); 0: the tokens' own logprobs only

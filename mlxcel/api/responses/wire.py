@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mlxcel.turn.sampling_fields import SamplingFields
 
@@ -30,7 +30,7 @@ class ResponsesInput(SamplingFields):
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: StrictBool | None = None
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
     previous_response_id: str | None = None
@@ -41,21 +41,21 @@ class ResponsesInput(SamplingFields):
 
 class ResponsesRequest(ResponsesInput):
     context_management: list[ContextManagement] | None = None
-    store: bool = True
-    stream: bool = False
-    background: bool = False
+    store: StrictBool = True
+    stream: StrictBool = False
+    background: StrictBool = False
     max_output_tokens: int | None = Field(default=None, ge=1)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     thinking_budget: int | None = Field(default=None, ge=-1)
     thinking_budget_tokens: int | None = Field(default=None, ge=-1)
-    timings_per_token: bool = False  # llama-server: `timings` on each streamed delta event
-    return_progress: bool = False  # llama-server: response.in_progress events with prompt_progress
+    timings_per_token: StrictBool = False  # llama-server: `timings` on each streamed delta event
+    return_progress: StrictBool = False  # llama-server: response.in_progress events with prompt_progress
     metadata: dict[str, Any] | None = None
     user: str | None = None
 
 
 class CompactRequest(ResponsesInput):
-    stream: bool = False
+    stream: StrictBool = False
     keep_tokens: int | None = None
     max_output_tokens: int | None = None
 
