@@ -9,6 +9,8 @@ the converter or in the serving code cannot hide in both sides at once.
 - ``BertReference.embed(texts)``: mean-pooled (over every token, [CLS]/[SEP]
   included, as sentence-transformers does without padding) and L2-normalised vectors,
   computed in float64 with exact (erf) GELU.
+- ``BertReference.rank_scores(ids)``: a cross-encoder's logits for
+  ``tokenizer.encode_pair(query, document)``.
 - ``cosine(a, b)``.
 
 Use: ``ref = BertReference(minilm_source_dir()); ref.embed(["a sentence"])``.
@@ -93,12 +95,17 @@ class WordPieceTokenizer:
             start = end
         return ids
 
+    def encode_plain(self, text: str) -> list[int]:
+        """Token ids of ``text`` alone, without special tokens."""
+        return [token for word in self.words(text) for token in self.wordpiece(word)]
+
     def encode(self, text: str) -> list[int]:
         """Token ids with [CLS] first and [SEP] last."""
-        ids = [self.vocab["[CLS]"]]
-        for word in self.words(text):
-            ids.extend(self.wordpiece(word))
-        return ids + [self.vocab["[SEP]"]]
+        return [self.vocab["[CLS]"], *self.encode_plain(text), self.vocab["[SEP]"]]
+
+    def encode_pair(self, first: str, second: str) -> list[int]:
+        """[CLS] first [SEP] second [SEP]: a cross-encoder's (query, document) input."""
+        return [*self.encode(first), *self.encode_plain(second), self.vocab["[SEP]"]]
 
 
 def _is_whitespace(ch: str) -> bool:
@@ -175,6 +182,13 @@ class BertReference:
             inner = 0.5 * inner * (1.0 + _erf(inner / math.sqrt(2.0)))
             x = self._norm(x + self._linear(inner, f"{p}.output.dense"), f"{p}.output.LayerNorm")
         return x
+
+    def rank_scores(self, ids: list[int]) -> np.ndarray:
+        """A BertForSequenceClassification's logits: pooler (dense + tanh on [CLS]), then
+        the classifier. Every token has type 0, as llama.cpp gives them (a checkpoint
+        trained with type 1 for the second segment scores a little differently)."""
+        pooled = np.tanh(self._linear(self.hidden_states(ids)[0], "pooler.dense"))
+        return self._linear(pooled, "classifier")
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """One L2-normalised, mean-pooled vector per text (rows)."""

@@ -12,7 +12,11 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-POOLING = {"mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN, "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS}
+POOLING = {
+    "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+    "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
+    "rank": llama_cpp.LLAMA_POOLING_TYPE_RANK,
+}
 
 
 class LlamaEmbedder:
@@ -35,6 +39,8 @@ class LlamaEmbedder:
             raise RuntimeError("llama.cpp could not create an embedding context")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_embd = llama_cpp.llama_model_n_embd(self.model)
+        # rank pooling yields one score per classifier label, not a vector
+        self.n_out = llama_cpp.llama_model_n_cls_out(self.model) if pooling == "rank" else self.n_embd
         self.n_seq = n_seq
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
@@ -52,10 +58,13 @@ class LlamaEmbedder:
         return buf.value.decode() if n >= 0 else None
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """One pooled vector per text (not normalised), all texts in one llama_decode."""
-        if len(texts) > self.n_seq:
-            raise ValueError(f"{len(texts)} texts, context has {self.n_seq} sequences")
-        tokenised = [self.tokenize(text) for text in texts]
+        """One pooled vector per text (not normalised), all texts in one batch."""
+        return self.embed_ids([self.tokenize(text) for text in texts])
+
+    def embed_ids(self, tokenised: list[list[int]]) -> np.ndarray:
+        """One pooled output per token list (rank pooling: the scores), one batch."""
+        if len(tokenised) > self.n_seq:
+            raise ValueError(f"{len(tokenised)} inputs, context has {self.n_seq} sequences")
         total = sum(len(ids) for ids in tokenised)
         batch = llama_cpp.llama_batch_init(total, 0, 1)
         try:
@@ -70,15 +79,17 @@ class LlamaEmbedder:
                     i += 1
             batch.n_tokens = total
             memory = llama_cpp.llama_get_memory(self.ctx)
-            if memory:  # BERT keeps no KV cache: llama.cpp gives it no memory
+            if memory:
                 llama_cpp.llama_memory_clear(memory, True)
-            rc = llama_cpp.llama_decode(self.ctx, batch)
+                rc = llama_cpp.llama_decode(self.ctx, batch)
+            else:  # BERT keeps no KV cache: no memory, and llama_decode would only defer to encode
+                rc = llama_cpp.llama_encode(self.ctx, batch)
             if rc != 0:
-                raise RuntimeError(f"llama_decode returned {rc}")
+                raise RuntimeError(f"llama.cpp returned {rc}")
             rows = []
-            for seq in range(len(texts)):
+            for seq in range(len(tokenised)):
                 ptr = llama_cpp.llama_get_embeddings_seq(self.ctx, seq)
-                rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy())
+                rows.append(np.ctypeslib.as_array(ptr, shape=(self.n_out,)).copy())
             return np.stack(rows)
         finally:
             llama_cpp.llama_batch_free(batch)

@@ -66,13 +66,25 @@ class ConvertedModel:
     n_vocab: int
 
 
-def gguf_name(hf_name: str, n_layers: int) -> str | None:
-    """llama.cpp's name of checkpoint tensor ``hf_name``; None if llama.cpp skips it."""
+def _canonical(hf_name: str) -> str:
     name = hf_name.removeprefix("bert.")
     if name.endswith(".gamma"):
-        name = name[: -len(".gamma")] + ".weight"
-    elif name.endswith(".beta"):
-        name = name[: -len(".beta")] + ".bias"
+        return name[: -len(".gamma")] + ".weight"
+    if name.endswith(".beta"):
+        return name[: -len(".beta")] + ".bias"
+    return name
+
+
+def gguf_name(hf_name: str, n_layers: int, *, pooler_as_cls: bool = False) -> str | None:
+    """llama.cpp's name of checkpoint tensor ``hf_name``; None if llama.cpp skips it.
+
+    ``pooler_as_cls``: keep BERT's pooler (dense + tanh on [CLS]) as llama.cpp's
+    ``cls`` tensor, which its rank pooling applies (with tanh) before ``cls.output``:
+    what BertForSequenceClassification computes. Embedding models skip the pooler.
+    """
+    name = _canonical(hf_name)
+    if pooler_as_cls and name in ("pooler.dense.weight", "pooler.dense.bias"):
+        return "cls." + name.rpartition(".")[2]
     if _SKIPPED.match(name):
         return None
     stem, dot, suffix = name.rpartition(".")
@@ -219,8 +231,11 @@ def _add_tensors(writer: gguf.GGUFWriter, weights: Path, n_layers: int, n_vocab:
         raise ConversionError(f"{weights}: missing")
     names: list[str] = []
     with safe_open(str(weights), framework="numpy") as source:
+        present = {_canonical(key) for key in source.keys()}
+        # a single-projection classifier follows the pooler (BertForSequenceClassification)
+        pooler_as_cls = "classifier.weight" in present
         for hf_name in sorted(source.keys(), key=_natural_key):
-            name = gguf_name(hf_name, n_layers)
+            name = gguf_name(hf_name, n_layers, pooler_as_cls=pooler_as_cls)
             if name is None:
                 continue
             data = source.get_tensor(hf_name)

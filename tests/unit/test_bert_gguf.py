@@ -17,6 +17,7 @@ from safetensors.numpy import load_file, save_file
 from mlxcel.models.bert_gguf import convert_bert, gguf_name
 from mlxcel.models.errors import ConversionError
 from tests.fixtures.minilm import ENTRY, minilm_source
+from tests.fixtures.tiny_bert import write_tiny_bert
 
 LAYERS = 6
 PER_LAYER = (
@@ -155,54 +156,10 @@ def test_the_catalog_file_is_this_converter_s_f16_output(source: Path, tmp_path:
 
 # --- edge cases on a tiny random checkpoint ------------------------------------------
 
-TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "##s", "."]
-
-
-def write_tiny_bert(folder: Path, *, extra: dict[str, np.ndarray] | None = None, **config: object) -> Path:
-    """A 2-layer, 8-wide BERT checkpoint with a vocab.txt (no tokenizer.json)."""
-    rng = np.random.default_rng(0)
-    width, ff, vocab = 8, 16, len(TINY_VOCAB)
-    folder.mkdir(parents=True, exist_ok=True)
-    shapes = {
-        "embeddings.word_embeddings.weight": (vocab, width),
-        "embeddings.position_embeddings.weight": (32, width),
-        "embeddings.token_type_embeddings.weight": (2, width),
-        "embeddings.LayerNorm.weight": (width,),
-        "embeddings.LayerNorm.bias": (width,),
-        "pooler.dense.weight": (width, width),
-        "pooler.dense.bias": (width,),
-    }
-    for layer in range(2):
-        p = f"encoder.layer.{layer}."
-        for part, shape in (
-            ("attention.self.query", (width, width)), ("attention.self.key", (width, width)),
-            ("attention.self.value", (width, width)), ("attention.output.dense", (width, width)),
-            ("intermediate.dense", (ff, width)), ("output.dense", (width, ff)),
-        ):
-            shapes[p + part + ".weight"] = shape
-            shapes[p + part + ".bias"] = (shape[0],)
-        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
-            shapes[p + norm + ".weight"] = (width,)
-            shapes[p + norm + ".bias"] = (width,)
-    tensors_ = {"bert." + name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
-    tensors_["bert.embeddings.position_ids"] = np.arange(32, dtype=np.int64)[None, :]
-    tensors_.update(extra or {})
-    save_file(tensors_, str(folder / "model.safetensors"))
-    base = {
-        "architectures": ["BertModel"], "model_type": "bert", "hidden_size": width,
-        "intermediate_size": ff, "num_attention_heads": 2, "num_hidden_layers": 2,
-        "max_position_embeddings": 32, "vocab_size": vocab, "type_vocab_size": 2,
-        "layer_norm_eps": 1e-5,
-    }
-    (folder / "config.json").write_text(json.dumps({**base, **config}))
-    (folder / "vocab.txt").write_text("\n".join(TINY_VOCAB) + "\n")
-    return folder
-
-
 def test_vocab_txt_checkpoint_with_bert_prefix_and_pooler(tmp_path: Path) -> None:
     result = convert_bert(write_tiny_bert(tmp_path / "tiny"), tmp_path / "tiny.gguf")
     reader = gguf.GGUFReader(tmp_path / "tiny.gguf")
-    assert "pooler.dense.weight" not in result.tensor_names
+    assert not any(name.startswith("cls") for name in result.tensor_names)  # pooler skipped
     assert len(result.tensor_names) == 5 + 2 * 16
     assert result.pooling == "mean"  # no sentence-transformers config: mean
     assert meta(reader, "tokenizer.ggml.tokens")[5:8] == ["\u2581hello", "\u2581world", "s"]
@@ -223,16 +180,12 @@ def test_pooling_comes_from_the_sentence_transformers_config(tmp_path: Path) -> 
 
 
 def test_classification_head_becomes_cls_output_with_rank_pooling(tmp_path: Path) -> None:
-    head = {
-        "classifier.weight": np.ones((1, 8), dtype=np.float32),
-        "classifier.bias": np.zeros((1,), dtype=np.float32),
-    }
-    folder = write_tiny_bert(
-        tmp_path / "ce", extra=head, architectures=["BertForSequenceClassification"], id2label={"0": "LABEL_0"}
-    )
+    folder = write_tiny_bert(tmp_path / "ce", labels=["LABEL_0"])
     result = convert_bert(folder, tmp_path / "ce.gguf")
     reader = gguf.GGUFReader(tmp_path / "ce.gguf")
-    assert {"cls.output.weight", "cls.output.bias"} <= set(result.tensor_names)
+    # the pooler (dense + tanh) becomes llama.cpp's cls, the classifier its cls.output
+    assert {"cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"} <= set(result.tensor_names)
+    assert list(tensors(reader)["cls.output.weight"].shape) == [8, 1]
     assert result.pooling == "rank"
     assert meta(reader, "bert.pooling_type") == int(gguf.PoolingType.RANK)
     assert meta(reader, "bert.classifier.output_labels") == ["LABEL_0"]
