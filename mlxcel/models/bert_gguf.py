@@ -9,7 +9,6 @@ position and token-type embeddings stay F32, as llama.cpp's converter keeps them
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,19 +17,12 @@ import gguf
 import numpy as np
 from safetensors import safe_open
 
+from mlxcel.models.bert_config import POOLING, BertParams, read_params
 from mlxcel.models.bert_vocab import read_vocab, write_vocab
 from mlxcel.models.errors import ConversionError
 
 ARCH = "bert"
 OUTTYPES = {"f16": gguf.LlamaFileType.MOSTLY_F16, "f32": gguf.LlamaFileType.ALL_F32}
-POOLING = {
-    "none": gguf.PoolingType.NONE,
-    "mean": gguf.PoolingType.MEAN,
-    "cls": gguf.PoolingType.CLS,
-    "last": gguf.PoolingType.LAST,
-    "rank": gguf.PoolingType.RANK,
-}
-SUPPORTED_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForSequenceClassification")
 
 # HF name (without "bert." prefix and ".weight"/".bias") → llama.cpp name
 _EMBEDDINGS = {
@@ -107,86 +99,19 @@ def tensor_dtype(name: str, ndim: int, outtype: str) -> type[np.floating]:
     return np.float16
 
 
-def read_config(model_dir: Path) -> dict[str, object]:
-    path = model_dir / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConversionError(f"{path}: {exc}") from exc
-    architectures = config.get("architectures") or ["BertModel"]
-    if config.get("model_type", "bert") != "bert" or architectures[0] not in SUPPORTED_ARCHITECTURES:
-        raise ConversionError(
-            f"{path}: {config.get('model_type')!r}/{architectures[0]!r} is not a BERT checkpoint "
-            f"({', '.join(SUPPORTED_ARCHITECTURES)})"
-        )
-    if config.get("position_embedding_type", "absolute") != "absolute":
-        raise ConversionError(f"{path}: only absolute position embeddings are supported")
-    return config
-
-
-def classifier_labels(config: dict[str, object]) -> list[str] | None:
-    """The classification head's labels; None for the two dummy labels AutoConfig adds."""
-    labels = config.get("id2label")
-    if not isinstance(labels, dict) or not labels:
-        return None
-    if len(labels) == 2 and labels.get("0") == "LABEL_0":
-        return None
-    return [str(labels[key]) for key in sorted(labels, key=int)]
-
-
-def sentence_pooling(model_dir: Path) -> str | None:
-    """The pooling that a sentence-transformers checkpoint declares (mean/cls/last)."""
-    pooling_dir = "1_Pooling"
-    modules = model_dir / "modules.json"
-    if modules.is_file():
-        for module in json.loads(modules.read_text(encoding="utf-8")):
-            if str(module.get("type", "")).endswith("Pooling"):
-                pooling_dir = module.get("path") or pooling_dir
-                break
-    path = model_dir / pooling_dir / "config.json"
-    if not path.is_file():
-        return None
-    config = json.loads(path.read_text(encoding="utf-8"))
-    for flag, mode in (
-        ("pooling_mode_mean_tokens", "mean"),
-        ("pooling_mode_cls_token", "cls"),
-        ("pooling_mode_lasttoken", "last"),
-    ):
-        if config.get(flag):
-            return mode
-    mode = {"mean": "mean", "cls": "cls", "lasttoken": "last"}.get(str(config.get("pooling_mode")))
-    if mode is None:
-        raise ConversionError(f"{path}: only mean, cls and last-token pooling are supported")
-    return mode
-
-
-def _pooling(model_dir: Path, config: dict[str, object], requested: str | None) -> str:
-    if requested is not None:
-        if requested not in POOLING:
-            raise ConversionError(f"pooling {requested!r} (want one of {', '.join(POOLING)})")
-        return requested
-    declared = sentence_pooling(model_dir)
-    if declared is not None:
-        return declared
-    return "rank" if classifier_labels(config) else "mean"
-
-
-def _write_hparams(
-    writer: gguf.GGUFWriter, config: dict[str, object], name: str, outtype: str, pooling: str
-) -> None:
+def _write_hparams(writer: gguf.GGUFWriter, params: BertParams, name: str, outtype: str) -> None:
     writer.add_type(gguf.GGUFType.MODEL)
     writer.add_name(name)
-    writer.add_block_count(int(config["num_hidden_layers"]))  # type: ignore[call-overload]
-    writer.add_context_length(int(config.get("max_position_embeddings", 512)))  # type: ignore[call-overload]
-    writer.add_embedding_length(int(config["hidden_size"]))  # type: ignore[call-overload]
-    writer.add_feed_forward_length(int(config["intermediate_size"]))  # type: ignore[call-overload]
-    writer.add_head_count(int(config["num_attention_heads"]))  # type: ignore[call-overload]
-    writer.add_layer_norm_eps(float(config.get("layer_norm_eps", 1e-12)))  # type: ignore[arg-type]
+    writer.add_block_count(params.n_layers)
+    writer.add_context_length(params.n_ctx)
+    writer.add_embedding_length(params.n_embd)
+    writer.add_feed_forward_length(params.n_ff)
+    writer.add_head_count(params.n_head)
+    writer.add_layer_norm_eps(params.norm_eps)
     writer.add_causal_attention(False)
-    writer.add_pooling_type(POOLING[pooling])
-    labels = classifier_labels(config)
-    if labels:
-        writer.add_classifier_output_labels(labels)
+    writer.add_pooling_type(POOLING[params.pooling])
+    if params.labels:
+        writer.add_classifier_output_labels(params.labels)
     writer.add_file_type(OUTTYPES[outtype])
 
 
@@ -208,22 +133,19 @@ def convert_bert(
     if outtype not in OUTTYPES:
         raise ConversionError(f"outtype {outtype!r} (want f16 or f32)")
     model_dir = Path(model_dir)
-    config = read_config(model_dir)
-    n_layers = int(config["num_hidden_layers"])  # type: ignore[call-overload]
-    n_vocab = int(config["vocab_size"])  # type: ignore[call-overload]
-    chosen = _pooling(model_dir, config, pooling)
-    vocab = read_vocab(model_dir, n_vocab)
+    params = read_params(model_dir, pooling)
+    vocab = read_vocab(model_dir, params.n_vocab)
     writer = gguf.GGUFWriter(out_path, ARCH)
     try:
-        _write_hparams(writer, config, name or model_dir.name, outtype, chosen)
-        write_vocab(writer, model_dir, vocab, int(config.get("type_vocab_size", 2)))  # type: ignore[call-overload]
-        names = _add_tensors(writer, model_dir / "model.safetensors", n_layers, n_vocab, outtype)
+        _write_hparams(writer, params, name or model_dir.name, outtype)
+        write_vocab(writer, model_dir, vocab, params.n_token_types)
+        names = _add_tensors(writer, model_dir / "model.safetensors", params.n_layers, params.n_vocab, outtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
     finally:
         writer.close()
-    return ConvertedModel(Path(out_path), names, chosen, int(config["hidden_size"]), n_vocab)  # type: ignore[call-overload]
+    return ConvertedModel(Path(out_path), names, params.pooling, params.n_embd, params.n_vocab)
 
 
 def _add_tensors(writer: gguf.GGUFWriter, weights: Path, n_layers: int, n_vocab: int, outtype: str) -> list[str]:
