@@ -1,0 +1,177 @@
+"""Convert a BERT-family checkpoint (safetensors + config.json + tokenizer) to GGUF.
+
+Torch-free: safetensors' numpy loader, numpy and the ``gguf`` package. The result has
+llama.cpp's BERT layout (architecture ``bert``, its tensor names, WordPiece vocabulary,
+pooling type), so llama.cpp loads it as it loads the output of its own converter.
+Weight matrices are F16 by default (``outtype="f32"`` keeps F32); norms, biases,
+position and token-type embeddings stay F32, as llama.cpp's converter keeps them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+from safetensors import safe_open
+
+from mlxcel.models.bert_config import POOLING, BertParams, read_params
+from mlxcel.models.bert_vocab import read_vocab, write_vocab
+from mlxcel.models.errors import ConversionError
+
+ARCH = "bert"
+OUTTYPES = {"f16": gguf.LlamaFileType.MOSTLY_F16, "f32": gguf.LlamaFileType.ALL_F32}
+
+# HF name (without "bert." prefix and ".weight"/".bias") → llama.cpp name
+_EMBEDDINGS = {
+    "embeddings.word_embeddings": "token_embd",
+    "embeddings.position_embeddings": "position_embd",
+    "embeddings.token_type_embeddings": "token_types",
+    "embeddings.LayerNorm": "token_embd_norm",
+}
+_LAYER = {
+    "attention.self.query": "attn_q",
+    "attention.self.key": "attn_k",
+    "attention.self.value": "attn_v",
+    "attention.output.dense": "attn_output",
+    "attention.output.LayerNorm": "attn_output_norm",
+    "intermediate.dense": "ffn_up",
+    "output.dense": "ffn_down",
+    "output.LayerNorm": "layer_output_norm",
+}
+_CLASSIFIER = {"classifier": "cls.output", "classifier.dense": "cls", "classifier.out_proj": "cls.output"}
+# tensors llama.cpp has no use for: the pooler and the pre-training heads
+_SKIPPED = re.compile(r"^(embeddings\.position_ids|pooler\..*|cls\.(predictions|seq_relationship)\..*)$")
+_LAYER_NAME = re.compile(r"^encoder\.layer\.(\d+)\.(.+)$")
+# always F32 even in an F16 file (llama.cpp's converter keeps them so)
+_F32_ALWAYS = ("position_embd.weight", "token_types.weight")
+
+
+@dataclass(frozen=True)
+class ConvertedModel:
+    path: Path
+    tensor_names: list[str]
+    pooling: str
+    n_embd: int
+    n_vocab: int
+
+
+def _canonical(hf_name: str) -> str:
+    name = hf_name.removeprefix("bert.")
+    if name.endswith(".gamma"):
+        return name[: -len(".gamma")] + ".weight"
+    if name.endswith(".beta"):
+        return name[: -len(".beta")] + ".bias"
+    return name
+
+
+def gguf_name(hf_name: str, n_layers: int, *, pooler_as_cls: bool = False) -> str | None:
+    """llama.cpp's name of checkpoint tensor ``hf_name``; None if llama.cpp skips it.
+
+    ``pooler_as_cls``: keep BERT's pooler (dense + tanh on [CLS]) as llama.cpp's
+    ``cls`` tensor, which its rank pooling applies (with tanh) before ``cls.output``:
+    what BertForSequenceClassification computes. Embedding models skip the pooler.
+    """
+    name = _canonical(hf_name)
+    if pooler_as_cls and name in ("pooler.dense.weight", "pooler.dense.bias"):
+        return "cls." + name.rpartition(".")[2]
+    if _SKIPPED.match(name):
+        return None
+    stem, dot, suffix = name.rpartition(".")
+    if suffix not in ("weight", "bias") or not dot:
+        raise ConversionError(f"unexpected tensor {hf_name!r}")
+    if stem in _EMBEDDINGS:
+        return f"{_EMBEDDINGS[stem]}.{suffix}"
+    if stem in _CLASSIFIER:
+        return f"{_CLASSIFIER[stem]}.{suffix}"
+    layer = _LAYER_NAME.match(stem)
+    if layer and layer.group(2) in _LAYER and int(layer.group(1)) < n_layers:
+        return f"blk.{layer.group(1)}.{_LAYER[layer.group(2)]}.{suffix}"
+    raise ConversionError(f"tensor {hf_name!r} has no place in llama.cpp's BERT layout")
+
+
+def tensor_dtype(name: str, ndim: int, outtype: str) -> type[np.floating]:
+    """float16 for weight matrices of an F16 file; float32 for everything else."""
+    if outtype == "f32" or ndim <= 1 or name.endswith("_norm.weight") or name in _F32_ALWAYS:
+        return np.float32
+    return np.float16
+
+
+def _write_hparams(writer: gguf.GGUFWriter, params: BertParams, name: str, outtype: str) -> None:
+    writer.add_type(gguf.GGUFType.MODEL)
+    writer.add_name(name)
+    writer.add_block_count(params.n_layers)
+    writer.add_context_length(params.n_ctx)
+    writer.add_embedding_length(params.n_embd)
+    writer.add_feed_forward_length(params.n_ff)
+    writer.add_head_count(params.n_head)
+    writer.add_layer_norm_eps(params.norm_eps)
+    writer.add_causal_attention(False)
+    writer.add_pooling_type(POOLING[params.pooling])
+    if params.labels:
+        writer.add_classifier_output_labels(params.labels)
+    writer.add_file_type(OUTTYPES[outtype])
+
+
+def convert_bert(
+    model_dir: Path,
+    out_path: Path,
+    *,
+    outtype: str = "f16",
+    pooling: str | None = None,
+    name: str | None = None,
+) -> ConvertedModel:
+    """Write the GGUF of the checkpoint in ``model_dir`` to ``out_path``.
+
+    ``model_dir`` holds config.json, model.safetensors and tokenizer.json (or
+    vocab.txt); a sentence-transformers pooling config, when present, sets the
+    pooling type (else mean, or rank for a classification head); ``pooling``
+    overrides it.
+    """
+    if outtype not in OUTTYPES:
+        raise ConversionError(f"outtype {outtype!r} (want f16 or f32)")
+    model_dir = Path(model_dir)
+    params = read_params(model_dir, pooling)
+    vocab = read_vocab(model_dir, params.n_vocab)
+    writer = gguf.GGUFWriter(out_path, ARCH)
+    try:
+        _write_hparams(writer, params, name or model_dir.name, outtype)
+        write_vocab(writer, model_dir, vocab, params.n_token_types)
+        names = _add_tensors(writer, model_dir / "model.safetensors", params.n_layers, params.n_vocab, outtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    return ConvertedModel(Path(out_path), names, params.pooling, params.n_embd, params.n_vocab)
+
+
+def _add_tensors(writer: gguf.GGUFWriter, weights: Path, n_layers: int, n_vocab: int, outtype: str) -> list[str]:
+    if not weights.is_file():
+        raise ConversionError(f"{weights}: missing")
+    names: list[str] = []
+    with safe_open(str(weights), framework="numpy") as source:
+        present = {_canonical(key) for key in source.keys()}
+        # a single-projection classifier follows the pooler (BertForSequenceClassification)
+        pooler_as_cls = "classifier.weight" in present
+        for hf_name in sorted(source.keys(), key=_natural_key):
+            name = gguf_name(hf_name, n_layers, pooler_as_cls=pooler_as_cls)
+            if name is None:
+                continue
+            data = source.get_tensor(hf_name)
+            if name == "token_embd.weight" and data.shape[0] != n_vocab:
+                raise ConversionError(f"{hf_name}: {data.shape[0]} rows, config says vocab_size {n_vocab}")
+            writer.add_tensor(name, np.ascontiguousarray(data.astype(tensor_dtype(name, data.ndim, outtype))))
+            names.append(name)
+    missing = {"token_embd.weight", "position_embd.weight", "token_embd_norm.weight"} - set(names)
+    missing |= {f"blk.{i}.attn_q.weight" for i in range(n_layers)} - set(names)
+    if missing:
+        raise ConversionError(f"{weights}: tensors missing: {', '.join(sorted(missing))}")
+    return names
+
+
+def _natural_key(name: str) -> list[object]:
+    """Sort layer 10 after layer 9: digits compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
