@@ -39,12 +39,16 @@ def test_pooling_none_gives_one_raw_vector_per_token(client):
     assert np.allclose(np.array(ids[0]["embedding"]), rows, atol=1e-5)
 
 
-def test_the_mean_of_the_token_vectors_is_the_pooled_embedding(client):
-    """Mean pooling by hand over pooling none equals the model's mean pooling (the
-    same vectors the beside-the-chat server answered: MiniLM's published value)."""
-    rows = np.array(client.post("/embedding", json={"content": "A dog runs in the park."}).json()[0]["embedding"])
-    mean = rows.mean(axis=0)
-    assert rows.shape[0] == 9 and abs(np.linalg.norm(mean / np.linalg.norm(mean)) - 1) < 1e-6
+def test_the_mean_of_the_token_vectors_is_the_checkpoint_s_sentence_embedding(client):
+    """Mean pooling by hand over pooling none's rows equals a numpy forward pass of
+    the original checkpoint (mean-pooled, normalised)."""
+    from tests.embedding_reference import BertReference, cosine
+    from tests.fixtures.minilm import minilm_source
+
+    text = "A dog runs in the park."
+    rows = np.array(client.post("/embedding", json={"content": text}).json()[0]["embedding"])
+    assert rows.shape == (9, 384)  # [CLS] a dog runs in the park . [SEP]
+    assert cosine(rows.mean(axis=0), BertReference(minilm_source()).embed([text])[0]) >= 0.999
 
 
 def test_the_openai_route_refuses_pooling_none_as_llama_server_does(client):

@@ -198,3 +198,27 @@ def test_chat_still_works_beside_the_embedding_worker(client):
 def test_x_priority_is_accepted(client):
     r = client.post("/v1/embeddings", json={"input": "x"}, headers={"X-Priority": "high"})
     assert r.status_code == 200
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from tests.embedding_reference import BertReference
+    from tests.fixtures.minilm import minilm_source
+
+    return BertReference(minilm_source())
+
+
+REFERENCE_SENTENCES = ["The quick brown fox jumps over the lazy dog.", "How do I reset my password?",
+                       "Café déjà vu, naïve résumé (accents are stripped).",
+                       "42 apples cost $3.50 in 2024; that's 8.3 cents each."]
+
+
+def test_vectors_match_a_numpy_forward_pass_over_the_checkpoint(client, beside, reference):
+    expected = reference.embed(REFERENCE_SENTENCES)
+    batched = _vectors(client, REFERENCE_SENTENCES)
+    sdk = _sdk(beside).embeddings.create(model=EMBEDDING_ID, input=REFERENCE_SENTENCES)
+    native = client.post("/embedding", json={"content": REFERENCE_SENTENCES}).json()
+    for i, want in enumerate(expected):
+        assert _cos(batched[i], want) >= 0.999
+        assert _cos(np.array(sdk.data[i].embedding), want) >= 0.999
+        assert _cos(np.array(native[i]["embedding"][0]), want) >= 0.999
