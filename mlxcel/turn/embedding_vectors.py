@@ -31,5 +31,13 @@ def to_base64(vector: np.ndarray) -> str:
     return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
 
 
-def to_floats(vector: np.ndarray) -> list[float]:
-    return vector.astype(np.float32).tolist()
+_FLOAT32 = "{:.9g}".format  # nine significant digits give back the same float32
+
+
+def floats_json(vector: np.ndarray) -> str:
+    """A JSON array of the vector's float32 values, each exact to float32 and about
+    twice as fast to render as json.dumps of the float64 values. Non-finite values
+    (a broken model) raise ValueError: JSON has no NaN."""
+    if not np.isfinite(vector).all():
+        raise ValueError("the model produced a non-finite embedding value")
+    return "[" + ",".join(map(_FLOAT32, vector.astype(np.float32).tolist())) + "]"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mlxcel.api.embeddings.wire import EmbeddingsRequest
-from mlxcel.turn.embedding_vectors import normalize, to_base64
+from mlxcel.turn.embedding_vectors import floats_json, normalize, to_base64
 from mlxcel.turn.errors import InvalidRequest
 
 
@@ -63,3 +63,13 @@ def test_base64_is_little_endian_float32():
     v = np.array([0.5, -1.25, 3.0], dtype=np.float32)
     decoded = np.frombuffer(base64.b64decode(to_base64(v)), dtype="<f4")
     assert decoded.tolist() == [0.5, -1.25, 3.0]
+
+
+def test_floats_json_gives_back_the_exact_float32_values():
+    import json
+
+    v = np.random.default_rng(0).standard_normal(2000).astype(np.float32) * np.float32(1e-3)
+    v[:3] = [0.0, -0.0, 1e-30]
+    assert np.array_equal(np.array(json.loads(floats_json(v)), dtype=np.float32), v)
+    with pytest.raises(ValueError, match="non-finite"):
+        floats_json(np.array([1.0, np.nan], dtype=np.float32))

@@ -5,9 +5,10 @@ embedded together by the embedding engine's batches."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from mlxcel.api.embeddings.wire import EmbeddingsRequest
@@ -15,7 +16,8 @@ from mlxcel.http.errors import invalid_request, not_supported
 from mlxcel.http.json_body import read_model
 from mlxcel.http.request_context import cancel_on_disconnect, request_context
 from mlxcel.turn.embedding_host import EmbeddingHost
-from mlxcel.turn.embedding_vectors import normalize, to_base64, to_floats
+from mlxcel.turn.embedding_vectors import floats_json, normalize, to_base64
+from mlxcel.turn.errors import GenerationFailed
 
 router = APIRouter()
 
@@ -58,17 +60,18 @@ async def openai_embeddings(request: Request):
         raise invalid_request(f"dimensions {body.dimensions}: the model {host.model_id} embeds into "
                               f"{host.dimensions} dimensions and cannot shorten its vectors", param="dimensions")
     prepared, rows = await _embed(request, host, body)
-    data = []
+    items = []
     for index, row in enumerate(rows):
         vector = normalize(row, mode)
         if use_base64:
-            data.append({"embedding": to_base64(vector), "index": index, "object": "embedding",
-                         "encoding_format": "base64"})
+            items.append(f'{{"embedding":"{to_base64(vector)}","index":{index},"object":"embedding",'
+                         '"encoding_format":"base64"}')
         else:
-            data.append({"embedding": to_floats(vector), "index": index, "object": "embedding"})
+            items.append(f'{{"embedding":{_floats(vector)},"index":{index},"object":"embedding"}}')
     n_tokens = prepared.n_tokens
-    return JSONResponse({"model": body.model or host.model_id, "object": "list",
-                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "data": data})
+    head = json.dumps({"model": body.model or host.model_id, "object": "list",
+                       "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}, ensure_ascii=False)
+    return _raw_json(head[:-1] + ',"data":[' + ",".join(items) + "]}")
 
 
 @router.post("/embedding")
@@ -78,17 +81,29 @@ async def native_embeddings(request: Request):
     return await _native(request, host, body)
 
 
-async def _native(request: Request, host: EmbeddingHost, body: EmbeddingsRequest) -> JSONResponse:
+async def _native(request: Request, host: EmbeddingHost, body: EmbeddingsRequest) -> Response:
     """A list of {index, embedding}: `embedding` holds the pooled vector (normalised
     by embd_normalize), or with pooling none one raw vector per token."""
     body.use_base64()  # checked as llama-server does, though this shape is always floats
     mode = body.normalization(host.config.embd_normalize)
     _, rows = await _embed(request, host, body)
-    results = []
+    items = []
     for index, row in enumerate(rows):
         if host.pooling == "none":
-            vectors = [to_floats(token_row) for token_row in row]
+            vectors = ",".join(_floats(token_row) for token_row in row)
         else:
-            vectors = [to_floats(normalize(row, mode))]
-        results.append({"index": index, "embedding": vectors})
-    return JSONResponse(results)
+            vectors = _floats(normalize(row, mode))
+        items.append(f'{{"index":{index},"embedding":[{vectors}]}}')
+    return _raw_json("[" + ",".join(items) + "]")
+
+
+def _floats(vector) -> str:
+    try:
+        return floats_json(vector)
+    except ValueError as exc:
+        raise GenerationFailed(str(exc)) from None
+
+
+def _raw_json(body: str) -> Response:
+    """The body rendered here (vectors are formatted by floats_json, not json.dumps)."""
+    return Response(body.encode("utf-8"), media_type="application/json")
