@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ubatch", type=int, default=512)
     ap.add_argument("--ref-parallel", type=int, default=4, help="llama-server -np (sequences it batches)")
+    ap.add_argument("--ref-ctx", type=int, default=0, help="llama-server -c (0: not passed; with many -np, "
+                    "give each slot room: -np 64 needs -c 32768 for 512-token inputs)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mlxcel-cmd", default=f"{REPO / '.venv/bin/python'} -m mlxcel serve")
     ap.add_argument("--llama-server", default=str(binary_path()))
@@ -152,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                           "--host", HOST, "--port", str(a_port)], a_port, args.log_dir / "mlxcel-embd.log")
     ref = [args.llama_server, "--embedding", "-m", str(args.model), *sizes, "-np", str(args.ref_parallel),
            "--host", HOST, "--port", str(b_port)]
+    if args.ref_ctx:
+        ref += ["-c", str(args.ref_ctx)]
     if supports_flag(args.llama_server, "--no-webui"):
         ref.append("--no-webui")
     b = Server("llama-server", ref, b_port, args.log_dir / "llama-server-embd.log")
