@@ -15,12 +15,14 @@ from mlxcel.http.auth import APIKeyMiddleware
 from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.turn.model_host import ModelHost
+from mlxcel.turn.rerank_host import rerank_host_for
 from mlxcel.api.responses.state import ResponsesState
 from mlxcel.api.anthropic import routes as anthropic
 from mlxcel.api.native import infill
 from mlxcel.api.native import routes as native
 from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
+from mlxcel.api.rerank import routes as rerank
 from mlxcel.api.responses import routes as responses
 from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, info, llama_admin
@@ -30,16 +32,22 @@ log = logging.getLogger("mlxcel.server")
 
 def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | None = None) -> FastAPI:
     host = ModelHost(config)
+    reranker = rerank_host_for(config, host.model_id)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         host.start_loading(on_load_failure or (lambda _message: None))
+        if reranker is not None:
+            reranker.start_loading(on_load_failure or (lambda _message: None))
         yield
         host.shutdown()
+        if reranker is not None:
+            reranker.shutdown()
 
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.host = host
     app.state.config = config
+    app.state.rerank = reranker
     app.state.responses = ResponsesState(config.responses, config.cache_prompt)
     install_error_handlers(app)
     app.include_router(info.router)
@@ -51,6 +59,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app.include_router(infill.router)
     app.include_router(responses.router)
     app.include_router(llama_admin.router)
+    app.include_router(rerank.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key
     if config.api_keys:

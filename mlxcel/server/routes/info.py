@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel import __version__
+from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
 from mlxcel.turn.generation_settings import generation_settings
@@ -90,7 +91,11 @@ def _ollama_entry(host: ModelHost) -> dict:
 @router.get("/models")
 async def list_models(request: Request):
     host = _host(request)
-    return {"models": [_ollama_entry(host)], "object": "list", "data": [_model_entry(host)]}
+    answer = {"models": [_ollama_entry(host)], "object": "list", "data": [_model_entry(host)]}
+    reranker = getattr(request.app.state, "rerank", None)
+    if reranker is not None:
+        answer["data"].append(rerank_listing.model_entry(reranker))
+    return answer
 
 
 def _template_caps(request: Request, host: ModelHost) -> dict[str, bool]:
@@ -108,6 +113,7 @@ MEDIA_MARKER = f"<__media_{secrets.token_urlsafe(24).replace('-', 'a').replace('
 async def props(request: Request):
     host = _host(request)
     host.require_ready()
+    reranker = getattr(request.app.state, "rerank", None)
     config = host.config
     settings = generation_settings(config.sampling, config.n_predict, config.default_stop, config.ignore_eos,
                                    banned_eog=host.tokenizer.eog_tokens, speculative=config.spec_type)
@@ -135,6 +141,7 @@ async def props(request: Request):
         "cors_proxy_enabled": False,
         "media_marker": MEDIA_MARKER,  # where media would go in a prompt (none is accepted yet)
         "ui_settings": {},
+        **({"rerank": rerank_listing.props_entry(reranker)} if reranker is not None else {}),
     }
 
 
