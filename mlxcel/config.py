@@ -102,3 +102,12 @@ class ServerConfig:
     verbose: bool = False  # also the default of a request's `verbose` (llama-server's __verbose object)
     prefill_assistant: bool = True  # a final assistant message is continued (llama-server's default)
     ignored_flags: list[str] = field(default_factory=list)
+    embedding_model: str | None = None  # --embedding-model: an embedding worker beside the chat model
+    embedding_only: bool = False  # --embedding: -m is served for embeddings only
+    pooling: str = "unspecified"  # --pooling: none | mean | cls | last | rank (unspecified: the GGUF's)
+    embd_normalize: int = 2  # the native routes' default normalisation (llama-server's --embd-normalize)
+
+    @property
+    def embedding_source(self) -> str | None:
+        """The model the embedding worker loads, if any."""
+        return self.model if self.embedding_only else self.embedding_model

@@ -42,22 +42,24 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def format_table(rows: list[dict[str, object]]) -> str:
-    """Rows of list_models() as an aligned table: name, size in MB, pulled, description."""
-    header = ("NAME", "SIZE (MB)", "PULLED", "DESCRIPTION")
+    """Rows of list_models() as an aligned table: name, size in MB, pulled, kind, description."""
+    header = ("NAME", "SIZE (MB)", "PULLED", "KIND", "DESCRIPTION")
     body = [
         (
             str(row["name"]),
             f"{int(row['size']) / 1e6:.1f}",  # type: ignore[call-overload]
             "yes" if row["pulled"] else "no",
+            str(row.get("kind", "chat")),
             str(row["description"]),
         )
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in (header, *body)) for i in range(3)]
+    widths = [max(len(line[i]) for line in (header, *body)) for i in range(4)]
     lines = []
-    for name, size, pulled, description in (header, *body):
+    for name, size, pulled, kind, description in (header, *body):
         lines.append(
-            f"{name:<{widths[0]}}  {size:>{widths[1]}}  {pulled:<{widths[2]}}  {description}"
+            f"{name:<{widths[0]}}  {size:>{widths[1]}}  {pulled:<{widths[2]}}  "
+            f"{kind:<{widths[3]}}  {description}"
         )
     return "\n".join(lines)
 

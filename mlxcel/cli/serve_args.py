@@ -69,6 +69,13 @@ def _hosts(text: str) -> list[str]:
     return hosts
 
 
+def _pooling(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("none", "mean", "cls", "last", "rank", "unspecified"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of none, mean, cls, last, rank")
+    return value
+
+
 def _api_prefix(text: str) -> str:
     prefix = text.strip().rstrip("/")
     if prefix and not prefix.startswith("/"):
@@ -181,6 +188,12 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--responses-background-ephemeral-ttl-secs",), "responses_background_ephemeral_ttl_secs", _ranged(int, 1),
      600, "MLXCEL_RESPONSES_BACKGROUND_EPHEMERAL_TTL_SECS",
      "seconds the final object of a background request with store: false can be polled"),
+    (("--embedding-model",), "embedding_model", str, None, "MLXCEL_EMBEDDING_MODEL",
+     "embedding model served on /v1/embeddings and /embedding beside the chat model (catalog name or .gguf path)"),
+    (("--pooling",), "pooling", _pooling, "unspecified", "LLAMA_ARG_POOLING",
+     "pooling type for embeddings: none, mean, cls, last or rank (default: the model's)"),
+    (("--embd-normalize",), "embd_normalize", int, 2, "LLAMA_ARG_EMBD_NORMALIZE",
+     "default normalisation of native embeddings: -1 none, 0 max absolute int16, 1 taxicab, 2 euclidean, >2 p-norm"),
     (("--conversation-store-max-entries",), "conversation_store_max_entries", _ranged(int, 0), 256,
      "LLAMA_ARG_CONVERSATION_STORE_MAX_ENTRIES", "conversation transcripts kept (0: conversations off)"),
     (("--conversation-store-max-bytes",), "conversation_store_max_bytes", _ranged(int, 0), 64 * 1024 * 1024,
@@ -193,6 +206,8 @@ REASONING_ECHO_ENV = "MLXCEL_REASONING_ECHO_MAX_BYTES"
 
 # (positive flags, negative flags, dest, default, environment variable, help)
 _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = [
+    (("--embedding", "--embeddings"), (), "embedding", False, "LLAMA_ARG_EMBEDDINGS",
+     "serve -m for embeddings only (the generation routes then answer an error)"),
     (("--metrics",), (), "metrics", False, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics on /metrics"),
     (("--slots",), ("--no-slots",), "slots", True, "LLAMA_ARG_ENDPOINT_SLOTS", "serve the /slots endpoint"),
     (("--reranking", "--rerank"), (), "reranking", False, "LLAMA_ARG_RERANKING",
@@ -299,12 +314,12 @@ def _read_api_keys(args: argparse.Namespace) -> list[str]:
     return keys
 
 
-def _check_model(model: str) -> None:
+def _check_model(model: str, flag: str = "--model") -> None:
     if model in CATALOG:
         return
     path = Path(model).expanduser()
     if not path.exists() or path.is_dir():
-        raise UsageError(f"--model: {model} is neither a file nor a catalog name ({', '.join(CATALOG)})")
+        raise UsageError(f"{flag}: {model} is neither a file nor a catalog name ({', '.join(CATALOG)})")
 
 
 def _chat_template_setting(args: argparse.Namespace) -> str | None:
@@ -377,6 +392,8 @@ def _request_limits(args: argparse.Namespace) -> RequestLimits:
 def _check_rerank(args: argparse.Namespace) -> None:
     if args.rerank_model:
         _check_model(args.rerank_model)
+    if args.reranking and args.embedding:
+        raise UsageError("--reranking and --embedding both serve -m: use one of them")
     if args.reranking and args.rerank_model:
         raise UsageError("--reranking serves -m as the reranker; --rerank-model adds one beside a chat model: "
                          "use one of them")
@@ -386,6 +403,11 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     _check_model(args.model)
     if args.model_draft:
         _check_model(args.model_draft)
+    if args.embedding_model:
+        _check_model(args.embedding_model, "--embedding-model")
+    if args.embedding and args.embedding_model:
+        raise UsageError("--embedding serves -m for embeddings; --embedding-model adds one beside a chat model: "
+                         "use one of them")
     _check_loop_env()
     _check_rerank(args)
     if args.port == 0 and sum(1 for host in args.host if not host.endswith(".sock")) > 1:
@@ -454,6 +476,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         verbose=args.verbose,
         prefill_assistant=args.prefill_assistant,
         ignored_flags=ignored,
+        embedding_model=args.embedding_model,
+        embedding_only=args.embedding,
+        pooling=args.pooling,
+        embd_normalize=args.embd_normalize,
     )
 
 

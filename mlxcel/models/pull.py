@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from mlxcel.models import verify, wheels
+from mlxcel.models import converted, verify, wheels
 from mlxcel.models.catalog import CATALOG, CatalogEntry
 from mlxcel.models.errors import PullError
 from mlxcel.models.progress import Reporter, make_reporter
@@ -140,7 +140,10 @@ def _assemble(entry: CatalogEntry, dest: Path, reporter: Reporter) -> None:
         fd, name = tempfile.mkstemp(dir=directory, prefix=temp_prefix(entry), suffix=TEMP_SUFFIX)
         tmp = Path(name)
         with os.fdopen(fd, "wb") as out:
-            digest = _write_parts(entry, out, workdir, reporter)
+            if entry.conversion is None:
+                digest = _write_parts(entry, out, workdir, reporter)
+            else:
+                digest = converted.write_converted(entry, out, workdir, reporter)
             out.flush()
             os.fsync(out.fileno())
             size = os.fstat(out.fileno()).st_size
@@ -185,7 +188,8 @@ def _check_whole(entry: CatalogEntry, size: int, digest: str) -> None:
     if size != entry.size:
         raise PullError(f"{entry.name}: assembled {size} bytes, expected {entry.size}")
     if digest != entry.sha256:
-        raise PullError(f"{entry.name}: sha256 mismatch: expected {entry.sha256}, got {digest}")
+        made = "converted" if entry.conversion else "assembled"
+        raise PullError(f"{entry.name}: {made} file sha256 mismatch: expected {entry.sha256}, got {digest}")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -216,7 +220,7 @@ def resolve_model(name_or_path: str | os.PathLike[str], *, log: Log = print) -> 
 
 
 def list_models() -> list[dict[str, object]]:
-    """One row per catalog model: name, description, size, pulled, path.
+    """One row per catalog model: name, kind, description, size, pulled, path.
 
     ``pulled`` means the file is present with the right size (no hashing here;
     ``pull`` does the full check).
@@ -228,6 +232,7 @@ def list_models() -> list[dict[str, object]]:
         rows.append(
             {
                 "name": entry.name,
+                "kind": entry.kind,
                 "description": entry.description,
                 "size": entry.size,
                 "pulled": pulled,

@@ -21,7 +21,7 @@ from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
 from mlxcel.structured.constraint import BatchMasker
-from mlxcel.turn.errors import EngineUnavailable, ServerBusy
+from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy
 
 log = logging.getLogger("mlxcel.server")
 ENGINE_FAILURE_DRAIN_S = 2.0  # after the engine fails: answer 503s this long, then exit
@@ -54,12 +54,17 @@ class HostState(str, enum.Enum):
     LOADING = "loading"
     READY = "ready"
     FAILED = "failed"
+    ABSENT = "absent"  # --embedding / --reranking: -m is the embedding or rerank worker's; nothing generates
+
+
+# what llama-server answers a generation on a server started with --embedding
+NO_GENERATION = "the current context does not support logits computation. skipping"
 
 
 class ModelHost:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.state = HostState.LOADING
+        self.state = HostState.ABSENT if config.embedding_only or config.rerank_only else HostState.LOADING
         self.model_id = config.alias or (config.model if config.model in CATALOG else Path(config.model).name)
         self.model_path: Path | None = None
         self.runtime: LlamaRuntime | None = None
@@ -78,6 +83,8 @@ class ModelHost:
         """Load on a background thread. `on_failure` is told, once, when loading fails
         or (after a short drain) when the engine fails: the server then exits."""
         self._on_failure = on_failure
+        if self.state is HostState.ABSENT:
+            return threading.Thread()
         thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-loader", daemon=True)
         thread.start()
         return thread
@@ -221,12 +228,19 @@ class ModelHost:
         return self.state is HostState.READY
 
     @property
+    def absent(self) -> bool:
+        """Started with --embedding: no chat model is loaded."""
+        return self.state is HostState.ABSENT
+
+    @property
     def failed(self) -> bool:
         return self.state is HostState.FAILED
 
     def require_ready(self) -> tuple[Engine, Tokenizer]:
         if self.state is HostState.FAILED:
             raise EngineUnavailable(self.error or "the model failed")
+        if self.state is HostState.ABSENT:
+            raise GenerationFailed(NO_GENERATION)
         if self.state is not HostState.READY:
             raise ServerBusy("Loading model")
         return self.engine, self.tokenizer

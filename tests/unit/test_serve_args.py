@@ -42,7 +42,7 @@ def test_unimplemented_tuning_flags_are_split_off():
     assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
 
 
-@pytest.mark.parametrize("flag", ["--lora-scaled", "--mmproj", "--embedding", "--grammar-file", "--rope-freq-base",
+@pytest.mark.parametrize("flag", ["--lora-scaled", "--mmproj", "--grammar-file", "--rope-freq-base",
                                   "-hf", "--no-jinja", "--ssl-cert-file"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):
@@ -64,6 +64,20 @@ def test_every_llama_server_flag_is_implemented_refused_or_tuning():
     # a "--no-..." flag asks for what mlxcel does anyway (no projector, no adapter)
     leaked = [f for f in warned if not f.startswith("--no-") and any(word in f for word in semantic_words)]
     assert leaked == []
+
+
+def test_embedding_flags():
+    config = parse_serve_args(["--embedding-model", "smollm2-135m-instruct", "--pooling", "CLS", "--embd-normalize", "-1"])
+    assert (config.embedding_source, config.embedding_only, config.pooling, config.embd_normalize) == (
+        "smollm2-135m-instruct", False, "cls", -1)
+    only = parse_serve_args(["--embeddings", "-m", "smollm2-135m-instruct"])
+    assert (only.embedding_only, only.embedding_source) == (True, "smollm2-135m-instruct")
+    with pytest.raises(UsageError, match="one of them"):
+        parse_serve_args(["--embedding", "--embedding-model", "smollm2-135m-instruct"])
+    with pytest.raises(UsageError):
+        parse_serve_args(["--pooling", "max"])
+    with pytest.raises(UsageError, match="--embedding-model"):
+        parse_serve_args(["--embedding-model", "/no/such/model.gguf"])
 
 
 def test_kv_cache_types():
@@ -189,3 +203,17 @@ def test_context_shift_keep_and_spm_infill_follow_llama_server(monkeypatch):
     monkeypatch.setenv("LLAMA_ARG_CONTEXT_SHIFT", "1")
     assert parse_serve_args([]).context_shift is True and not parse_serve_args(["--no-context-shift"]).context_shift
     assert parse_serve_args(["--context-shift"]).ignored_flags == []
+
+
+def test_rerank_flags():
+    beside = parse_serve_args(["--rerank-model", "smollm2-135m-instruct"])
+    assert (beside.rerank_model, beside.rerank_only) == ("smollm2-135m-instruct", False)
+    for flag in ("--reranking", "--rerank"):
+        only = parse_serve_args([flag, "-m", "smollm2-135m-instruct"])
+        assert (only.rerank_only, only.rerank_model) == (True, None)
+    with pytest.raises(UsageError, match="--rerank-model"):
+        parse_serve_args(["--reranking", "--rerank-model", "smollm2-135m-instruct"])
+    with pytest.raises(UsageError, match="--embedding"):
+        parse_serve_args(["--reranking", "--embedding"])
+    with pytest.raises(UsageError, match="--model"):
+        parse_serve_args(["--rerank-model", "/no/such/model.gguf"])

@@ -13,7 +13,9 @@ from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
 from mlxcel.turn.generation_settings import generation_settings
+from mlxcel.turn.embedding_host import EmbeddingHost
 from mlxcel.turn.model_host import ModelHost
+from mlxcel.turn.rerank_host import RerankHost
 
 router = APIRouter()
 
@@ -27,6 +29,22 @@ def _host(request: Request) -> ModelHost:
 @router.get("/")
 async def health(request: Request):
     host = _host(request)
+    embedding = _embedding_host(request)
+    if embedding is not None:
+        if embedding.error is not None:
+            return JSONResponse({"status": "error", "error": embedding.error}, status_code=503)
+        if not embedding.ready:
+            return JSONResponse({"status": "loading model"}, status_code=503)
+        if host.absent:
+            return _embedding_health(embedding)
+    reranker = _rerank_host(request)
+    if reranker is not None:
+        if reranker.error is not None:
+            return JSONResponse({"status": "error", "error": reranker.error}, status_code=503)
+        if not reranker.ready:
+            return JSONResponse({"status": "loading model"}, status_code=503)
+        if host.absent:
+            return JSONResponse(rerank_listing.health(reranker), status_code=200 if reranker.engine.alive else 503)
     if host.failed:
         return JSONResponse({"status": "error", "error": host.error}, status_code=503)
     if not host.ready:
@@ -59,10 +77,39 @@ async def health(request: Request):
     return JSONResponse(body, status_code=200 if has_free_slot else 503)
 
 
+def _rerank_host(request: Request) -> RerankHost | None:
+    return getattr(request.app.state, "rerank", None)
+
+
+def _embedding_host(request: Request) -> EmbeddingHost | None:
+    return getattr(request.app.state, "embedding_host", None)
+
+
+def _embedding_health(embedding: EmbeddingHost) -> JSONResponse:
+    engine = embedding.engine
+    if engine.failure is not None:
+        return JSONResponse({"status": "error", "error": engine.failure}, status_code=503)
+    return JSONResponse({"status": "ok", "model": embedding.model_id,
+                         "batch": {"queue_depth": engine.queue_depth, "max_batch_size": embedding.runtime.n_seq_max},
+                         "context_size": embedding.runtime.max_input_tokens})
+
+
+def _embedding_entry(embedding: EmbeddingHost) -> dict:
+    config = embedding.config
+    aliases = list(config.aliases) if config.embedding_only else []
+    entry = {"id": embedding.model_id, "aliases": aliases, "tags": [], "object": "model",
+             "created": embedding.created, "owned_by": "user", "kind": "embedding"}
+    if embedding.ready:
+        runtime = embedding.runtime
+        entry["meta"] = {"n_ctx": runtime.max_input_tokens, "n_ctx_train": runtime.n_ctx_train,
+                         "n_embd": runtime.n_out, "pooling": runtime.pooling}
+    return entry
+
+
 def _model_entry(host: ModelHost) -> dict:
     config = host.config
     entry = {"id": host.model_id, "aliases": list(config.aliases), "tags": list(config.tags), "object": "model",
-             "created": host.created, "owned_by": "user"}
+             "created": host.created, "owned_by": "user", "kind": "chat"}
     if host.ready:
         runtime = host.runtime
         entry["meta"] = {
@@ -78,24 +125,31 @@ def _model_entry(host: ModelHost) -> dict:
     return entry
 
 
-def _ollama_entry(host: ModelHost) -> dict:
+def _ollama_entry(host: ModelHost | EmbeddingHost, capability: str = "completion") -> dict:
     """llama-server's `models` list, in Ollama's shape with its placeholder values."""
     details = {"parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "",
                "quantization_level": ""}
     return {"name": host.model_id, "model": host.model_id, "modified_at": "", "size": "", "digest": "",
-            "type": "model", "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",
+            "type": "model", "description": "", "tags": [""], "capabilities": [capability], "parameters": "",
             "details": details}
 
 
 @router.get("/v1/models")
 @router.get("/models")
 async def list_models(request: Request):
-    host = _host(request)
-    answer = {"models": [_ollama_entry(host)], "object": "list", "data": [_model_entry(host)]}
-    reranker = getattr(request.app.state, "rerank", None)
+    host, embedding = _host(request), _embedding_host(request)
+    models, data = [], []
+    if not host.absent:
+        models.append(_ollama_entry(host))
+        data.append(_model_entry(host))
+    if embedding is not None:
+        models.append(_ollama_entry(embedding, "embedding"))
+        data.append(_embedding_entry(embedding))
+    reranker = _rerank_host(request)
     if reranker is not None:
-        answer["data"].append(rerank_listing.model_entry(reranker))
-    return answer
+        models.append(_ollama_entry(reranker, "rerank"))
+        data.append(rerank_listing.model_entry(reranker))
+    return {"models": models, "object": "list", "data": data}
 
 
 def _template_caps(request: Request, host: ModelHost) -> dict[str, bool]:
@@ -111,9 +165,19 @@ MEDIA_MARKER = f"<__media_{secrets.token_urlsafe(24).replace('-', 'a').replace('
 
 @router.get("/props")
 async def props(request: Request):
-    host = _host(request)
+    host, embedding = _host(request), _embedding_host(request)
+    if embedding is not None and host.absent:  # --embedding: only the embedding model's figures
+        embedding.require_ready()
+        return {"model_alias": embedding.model_id, "model_path": str(embedding.model_path),
+                "n_ctx": embedding.runtime.max_input_tokens, "total_slots": embedding.runtime.n_seq_max,
+                "embedding_model": _embedding_props(embedding), "build_info": f"mlxcel {__version__}",
+                "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": False, "is_sleeping": False,
+                "modalities": {"vision": False, "video": False, "audio": False}}
+    reranker = _rerank_host(request)
+    if reranker is not None and host.absent:  # --reranking: only the reranker's figures
+        reranker.require_ready()
+        return rerank_listing.rerank_only_props(reranker, __version__)
     host.require_ready()
-    reranker = getattr(request.app.state, "rerank", None)
     config = host.config
     settings = generation_settings(config.sampling, config.n_predict, config.default_stop, config.ignore_eos,
                                    banned_eog=host.tokenizer.eog_tokens, speculative=config.spec_type)
@@ -141,8 +205,18 @@ async def props(request: Request):
         "cors_proxy_enabled": False,
         "media_marker": MEDIA_MARKER,  # where media would go in a prompt (none is accepted yet)
         "ui_settings": {},
+        **({"embedding_model": _embedding_props(embedding)} if embedding is not None and embedding.ready else {}),
         **({"rerank": rerank_listing.props_entry(reranker)} if reranker is not None else {}),
     }
+
+
+def _embedding_props(embedding: EmbeddingHost) -> dict:
+    """The embedding worker: its id, pooling, dimensions and longest input."""
+    runtime = embedding.runtime
+    return {"id": embedding.model_id, "kind": "embedding", "pooling": runtime.pooling, "n_embd": runtime.n_out,
+            "n_ctx": runtime.max_input_tokens, "n_ubatch": runtime.n_ubatch, "n_seq_max": runtime.n_seq_max,
+            "embd_normalize": embedding.config.embd_normalize, "n_decodes": embedding.engine.stats.decodes,
+            "n_inputs": embedding.engine.stats.inputs_done}
 
 
 @router.get("/slots")

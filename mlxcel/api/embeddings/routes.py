@@ -1,0 +1,86 @@
+"""POST /v1/embeddings (OpenAI's shape) and POST /embedding, /embeddings (llama-server's
+native shape: not an alias). Inputs of one request, and of concurrent ones, are
+embedded together by the embedding engine's batches."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from mlxcel.api.embeddings.wire import EmbeddingsRequest
+from mlxcel.http.errors import invalid_request, not_supported
+from mlxcel.http.json_body import read_model
+from mlxcel.http.request_context import request_context
+from mlxcel.turn.embedding_host import EmbeddingHost
+from mlxcel.turn.embedding_vectors import normalize, to_base64, to_floats
+
+router = APIRouter()
+
+
+async def _open(request: Request) -> tuple[EmbeddingHost, EmbeddingsRequest]:
+    host: EmbeddingHost | None = getattr(request.app.state, "embedding_host", None)
+    if host is None:
+        raise not_supported("This server does not support embeddings. Start it with `--embeddings` "
+                            "or `--embedding-model`")
+    _, body = await read_model(request, EmbeddingsRequest)
+    host.require_ready()
+    return host, body
+
+
+async def _embed(request: Request, host: EmbeddingHost, body: EmbeddingsRequest):
+    inputs = body.inputs()
+    prepared = await asyncio.to_thread(host.tokenize, inputs, body.truncate)
+    priority = request_context(request, "embd-").priority
+    rows = await host.embed(prepared, priority)
+    return prepared, rows
+
+
+@router.post("/v1/embeddings")
+async def openai_embeddings(request: Request):
+    host, body = await _open(request)
+    if body.input is None and body.content is not None:  # llama-server: `content` is not OpenAI's: native shape
+        return await _native(request, host, body)
+    if host.pooling == "none":
+        raise invalid_request("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
+    use_base64 = body.use_base64()
+    mode = body.normalization(host.config.embd_normalize)
+    if body.dimensions is not None and body.dimensions != host.dimensions:
+        raise invalid_request(f"dimensions {body.dimensions}: the model {host.model_id} embeds into "
+                              f"{host.dimensions} dimensions and cannot shorten its vectors", param="dimensions")
+    prepared, rows = await _embed(request, host, body)
+    data = []
+    for index, row in enumerate(rows):
+        vector = normalize(row, mode)
+        if use_base64:
+            data.append({"embedding": to_base64(vector), "index": index, "object": "embedding",
+                         "encoding_format": "base64"})
+        else:
+            data.append({"embedding": to_floats(vector), "index": index, "object": "embedding"})
+    n_tokens = prepared.n_tokens
+    return JSONResponse({"model": body.model or host.model_id, "object": "list",
+                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}, "data": data})
+
+
+@router.post("/embedding")
+@router.post("/embeddings")
+async def native_embeddings(request: Request):
+    host, body = await _open(request)
+    return await _native(request, host, body)
+
+
+async def _native(request: Request, host: EmbeddingHost, body: EmbeddingsRequest) -> JSONResponse:
+    """A list of {index, embedding}: `embedding` holds the pooled vector (normalised
+    by embd_normalize), or with pooling none one raw vector per token."""
+    body.use_base64()  # checked as llama-server does, though this shape is always floats
+    mode = body.normalization(host.config.embd_normalize)
+    _, rows = await _embed(request, host, body)
+    results = []
+    for index, row in enumerate(rows):
+        if host.pooling == "none":
+            vectors = [to_floats(token_row) for token_row in row]
+        else:
+            vectors = [to_floats(normalize(row, mode))]
+        results.append({"index": index, "embedding": vectors})
+    return JSONResponse(results)

@@ -1,0 +1,184 @@
+"""The embedding worker: an embedding model and its engine thread, loaded on a
+background thread at start (beside the chat model, or alone with --embedding), and
+how a request's inputs become token lists and come back as vectors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mlxcel.config import ServerConfig
+from mlxcel.engine.embedding_engine import EmbeddingEngine, EmbeddingJob
+from mlxcel.engine.embedding_runtime import EmbeddingRuntime, EmbeddingRuntimeConfig
+from mlxcel.engine.engine import EngineStoppedError, QueueFullError
+from mlxcel.engine.faults import EngineFailedError
+from mlxcel.engine.request import Priority
+from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.models.catalog import CATALOG
+from mlxcel.turn.errors import (
+    ContextOverflow,
+    EngineUnavailable,
+    GenerationFailed,
+    InvalidRequest,
+    ServerBusy,
+)
+
+log = logging.getLogger("mlxcel.server")
+
+EmbeddingInput = str | list[int]  # a text, or token ids used as they are
+
+
+def model_id_of(name: str, alias: str | None = None) -> str:
+    return alias or (name if name in CATALOG else Path(name).name)
+
+
+@dataclass
+class EmbeddingInputs:
+    """A request's inputs as token lists, ready for the engine."""
+
+    tokens: list[list[int]]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(map(len, self.tokens))
+
+
+class EmbeddingHost:
+    def __init__(self, config: ServerConfig, model: str, model_id: str) -> None:
+        self.config = config
+        self.model = model
+        self.model_id = model_id
+        self.model_path: Path | None = None
+        self.runtime: EmbeddingRuntime | None = None
+        self.tokenizer: Tokenizer | None = None
+        self.engine: EmbeddingEngine | None = None
+        self.created = int(time.time())
+        self.ready = False
+        self.error: str | None = None
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
+        thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-embedding-loader", daemon=True)
+        thread.start()
+        return thread
+
+    def _load(self, on_failure: Callable[[str], None]) -> None:
+        from mlxcel.models.pull import resolve_model
+        from mlxcel.turn.model_host import _FLASH_ATTN
+
+        cfg = self.config
+        try:
+            started = time.monotonic()
+            self.model_path = resolve_model(self.model, log=lambda line: log.info("%s", line))
+            runtime = EmbeddingRuntime(EmbeddingRuntimeConfig(
+                model_path=self.model_path, pooling=cfg.pooling, n_ubatch=cfg.ubatch_size,
+                n_threads=cfg.threads, n_threads_batch=cfg.threads_batch, flash_attn=_FLASH_ATTN[cfg.flash_attn],
+                n_gpu_layers=cfg.n_gpu_layers, use_mmap=cfg.use_mmap))
+            tokenizer = Tokenizer(runtime.vocab)
+            engine = EmbeddingEngine(runtime, cfg.queue_cap)
+            engine.start()
+        except Exception as exc:  # noqa: BLE001 - any failure here ends the server
+            self.error = str(exc) or type(exc).__name__
+            log.error("could not load the embedding model: %s", self.error)
+            on_failure(f"could not load the embedding model: {self.error}")
+            return
+        self.runtime, self.tokenizer, self.engine = runtime, tokenizer, engine
+        self.ready = True
+        log.info("embedding model %s loaded in %.1fs: pooling %s, %d dimensions, inputs up to %d tokens, "
+                 "%d tokens and %d inputs per decode", self.model_id, time.monotonic() - started, runtime.pooling,
+                 runtime.n_out, runtime.max_input_tokens, runtime.n_ubatch, runtime.n_seq_max)
+
+    def require_ready(self) -> EmbeddingEngine:
+        if self.error is not None:
+            raise EngineUnavailable(self.error)
+        if not self.ready:
+            raise ServerBusy("Loading model")
+        if self.engine.failure is not None:
+            raise EngineUnavailable(self.engine.failure)
+        return self.engine
+
+    @property
+    def pooling(self) -> str:
+        return self.runtime.pooling if self.runtime is not None else self.config.pooling
+
+    @property
+    def dimensions(self) -> int:
+        return self.runtime.n_out if self.runtime is not None else 0
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def tokenize(self, inputs: list[EmbeddingInput], truncate: bool) -> EmbeddingInputs:
+        """Texts tokenized with the model's special tokens; token ids checked. An input
+        longer than the model takes is a 400 naming both counts, or, with `truncate`,
+        cut to fit (keeping a closing special token such as BERT's [SEP])."""
+        tokenizer, limit = self.tokenizer, self.runtime.max_input_tokens
+        out = []
+        for item in inputs:
+            if isinstance(item, str):
+                tokens = tokenizer.encode(item, add_special=True, parse_special=True)
+            else:
+                tokens = list(item)
+                bad = tokenizer.first_out_of_range(tokens)
+                if bad is not None:
+                    raise InvalidRequest(f"token id {bad} is out of the vocabulary (0..{tokenizer.n_vocab - 1})")
+            if not tokens:
+                raise InvalidRequest("Input content cannot be empty")
+            if len(tokens) > limit:
+                if not truncate:
+                    raise ContextOverflow(len(tokens), limit)
+                tokens = self._truncated(item, tokens, limit)
+            out.append(tokens)
+        return EmbeddingInputs(out)
+
+    def _truncated(self, item: EmbeddingInput, tokens: list[int], limit: int) -> list[int]:
+        if isinstance(item, str) and limit > 1:
+            plain = self.tokenizer.encode(item, add_special=False, parse_special=True)
+            if plain and tokens[-1] != plain[-1]:  # the tokenizer closes the input with a special token
+                return tokens[: limit - 1] + tokens[-1:]
+        return tokens[:limit]
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def embed(self, inputs: EmbeddingInputs, priority: Priority) -> list[np.ndarray]:
+        """The model's raw output for every input (pooled vector, rank scores, or one row
+        per token), from the engine's next batches. Raises ServerBusy past the queue cap."""
+        engine = self.require_ready()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def done(rows, error) -> None:
+            def settle() -> None:
+                if not future.done():
+                    future.set_result((rows, error))
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop is closed: nobody is waiting
+                pass
+
+        job = EmbeddingJob(inputs.tokens, done, priority)
+        try:
+            engine.submit(job)
+        except QueueFullError:
+            raise ServerBusy("All slots are busy. Please try again later.") from None
+        except (EngineFailedError, EngineStoppedError) as exc:
+            raise EngineUnavailable(str(exc)) from None
+        try:
+            rows, error = await future
+        except asyncio.CancelledError:  # the client left: its inputs not yet decoded are dropped
+            engine.cancel(job)
+            raise
+        if error is not None:
+            raise GenerationFailed(error)
+        return rows

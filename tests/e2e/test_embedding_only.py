@@ -1,0 +1,86 @@
+"""llama-server's own form: `--embedding -m MODEL` serves that model for embeddings
+only, here with `--pooling none` (one vector per token) and no queue beyond the
+running request."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.e2e.test_embeddings import EMBEDDING_ID, EMBEDDING_MODEL
+from tests.server_process import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def only():
+    proc = ServerProcess("--embedding", "--pooling", "none", "--queue-cap", "0", model=EMBEDDING_MODEL)
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def client(only):
+    with only.client() as c:
+        yield c
+
+
+def test_pooling_none_gives_one_raw_vector_per_token(client):
+    r = client.post("/embedding", json={"content": "hello world"})
+    assert r.status_code == 200, r.text
+    rows = np.array(r.json()[0]["embedding"])
+    assert rows.shape == (4, 384)  # [CLS] hello world [SEP]
+    assert all(abs(np.linalg.norm(row) - 1) > 1e-3 for row in rows)  # not normalised
+    ids = client.post("/embeddings", json={"content": [[101, 7592, 2088, 102]]}).json()
+    assert np.allclose(np.array(ids[0]["embedding"]), rows, atol=1e-5)
+
+
+def test_the_mean_of_the_token_vectors_is_the_checkpoint_s_sentence_embedding(client):
+    """Mean pooling by hand over pooling none's rows equals a numpy forward pass of
+    the original checkpoint (mean-pooled, normalised)."""
+    from tests.embedding_reference import BertReference, cosine
+    from tests.fixtures.minilm import minilm_source
+
+    text = "A dog runs in the park."
+    rows = np.array(client.post("/embedding", json={"content": text}).json()[0]["embedding"])
+    assert rows.shape == (9, 384)  # [CLS] a dog runs in the park . [SEP]
+    assert cosine(rows.mean(axis=0), BertReference(minilm_source()).embed([text])[0]) >= 0.999
+
+
+def test_the_openai_route_refuses_pooling_none_as_llama_server_does(client):
+    r = client.post("/v1/embeddings", json={"input": "hello"})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Pooling type 'none' is not OAI compatible. Please use a different pooling type"
+
+
+def test_generation_routes_answer_as_llama_server_does_in_embedding_mode(client):
+    for path, body in [("/completion", {"prompt": "hi"}), ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})]:
+        r = client.post(path, json=body)
+        assert r.status_code == 500, r.text
+        assert r.json()["error"]["message"] == "the current context does not support logits computation. skipping"
+
+
+def test_health_models_and_props_describe_the_embedding_model(client):
+    health = client.get("/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    models = client.get("/v1/models").json()
+    assert [(m["id"], m["kind"]) for m in models["data"]] == [(EMBEDDING_ID, "embedding")]
+    props = client.get("/props").json()
+    assert props["model_alias"] == EMBEDDING_ID and props["embedding_model"]["pooling"] == "none"
+
+
+def test_past_the_queue_cap_requests_get_503(only):
+    texts = [" ".join(["word"] * 400)] * 8
+
+    def post(_):
+        with httpx.Client(base_url=only.base_url, timeout=120) as c:
+            return c.post("/embedding", json={"content": texts})
+
+    with ThreadPoolExecutor(12) as pool:
+        statuses = [r.status_code for r in pool.map(post, range(12))]
+    assert 200 in statuses and 503 in statuses
+    assert set(statuses) <= {200, 503}
