@@ -1,9 +1,11 @@
 """The embedding engine thread: owns the embedding runtime and batches every input.
 
 A job is one request's inputs (token lists). Inputs of all waiting jobs go into
-one decode as separate sequences, highest priority and oldest job first, up to the
-runtime's ubatch of tokens and its sequences per decode. A job finishes, on its
-`done` callback, once every one of its inputs has come back.
+one decode as separate sequences, up to the runtime's ubatch of tokens and its
+sequences per decode. Jobs are taken highest priority first, then the job with the
+fewest inputs left (a one-sentence request is not stuck behind a 512-input one),
+then the oldest; a job that has waited AGING_S is taken by age alone, so none
+starves. A job finishes, on its `done` callback, once every input has come back.
 
 step() = take inputs from the queue into a batch → runtime.embed → hand out rows.
 
@@ -14,11 +16,11 @@ scores, or with pooling none one row per token), `done(None, error)` a message.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,6 +33,7 @@ from mlxcel.engine.request import Priority
 
 log = logging.getLogger("mlxcel.embedding")
 
+AGING_S = 0.5  # a job waiting this long goes by arrival, ahead of shorter newer ones
 Done = Callable[[list[np.ndarray] | None, str | None], None]
 _job_ids = itertools.count(1)
 
@@ -53,10 +56,16 @@ class EmbeddingJob:
     results: list[np.ndarray | None] = field(init=False)
     n_left: int = field(init=False)
     cancelled: bool = False
+    next: int = field(init=False, default=0)  # the first input not yet taken into a decode
+    queued_at: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.inputs)
         self.n_left = len(self.inputs)
+
+    def order(self, now: float) -> tuple:
+        aged = now - self.queued_at >= AGING_S
+        return int(self.priority), 0 if aged else len(self.inputs) - self.next, self.id
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,7 @@ class EmbeddingEngine:
         self.runtime = runtime
         self.queue_cap = queue_cap
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending: list[tuple[int, int, int, EmbeddingJob]] = []  # (priority, job id, input index, job)
+        self._pending: list[EmbeddingJob] = []  # jobs with inputs not yet taken into a decode
         self._admission = threading.Lock()
         self._outstanding = 0  # jobs submitted and not yet done
         self._stopped = False
@@ -148,32 +157,42 @@ class EmbeddingEngine:
         while True:
             if isinstance(command, _Stop):
                 return False
-            for index in range(len(command.inputs)):
-                heapq.heappush(self._pending, (int(command.priority), command.id, index, command))
+            command.queued_at = time.monotonic()
+            self._pending.append(command)
             try:
                 command = self._inbox.get_nowait()
             except queue.Empty:
                 return True
 
     def plan(self) -> list[tuple[EmbeddingJob, int]]:
-        """The next decode's inputs, taken off the queue in priority then arrival
-        order, as many as fit the ubatch and the sequences per decode. Inputs of
-        cancelled jobs are dropped (their jobs finish)."""
+        """The next decode's inputs, as many as fit the ubatch and the sequences per
+        decode, taken job by job in `EmbeddingJob.order` and, within a job, in order.
+        Cancelled jobs leave the queue (and finish)."""
+        for job in [job for job in self._pending if job.cancelled]:
+            self._drop(job)
+        self._pending.sort(key=lambda job: job.order(time.monotonic()))
         chosen: list[tuple[EmbeddingJob, int]] = []
         n_tokens = 0
-        while self._pending and len(chosen) < self.runtime.n_seq_max:
-            _, _, index, job = self._pending[0]
-            if job.cancelled:
-                heapq.heappop(self._pending)
-                self._settle(job, index, None)
-                continue
-            size = len(job.inputs[index])
-            if n_tokens + size > self.runtime.n_ubatch:
-                break  # in order: a long input is not passed over by shorter ones behind it
-            heapq.heappop(self._pending)
-            chosen.append((job, index))
-            n_tokens += size
+        for job in self._pending:
+            while job.next < len(job.inputs) and len(chosen) < self.runtime.n_seq_max:
+                size = len(job.inputs[job.next])
+                if n_tokens + size > self.runtime.n_ubatch:
+                    break
+                chosen.append((job, job.next))
+                n_tokens += size
+                job.next += 1
+            if job.next < len(job.inputs):
+                break  # in order: what is next does not fit, and nothing behind it passes it
+        self._pending = [job for job in self._pending if job.next < len(job.inputs)]
         return chosen
+
+    def _drop(self, job: EmbeddingJob) -> None:
+        """A cancelled job's inputs not yet taken are dropped; it finishes once those
+        already in a decode are back."""
+        self._pending.remove(job)
+        for index in range(job.next, len(job.inputs)):
+            self._settle(job, index, None)
+        job.next = len(job.inputs)
 
     def _step(self) -> None:
         chosen = self.plan()
@@ -208,8 +227,8 @@ class EmbeddingEngine:
         if job.n_left <= 0:
             return
         job.n_left = 0
-        self._pending = [entry for entry in self._pending if entry[3] is not job]
-        heapq.heapify(self._pending)
+        if job in self._pending:
+            self._pending.remove(job)
         self._finish(job, None, message)
 
     def _finish(self, job: EmbeddingJob, rows: list[np.ndarray] | None, error: str | None) -> None:
@@ -234,9 +253,7 @@ class EmbeddingEngine:
             except queue.Empty:
                 break
             if isinstance(command, EmbeddingJob):
-                for index in range(len(command.inputs)):
-                    self._pending.append((0, command.id, index, command))
+                self._pending.append(command)
         message = failure or "the server is shutting down"
-        for job in {entry[3] for entry in self._pending}:
+        for job in list(self._pending):
             self._fail(job, message)
-        self._pending.clear()

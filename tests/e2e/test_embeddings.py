@@ -222,3 +222,20 @@ def test_vectors_match_a_numpy_forward_pass_over_the_checkpoint(client, beside, 
         assert _cos(batched[i], want) >= 0.999
         assert _cos(np.array(sdk.data[i].embedding), want) >= 0.999
         assert _cos(np.array(native[i]["embedding"][0]), want) >= 0.999
+
+
+def test_a_client_that_leaves_drops_its_inputs_not_yet_embedded(client, beside):
+    import time
+
+    import httpx
+
+    before = client.get("/props").json()["embedding_model"]["n_inputs"]
+    long_inputs = [" ".join(["word"] * 400) + f" {i}" for i in range(256)]  # one input per decode
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{beside.base_url}/v1/embeddings", json={"input": long_inputs}, timeout=1.0)
+    time.sleep(1.0)
+    started = time.monotonic()
+    assert client.post("/v1/embeddings", json={"input": "still here"}).status_code == 200
+    assert time.monotonic() - started < 5
+    done = client.get("/props").json()["embedding_model"]["n_inputs"] - before
+    assert done < 256

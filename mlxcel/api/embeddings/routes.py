@@ -8,11 +8,12 @@ import asyncio
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
 from mlxcel.api.embeddings.wire import EmbeddingsRequest
 from mlxcel.http.errors import invalid_request, not_supported
 from mlxcel.http.json_body import read_model
-from mlxcel.http.request_context import request_context
+from mlxcel.http.request_context import cancel_on_disconnect, request_context
 from mlxcel.turn.embedding_host import EmbeddingHost
 from mlxcel.turn.embedding_vectors import normalize, to_base64, to_floats
 
@@ -33,7 +34,14 @@ async def _embed(request: Request, host: EmbeddingHost, body: EmbeddingsRequest)
     inputs = body.inputs()
     prepared = await asyncio.to_thread(host.tokenize, inputs, body.truncate)
     priority = request_context(request, "embd-").priority
-    rows = await host.embed(prepared, priority)
+    task = asyncio.ensure_future(host.embed(prepared, priority))
+    async with cancel_on_disconnect(request, task.cancel):  # a client that leaves drops its inputs not yet run
+        try:
+            rows = await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # this handler itself is cancelled
+                raise
+            raise ClientDisconnect() from None
     return prepared, rows
 
 
