@@ -149,25 +149,32 @@ class RerankHost:
             return tokens[:limit - 1] + [tokens[-1]]
         return tokens[:limit]
 
-    async def score(self, query: str, documents: list[str], priority: Priority, truncate: bool,
-                    on_job: Callable[[EmbeddingJob], None] = lambda _job: None) -> RerankScores:
+    async def score(self, query: str, documents: list[str], priority: Priority, truncate: bool) -> RerankScores:
+        """The documents' scores; cancelled (the client left), the inputs not yet
+        decoded are dropped."""
         engine = self.require_ready()
         inputs = await asyncio.to_thread(self.inputs, query, documents, truncate)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future = loop.create_future()
 
         def done(rows: list[np.ndarray] | None, error: str | None) -> None:
-            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result((rows, error)))
+            try:
+                loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result((rows, error)))
+            except RuntimeError:  # the loop is closed: nobody is waiting
+                pass
 
         job = EmbeddingJob(inputs, done, priority)
         try:
             engine.submit(job)
-        except (QueueFullError, EngineStoppedError):
+        except QueueFullError:
             raise ServerBusy("All slots are busy. Please try again later.") from None
-        except EngineFailedError as exc:
+        except (EngineFailedError, EngineStoppedError) as exc:
             raise EngineUnavailable(str(exc)) from None
-        on_job(job)
-        rows, error = await answer
+        try:
+            rows, error = await answer
+        except asyncio.CancelledError:
+            engine.cancel(job)
+            raise
         if rows is None:
             raise GenerationFailed(error or "reranking failed")
         n_tokens = sum(map(len, inputs))

@@ -6,7 +6,7 @@ queue is a 503."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
+import threading
 
 import numpy as np
 import pytest
@@ -39,7 +39,11 @@ class FakeRuntime:
         self.pooling = pooling
         self.batches: list[list[list[int]]] = []
 
+    gate: threading.Event | None = None
+
     def embed(self, inputs):
+        if self.gate is not None:
+            self.gate.wait(5)
         self.batches.append(inputs)
         if self.pooling == "rank":
             return [np.array([float(sum(tokens))], dtype=np.float32) for tokens in inputs]
@@ -101,3 +105,28 @@ def test_a_full_queue_is_server_busy():
             asyncio.run(host.score("q", ["a"], Priority.NORMAL, truncate=False))
     finally:
         engine.stop()
+
+
+def test_a_cancelled_request_drops_its_pairs_not_yet_decoded():
+    host, runtime, engine = _host("rank")
+    runtime.gate = threading.Event()
+    engine.start()
+
+    async def scenario():
+        first = asyncio.ensure_future(host.score("q", ["a"], Priority.NORMAL, truncate=False))
+        await asyncio.sleep(0.05)  # the first decode is running, held at the gate
+        second = asyncio.ensure_future(host.score("q", ["bb", "ccc"], Priority.NORMAL, truncate=False))
+        await asyncio.sleep(0.05)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        runtime.gate.set()
+        return await first
+
+    try:
+        result = asyncio.run(scenario())
+        engine.stop()
+    finally:
+        runtime.gate.set()
+    assert len(result.scores) == 1
+    assert runtime.batches == [[[BOS, 11, EOS, 11, EOS]]]  # the cancelled request's pairs never ran

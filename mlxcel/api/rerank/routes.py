@@ -3,9 +3,11 @@ a query by the rerank model, the best first."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from fastapi import APIRouter, Request
+from starlette.requests import ClientDisconnect
 
 from mlxcel.api.rerank.shaping import jina_envelope, tei_array
 from mlxcel.api.rerank.wire import RerankRequest
@@ -38,9 +40,14 @@ async def rerank(request: Request):
     activate = body.activates_scores()
     host.require_ready()
     context = request_context(request, f"rerank-{uuid.uuid4().hex}")
-    jobs = []
-    async with cancel_on_disconnect(request, lambda: [host.engine.cancel(job) for job in jobs]):
-        result = await host.score(query, documents, context.priority, truncate, on_job=jobs.append)
+    task = asyncio.ensure_future(host.score(query, documents, context.priority, truncate))
+    async with cancel_on_disconnect(request, task.cancel):  # a client that leaves drops its pairs not yet run
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # this handler itself is cancelled
+                raise
+            raise ClientDisconnect() from None
     if body.is_tei:
         return tei_array(result.scores, documents, top_n, return_text,
                          activate and host.scoring is RerankScoring.RANK)
