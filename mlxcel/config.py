@@ -47,6 +47,8 @@ class ServerConfig:
     alias: str | None = None  # the model id; the first of `aliases` in sorted order
     aliases: list[str] = field(default_factory=list)  # --alias, all listed by /v1/models
     tags: list[str] = field(default_factory=list)  # --tags, informational
+    rerank_model: str | None = None  # --rerank-model: a reranker beside the chat model
+    rerank_only: bool = False  # --reranking: -m is served as a reranker only
     hosts: list[str] = field(default_factory=lambda: ["127.0.0.1"])  # addresses or UNIX socket paths (.sock)
     port: int = 8080
     api_prefix: str = ""  # every route is served under it

@@ -96,6 +96,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("-a", "--alias"), "alias", _csv, None, "LLAMA_ARG_ALIAS",
      "model name aliases, comma-separated; the first in sorted order is the model id (default: the model's name)"),
     (("--tags",), "tags", _csv, None, "LLAMA_ARG_TAGS", "model tags, comma-separated, listed by /v1/models"),
+    (("--rerank-model",), "rerank_model", str, None, "MLXCEL_RERANK_MODEL",
+     "reranker served on /v1/rerank beside the chat model (catalog name or .gguf path): a cross-encoder "
+     "(pooling rank) scores with its classification head, an embedding model by cosine similarity"),
     (("--host",), "host", _hosts, ["127.0.0.1"], "LLAMA_ARG_HOST",
      "addresses to listen on, comma-separated (IPv4, IPv6 such as ::1, or UNIX socket paths ending in .sock)"),
     (("--port",), "port", _ranged(int, 0, 65535), 8080, "LLAMA_ARG_PORT", "port to listen on"),
@@ -215,6 +218,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = 
      "serve -m for embeddings only (the generation routes then answer an error)"),
     (("--metrics",), (), "metrics", False, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics on /metrics"),
     (("--slots",), ("--no-slots",), "slots", True, "LLAMA_ARG_ENDPOINT_SLOTS", "serve the /slots endpoint"),
+    (("--reranking", "--rerank"), (), "reranking", False, "LLAMA_ARG_RERANKING",
+     "serve -m as a reranker (pooling rank) on /v1/rerank only, as llama-server's --reranking"),
     (("--cache-prompt",), ("--no-cache-prompt",), "cache_prompt", True, "LLAMA_ARG_CACHE_PROMPT",
      "reuse a slot's previous tokens as a prompt prefix"),
     (("--context-shift",), ("--no-context-shift",), "context_shift", False, "LLAMA_ARG_CONTEXT_SHIFT",
@@ -393,6 +398,16 @@ def _request_limits(args: argparse.Namespace) -> RequestLimits:
     )
 
 
+def _check_rerank(args: argparse.Namespace) -> None:
+    if args.rerank_model:
+        _check_model(args.rerank_model)
+    if args.reranking and args.embedding:
+        raise UsageError("--reranking and --embedding both serve -m: use one of them")
+    if args.reranking and args.rerank_model:
+        raise UsageError("--reranking serves -m as the reranker; --rerank-model adds one beside a chat model: "
+                         "use one of them")
+
+
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     _check_model(args.model)
     if args.model_draft:
@@ -403,6 +418,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         raise UsageError("--embedding serves -m for embeddings; --embedding-model adds one beside a chat model: "
                          "use one of them")
     _check_loop_env()
+    _check_rerank(args)
     if args.port == 0 and sum(1 for host in args.host if not host.endswith(".sock")) > 1:
         raise UsageError("--port 0 is not supported with multiple TCP addresses")
     if args.ubatch_size > args.batch_size:
@@ -464,6 +480,8 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         spec_ngram_size_m=args.spec_ngram_size_m,
         spec_draft_max=args.spec_draft_max,
         spec_draft_min=args.spec_draft_min,
+        rerank_model=args.rerank_model,
+        rerank_only=args.reranking,
         responses=_responses_limits(args),
         limits=_request_limits(args),
         verbose=args.verbose,

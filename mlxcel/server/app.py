@@ -16,6 +16,7 @@ from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.model_host import ModelHost
+from mlxcel.turn.rerank_host import rerank_host_for
 from mlxcel.api.responses.state import ResponsesState
 from mlxcel.api.anthropic import routes as anthropic
 from mlxcel.api.embeddings import routes as embeddings
@@ -23,6 +24,7 @@ from mlxcel.api.native import infill
 from mlxcel.api.native import routes as native
 from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
+from mlxcel.api.rerank import routes as rerank
 from mlxcel.api.responses import routes as responses
 from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, info, llama_admin
@@ -36,22 +38,26 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     if config.embedding_source is not None:
         embedding_id = host.model_id if config.embedding_only else model_id_of(config.embedding_source)
         embedding_host = EmbeddingHost(config, config.embedding_source, embedding_id)
+    reranker = rerank_host_for(config, host.model_id)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         on_failure = on_load_failure or (lambda _message: None)
         host.start_loading(on_failure)
-        if embedding_host is not None:
-            embedding_host.start_loading(on_failure)
+        for service in (embedding_host, reranker):
+            if service is not None:
+                service.start_loading(on_failure)
         yield
         host.shutdown()
-        if embedding_host is not None:
-            embedding_host.shutdown()
+        for service in (embedding_host, reranker):
+            if service is not None:
+                service.shutdown()
 
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.host = host
     app.state.embedding_host = embedding_host
     app.state.config = config
+    app.state.rerank = reranker
     app.state.responses = ResponsesState(config.responses, config.cache_prompt)
     install_error_handlers(app)
     app.include_router(info.router)
@@ -63,6 +69,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app.include_router(infill.router)
     app.include_router(responses.router)
     app.include_router(llama_admin.router)
+    app.include_router(rerank.router)
     app.include_router(embeddings.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key

@@ -56,7 +56,7 @@ class HostState(str, enum.Enum):
     LOADING = "loading"
     READY = "ready"
     FAILED = "failed"
-    ABSENT = "absent"  # --embedding: -m is the embedding worker's; nothing generates
+    ABSENT = "absent"  # --embedding / --reranking: -m is the embedding or rerank worker's; nothing generates
 
 
 # what llama-server answers a generation on a server started with --embedding
@@ -66,7 +66,7 @@ NO_GENERATION = "the current context does not support logits computation. skippi
 class ModelHost:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.state = HostState.ABSENT if config.embedding_only else HostState.LOADING
+        self.state = HostState.ABSENT if config.embedding_only or config.rerank_only else HostState.LOADING
         self.model_id = config.alias or (config.model if config.model in CATALOG else Path(config.model).name)
         self.model_path: Path | None = None
         self.runtime: LlamaRuntime | None = None

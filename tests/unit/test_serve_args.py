@@ -42,7 +42,7 @@ def test_unimplemented_tuning_flags_are_split_off():
     assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
 
 
-@pytest.mark.parametrize("flag", ["--lora-scaled", "--mmproj", "--reranking", "--grammar-file", "--rope-freq-base",
+@pytest.mark.parametrize("flag", ["--lora-scaled", "--mmproj", "--grammar-file", "--rope-freq-base",
                                   "-hf", "--no-jinja", "--ssl-cert-file"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):
@@ -229,3 +229,17 @@ def test_loading_and_memory_flags_reach_llama_cpps_params(tmp_path):
     with pytest.raises(AttributeError, match="use_mmap"):
         llama_runtime._set(llama_cpp.llama_model_default_params(), use_mmap=False)
     assert RuntimeConfig(tmp_path).load_mode == "auto"
+
+
+def test_rerank_flags():
+    beside = parse_serve_args(["--rerank-model", "smollm2-135m-instruct"])
+    assert (beside.rerank_model, beside.rerank_only) == ("smollm2-135m-instruct", False)
+    for flag in ("--reranking", "--rerank"):
+        only = parse_serve_args([flag, "-m", "smollm2-135m-instruct"])
+        assert (only.rerank_only, only.rerank_model) == (True, None)
+    with pytest.raises(UsageError, match="--rerank-model"):
+        parse_serve_args(["--reranking", "--rerank-model", "smollm2-135m-instruct"])
+    with pytest.raises(UsageError, match="--embedding"):
+        parse_serve_args(["--reranking", "--embedding"])
+    with pytest.raises(UsageError, match="--model"):
+        parse_serve_args(["--rerank-model", "/no/such/model.gguf"])

@@ -9,11 +9,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel import __version__
+from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.embedding_host import EmbeddingHost
 from mlxcel.turn.model_host import ModelHost
+from mlxcel.turn.rerank_host import RerankHost
 
 router = APIRouter()
 
@@ -35,6 +37,14 @@ async def health(request: Request):
             return JSONResponse({"status": "loading model"}, status_code=503)
         if host.absent:
             return _embedding_health(embedding)
+    reranker = _rerank_host(request)
+    if reranker is not None:
+        if reranker.error is not None:
+            return JSONResponse({"status": "error", "error": reranker.error}, status_code=503)
+        if not reranker.ready:
+            return JSONResponse({"status": "loading model"}, status_code=503)
+        if host.absent:
+            return JSONResponse(rerank_listing.health(reranker), status_code=200 if reranker.engine.alive else 503)
     if host.failed:
         return JSONResponse({"status": "error", "error": host.error}, status_code=503)
     if not host.ready:
@@ -65,6 +75,10 @@ async def health(request: Request):
         "tool_call_parser": host.health_tool_call_parser,
     }
     return JSONResponse(body, status_code=200 if has_free_slot else 503)
+
+
+def _rerank_host(request: Request) -> RerankHost | None:
+    return getattr(request.app.state, "rerank", None)
 
 
 def _embedding_host(request: Request) -> EmbeddingHost | None:
@@ -131,6 +145,10 @@ async def list_models(request: Request):
     if embedding is not None:
         models.append(_ollama_entry(embedding, "embedding"))
         data.append(_embedding_entry(embedding))
+    reranker = _rerank_host(request)
+    if reranker is not None:
+        models.append(_ollama_entry(reranker, "rerank"))
+        data.append(rerank_listing.model_entry(reranker))
     return {"models": models, "object": "list", "data": data}
 
 
@@ -155,6 +173,10 @@ async def props(request: Request):
                 "embedding_model": _embedding_props(embedding), "build_info": f"mlxcel {__version__}",
                 "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": False, "is_sleeping": False,
                 "modalities": {"vision": False, "video": False, "audio": False}}
+    reranker = _rerank_host(request)
+    if reranker is not None and host.absent:  # --reranking: only the reranker's figures
+        reranker.require_ready()
+        return rerank_listing.rerank_only_props(reranker, __version__)
     host.require_ready()
     config = host.config
     settings = generation_settings(config.sampling, config.n_predict, config.default_stop, config.ignore_eos,
@@ -184,6 +206,7 @@ async def props(request: Request):
         "media_marker": MEDIA_MARKER,  # where media would go in a prompt (none is accepted yet)
         "ui_settings": {},
         **({"embedding_model": _embedding_props(embedding)} if embedding is not None and embedding.ready else {}),
+        **({"rerank": rerank_listing.props_entry(reranker)} if reranker is not None else {}),
     }
 
 

@@ -1,0 +1,40 @@
+"""How the reranker appears in /v1/models and /props: its id, its kind, and how it
+scores (a cross-encoder's head, "rank", or cosine similarity of embeddings)."""
+
+from __future__ import annotations
+
+from mlxcel.turn.rerank_host import RerankHost
+
+
+def model_entry(host: RerankHost) -> dict:
+    entry = {"id": host.model_id, "object": "model", "created": host.created, "owned_by": "user", "kind": "rerank"}
+    if host.ready:
+        runtime = host.runtime
+        entry["scoring"] = host.scoring.value
+        entry["meta"] = {"n_vocab": host.tokenizer.n_vocab, "n_ctx_train": runtime.n_ctx_train,
+                         "n_ctx": runtime.max_input_tokens, "pooling": runtime.pooling}
+    return entry
+
+
+def props_entry(host: RerankHost) -> dict:
+    return {"model": host.model_id, "model_path": str(host.model_path or host.source), "ready": host.ready,
+            "scoring": host.scoring.value if host.scoring is not None else None,
+            "n_ctx": host.runtime.max_input_tokens if host.runtime is not None else None}
+
+
+def health(host: RerankHost) -> dict:
+    """/health of a server started with --reranking."""
+    engine = host.engine
+    if not engine.alive:
+        return {"status": "error", "error": engine.failure or "the rerank engine stopped"}
+    return {"status": "ok", "model": host.model_id,
+            "batch": {"queue_depth": engine.queue_depth, "max_batch_size": host.runtime.n_seq_max},
+            "context_size": host.runtime.max_input_tokens}
+
+
+def rerank_only_props(host: RerankHost, version: str) -> dict:
+    """/props of a server started with --reranking: the reranker's figures."""
+    return {"model_alias": host.model_id, "model_path": str(host.model_path), "n_ctx": host.runtime.max_input_tokens,
+            "total_slots": host.runtime.n_seq_max, "rerank": props_entry(host), "build_info": f"mlxcel {version}",
+            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": False, "is_sleeping": False,
+            "modalities": {"vision": False, "video": False, "audio": False}}

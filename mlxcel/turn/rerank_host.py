@@ -1,0 +1,198 @@
+"""The reranker: a model loaded beside the chat model (--rerank-model), or as the
+whole server (--reranking), that scores documents against a query.
+
+A cross-encoder (a GGUF whose pooling is rank) reads each (query, document) pair and
+its classification head gives the score, as llama-server computes it. Any other
+embedding model scores by the cosine similarity of the query's and each document's
+pooled vectors. Either way the inputs of one request are one job of the embedding
+engine, batched with the other jobs' inputs into shared decodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mlxcel.config import ServerConfig
+from mlxcel.engine.embedding_engine import EmbeddingEngine, EmbeddingJob
+from mlxcel.engine.embedding_runtime import EmbeddingRuntime, EmbeddingRuntimeConfig
+from mlxcel.engine.engine import EngineStoppedError, QueueFullError
+from mlxcel.engine.faults import EngineFailedError
+from mlxcel.engine.request import Priority
+from mlxcel.engine.rerank_prompt import PairFormat, pair_tokens
+from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.models.catalog import CATALOG
+from mlxcel.turn.model_host import _FLASH_ATTN as FLASH_ATTN
+from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, GenerationFailed, ServerBusy
+
+log = logging.getLogger("mlxcel.rerank")
+
+
+class RerankScoring(str, enum.Enum):
+    RANK = "rank"  # a cross-encoder's classification head
+    COSINE = "cosine"  # an embedding model: cosine similarity of query and document
+
+
+@dataclass(frozen=True)
+class RerankScores:
+    scores: list[float]  # one per document, in the request's order
+    n_tokens: int  # tokens evaluated
+
+
+class RerankHost:
+    def __init__(self, config: ServerConfig, source: str, model_id: str | None = None,
+                 force_rank: bool = False) -> None:
+        self.config = config
+        self.source = source
+        self.force_rank = force_rank  # llama-server's --reranking: pooling rank whatever the GGUF says
+        self.model_id = model_id or (source if source in CATALOG else Path(source).name)
+        self.model_path: Path | None = None
+        self.runtime: EmbeddingRuntime | None = None
+        self.tokenizer: Tokenizer | None = None
+        self.engine: EmbeddingEngine | None = None
+        self.pair_format: PairFormat | None = None
+        self.scoring: RerankScoring | None = None
+        self.error: str | None = None
+        self.created = int(time.time())
+        self._ready = threading.Event()
+
+    # -- loading ----------------------------------------------------------------------
+
+    def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
+        thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-rerank-loader", daemon=True)
+        thread.start()
+        return thread
+
+    def _runtime(self, path: Path, pooling: str) -> EmbeddingRuntime:
+        cfg = self.config
+        return EmbeddingRuntime(EmbeddingRuntimeConfig(
+            model_path=path, pooling=pooling, n_ubatch=cfg.ubatch_size, n_threads=cfg.threads,
+            n_threads_batch=cfg.threads_batch, flash_attn=FLASH_ATTN[cfg.flash_attn], n_gpu_layers=cfg.n_gpu_layers,
+            use_mmap=cfg.use_mmap))
+
+    def _load(self, on_failure: Callable[[str], None]) -> None:
+        from mlxcel.models.pull import resolve_model
+
+        try:
+            self.model_path = resolve_model(self.source, log=lambda line: log.info("%s", line))
+            runtime = self._runtime(self.model_path, "rank" if self.force_rank else "unspecified")
+            if runtime.pooling == "none":  # no pooled vector to compare: mean pooling, as for embeddings
+                runtime.close()
+                runtime = self._runtime(self.model_path, "mean")
+            self.tokenizer = Tokenizer(runtime.vocab)
+            self.pair_format = PairFormat.of_model(runtime.model)
+            self.scoring = RerankScoring.RANK if runtime.pooling == "rank" else RerankScoring.COSINE
+            engine = EmbeddingEngine(runtime, self.config.queue_cap)
+            engine.start()
+        except Exception as exc:  # noqa: BLE001 - any failure here ends the server
+            self.error = str(exc) or type(exc).__name__
+            log.error("could not load the rerank model: %s", self.error)
+            on_failure(f"could not load the rerank model: {self.error}")
+            return
+        self.runtime, self.engine = runtime, engine
+        self._ready.set()
+        log.info("rerank model %s loaded: %s scoring, %d tokens per input at most", self.model_id,
+                 self.scoring.value, runtime.max_input_tokens)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def require_ready(self) -> EmbeddingEngine:
+        if self.error is not None:
+            raise EngineUnavailable(self.error)
+        if not self.ready:
+            raise ServerBusy("Loading model")
+        if not self.engine.alive:
+            raise EngineUnavailable(self.engine.failure or "the rerank engine stopped")
+        return self.engine
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+
+    # -- scoring ----------------------------------------------------------------------
+
+    def inputs(self, query: str, documents: list[str], truncate: bool) -> list[list[int]]:
+        """The token lists to encode: one pair per document (rank), or the query then
+        each document (cosine). Too long: cut when `truncate`, else a 400."""
+        tokenizer = self.tokenizer
+        if self.scoring is RerankScoring.RANK:
+            def tokenize(text: str, add_special: bool, parse_special: bool) -> list[int]:
+                return tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+
+            inputs = [pair_tokens(self.pair_format, tokenize, query, doc) for doc in documents]
+        else:
+            inputs = [tokenizer.encode(text, add_special=True, parse_special=False) for text in [query, *documents]]
+        limit = self.runtime.max_input_tokens
+        for n, tokens in enumerate(inputs):
+            if len(tokens) > limit:
+                if not truncate:
+                    raise ContextOverflow(len(tokens), limit)
+                inputs[n] = self._truncated(tokens, limit)
+            elif not tokens:
+                inputs[n] = [self.pair_format.bos if self.pair_format.bos >= 0 else 0]
+        return inputs
+
+    def _truncated(self, tokens: list[int], limit: int) -> list[int]:
+        """The first `limit` tokens, ending with the input's closing separator if it had one."""
+        fmt = self.pair_format
+        if tokens[-1] in (fmt.eos, fmt.sep) and limit > 1:
+            return tokens[:limit - 1] + [tokens[-1]]
+        return tokens[:limit]
+
+    async def score(self, query: str, documents: list[str], priority: Priority, truncate: bool) -> RerankScores:
+        """The documents' scores; cancelled (the client left), the inputs not yet
+        decoded are dropped."""
+        engine = self.require_ready()
+        inputs = await asyncio.to_thread(self.inputs, query, documents, truncate)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future = loop.create_future()
+
+        def done(rows: list[np.ndarray] | None, error: str | None) -> None:
+            try:
+                loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result((rows, error)))
+            except RuntimeError:  # the loop is closed: nobody is waiting
+                pass
+
+        job = EmbeddingJob(inputs, done, priority)
+        try:
+            engine.submit(job)
+        except QueueFullError:
+            raise ServerBusy("All slots are busy. Please try again later.") from None
+        except (EngineFailedError, EngineStoppedError) as exc:
+            raise EngineUnavailable(str(exc)) from None
+        try:
+            rows, error = await answer
+        except asyncio.CancelledError:
+            engine.cancel(job)
+            raise
+        if rows is None:
+            raise GenerationFailed(error or "reranking failed")
+        n_tokens = sum(map(len, inputs))
+        if self.scoring is RerankScoring.RANK:
+            return RerankScores([float(row[0]) for row in rows], n_tokens)
+        return RerankScores(cosine_scores(rows[0], rows[1:]), n_tokens)
+
+
+def cosine_scores(query: np.ndarray, documents: list[np.ndarray]) -> list[float]:
+    q = query / (np.linalg.norm(query) or 1.0)
+    return [float(np.dot(q, d / (np.linalg.norm(d) or 1.0))) for d in documents]
+
+
+def rerank_host_for(config: ServerConfig, chat_model_id: str) -> RerankHost | None:
+    """The reranker the command line asks for: -m itself with --reranking (under the
+    model's id), the --rerank-model beside the chat model, or none."""
+    if config.rerank_only:
+        return RerankHost(config, config.model, chat_model_id, force_rank=True)
+    if config.rerank_model:
+        return RerankHost(config, config.rerank_model)
+    return None
