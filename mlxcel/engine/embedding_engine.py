@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -80,10 +81,21 @@ class _Stop:
     pass
 
 
+# A decode cannot be interrupted, so its length is the wait a newly arrived request
+# sees. While interactive requests (a query or two at a time) keep arriving, decodes
+# hold at most STEP_TOKENS tokens (an input longer than that still goes, alone); with
+# only bulk requests, they fill the ubatch, which batches best.
+STEP_TOKENS = int(os.environ.get("MLXCEL_EMBED_STEP_TOKENS", "128"))
+INTERACTIVE_INPUTS = 2  # a job this small is someone waiting on an answer
+INTERACTIVE_WINDOW_S = 2.0  # how long after one arrives decodes stay short
+
+
 class EmbeddingEngine:
-    def __init__(self, runtime: EmbeddingModel, queue_cap: int = 64) -> None:
+    def __init__(self, runtime: EmbeddingModel, queue_cap: int = 64, step_tokens: int = STEP_TOKENS) -> None:
         self.runtime = runtime
         self.queue_cap = queue_cap
+        self.step_tokens = max(1, min(step_tokens, runtime.n_ubatch))
+        self._interactive_at = -1e9  # when the last interactive job was queued
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: list[EmbeddingJob] = []  # jobs with inputs not yet taken into a decode
         self._admission = threading.Lock()
@@ -158,6 +170,8 @@ class EmbeddingEngine:
             if isinstance(command, _Stop):
                 return False
             command.queued_at = time.monotonic()
+            if len(command.inputs) <= INTERACTIVE_INPUTS:
+                self._interactive_at = command.queued_at
             self._pending.append(command)
             try:
                 command = self._inbox.get_nowait()
@@ -173,10 +187,12 @@ class EmbeddingEngine:
         self._pending.sort(key=lambda job: job.order(time.monotonic()))
         chosen: list[tuple[EmbeddingJob, int]] = []
         n_tokens = 0
+        interactive = time.monotonic() - self._interactive_at < INTERACTIVE_WINDOW_S
+        limit = self.step_tokens if interactive else self.runtime.n_ubatch
         for job in self._pending:
             while job.next < len(job.inputs) and len(chosen) < self.runtime.n_seq_max:
                 size = len(job.inputs[job.next])
-                if n_tokens + size > self.runtime.n_ubatch:
+                if n_tokens + size > (limit if chosen else self.runtime.n_ubatch):
                     break
                 chosen.append((job, job.next))
                 n_tokens += size

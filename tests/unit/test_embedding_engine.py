@@ -243,3 +243,26 @@ def test_a_job_that_waited_long_enough_goes_by_arrival(rig, monkeypatch):
     fake.gate.set()
     short_done.wait(), long_done.wait()
     assert [t[0] for t in fake.decodes[1]] == [10, 11, 12, 13]
+
+
+def test_decodes_stay_short_while_interactive_requests_arrive(rig):
+    """Bulk jobs alone fill the ubatch; once a one-input job has come, decodes hold at
+    most the step's tokens, so the next query waits for a short decode, not a long one."""
+    engine, fake = rig(n_ubatch=64, n_seq_max=64)
+    engine.step_tokens = 8
+    engine.start()
+    bulk, bulk_done = job([[i + 1] * 4 for i in range(8)])  # 32 tokens: one decode when alone
+    engine.submit(bulk)
+    bulk_done.wait()
+    assert [len(d) for d in fake.decodes] == [8]
+    query, query_done = job([[99] * 4])
+    engine.submit(query)
+    query_done.wait()
+    fake.decodes.clear()
+    bulk, bulk_done = job([[i + 1] * 4 for i in range(8)])
+    engine.submit(bulk)
+    bulk_done.wait()
+    assert [len(d) for d in fake.decodes] == [2, 2, 2, 2]  # 8 tokens per decode now
+    long_input, long_done = job([[7] * 40])  # longer than the step: it still goes, alone
+    engine.submit(long_input)
+    assert long_done.wait()[1] is None
