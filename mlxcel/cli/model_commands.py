@@ -1,4 +1,4 @@
-"""The ``pull`` and ``list`` subcommands of the mlxcel command line."""
+"""The ``pull``, ``list`` and ``convert-bert`` subcommands of the mlxcel command line."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ def add_model_commands(subparsers: Any) -> None:
     list_parser = subparsers.add_parser("list", help="list catalog models and which are pulled")
     list_parser.set_defaults(func=cmd_list)
 
+    convert = subparsers.add_parser(
+        "convert-bert", help="convert a BERT-family safetensors checkpoint to GGUF (embeddings or reranking)")
+    convert.add_argument("source", help="folder with config.json, model.safetensors and tokenizer.json or vocab.txt")
+    convert.add_argument("output", help="the .gguf file to write")
+    convert.add_argument("--outtype", choices=("f16", "f32"), default="f16", help="weight type (default f16)")
+    convert.add_argument("--pooling", choices=("mean", "cls", "last", "none", "rank"), default=None,
+                         help="pooling written into the GGUF (default: the checkpoint's)")
+    convert.set_defaults(func=cmd_convert_bert)
+
 
 def _error(message: object) -> None:
     print(f"mlxcel: error: {message}", file=sys.stderr)
@@ -38,6 +47,20 @@ def cmd_pull(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_INTERRUPTED
+    return 0
+
+
+def cmd_convert_bert(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from mlxcel.models.bert_gguf import convert_bert
+
+    try:
+        result = convert_bert(Path(args.source), Path(args.output), outtype=args.outtype, pooling=args.pooling)
+    except (PullError, ValueError, OSError, KeyError) as exc:
+        _error(exc)
+        return 1
+    print(f"wrote {result.path}")
     return 0
 
 

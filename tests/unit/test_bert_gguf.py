@@ -200,3 +200,18 @@ def test_unknown_tensors_and_models_are_refused(tmp_path: Path) -> None:
         convert_bert(roberta, tmp_path / "r.gguf")
     with pytest.raises(ConversionError, match="outtype"):
         convert_bert(roberta, tmp_path / "r.gguf", outtype="q4")
+
+
+def test_the_command_line_converts_any_checkpoint_f32_on_request(source: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "minilm.f32.gguf"
+    run = subprocess.run([sys.executable, "-m", "mlxcel", "convert-bert", str(source), str(out), "--outtype", "f32"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    weights = tensors(gguf.GGUFReader(out))["blk.0.attn_q.weight"]
+    assert weights.tensor_type == gguf.GGMLQuantizationType.F32
+    bad = subprocess.run([sys.executable, "-m", "mlxcel", "convert-bert", str(tmp_path / "nowhere"), str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
