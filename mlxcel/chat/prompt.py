@@ -13,6 +13,7 @@ from mlxcel.chat.template import ChatTemplate
 from mlxcel.chat.tool_choice import ToolPlan, plan_tools
 from mlxcel.engine.tokenizer import Tokenizer
 
+
 @dataclass
 class PreparedChat:
     prompt: str

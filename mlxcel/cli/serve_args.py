@@ -12,9 +12,15 @@ from typing import Any
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.flag_policy import REFUSED, refusal
 from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
-from mlxcel.cli.sampling_args import SAMPLING_OPTIONS, SAMPLING_LISTS, SAMPLING_SWITCHES, add_sampling_lists, sampling_defaults
-from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES
+from mlxcel.cli.sampling_args import (
+    SAMPLING_LISTS,
+    SAMPLING_OPTIONS,
+    SAMPLING_SWITCHES,
+    add_sampling_lists,
+    sampling_defaults,
+)
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
+from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 
 _TRUE = {"1", "true", "yes", "on", "enabled"}

@@ -20,7 +20,6 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.candidates import Candidates, post_sampling_probs
-
 from mlxcel.engine.sampler_order import DEFAULT_ORDER
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's "pick a random seed"

@@ -3,8 +3,8 @@ the pooling type, from its sentence-transformers pooling config."""
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -9,15 +9,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from mlxcel import __version__
-from mlxcel.config import ServerConfig
-from mlxcel.http.api_prefix import ApiPrefixMiddleware
-from mlxcel.http.auth import APIKeyMiddleware
-from mlxcel.http.cors import CorsMiddleware, CorsPolicy
-from mlxcel.http.errors import install_error_handlers
-from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
-from mlxcel.turn.model_host import ModelHost
-from mlxcel.turn.rerank_host import rerank_host_for
-from mlxcel.api.responses.state import ResponsesState
 from mlxcel.api.anthropic import routes as anthropic
 from mlxcel.api.embeddings import routes as embeddings
 from mlxcel.api.native import infill
@@ -26,8 +17,17 @@ from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
 from mlxcel.api.rerank import routes as rerank
 from mlxcel.api.responses import routes as responses
+from mlxcel.api.responses.state import ResponsesState
+from mlxcel.config import ServerConfig
+from mlxcel.http.api_prefix import ApiPrefixMiddleware
+from mlxcel.http.auth import APIKeyMiddleware
+from mlxcel.http.cors import CorsMiddleware, CorsPolicy
+from mlxcel.http.errors import install_error_handlers
 from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, info, llama_admin
+from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
+from mlxcel.turn.model_host import ModelHost
+from mlxcel.turn.rerank_host import rerank_host_for
 
 log = logging.getLogger("mlxcel.server")
 

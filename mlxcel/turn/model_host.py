@@ -13,10 +13,10 @@ from pathlib import Path
 import llama_cpp
 
 from mlxcel.config import ServerConfig
-from mlxcel.engine.engine import Engine, EngineConfig
-from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import DecodeCosts
+from mlxcel.engine.engine import Engine, EngineConfig
+from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
@@ -204,7 +204,11 @@ class ModelHost:
             log.warning("structured output is unavailable for this model: %s", exc)
 
     def _load_chat_support(self, runtime: LlamaRuntime, tokenizer: Tokenizer) -> None:
-        from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template
+        from mlxcel.chat.template import (
+            CHATML_TEMPLATE,
+            ChatTemplate,
+            load_chat_template,
+        )
         from mlxcel.chat.tool_parsers import TOOL_PARSERS, detect_parser
 
         def token_text(token: int) -> str:

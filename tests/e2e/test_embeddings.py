@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import base64
 import os
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest

@@ -5,8 +5,6 @@ Process-Start-Time-Unix header, 501 for /metrics without --metrics, /props and
 
 from __future__ import annotations
 
-import re
-
 import httpx
 import pytest
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 PROMPT = "The capital of France is"
 
 

@@ -7,11 +7,6 @@ import json
 
 import pytest
 
-from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
-from mlxcel.chat.errors import ChatInputError
-from mlxcel.chat.output import FinalChat
-from mlxcel.engine.request import FinishEvent, FinishReason, Timings
-from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest
 from mlxcel.api.anthropic.stream import MessageStream
 from mlxcel.api.anthropic.translate import (
     chat_messages,
@@ -22,9 +17,14 @@ from mlxcel.api.anthropic.translate import (
     tool_input,
     turn_spec,
 )
-from mlxcel.turn.chat_turn import ChatOutcome
+from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest
+from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
+from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.output import FinalChat
+from mlxcel.engine.request import FinishEvent, FinishReason, Timings
 from mlxcel.http.errors import APIError, as_api_error, server_busy
 from mlxcel.http.sse import with_heartbeat
+from mlxcel.turn.chat_turn import ChatOutcome
 
 WEATHER = {"name": "get_weather", "description": "Weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

@@ -12,7 +12,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 from mlxcel.models.bert_gguf import convert_bert, gguf_name
 from mlxcel.models.errors import ConversionError

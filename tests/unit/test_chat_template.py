@@ -16,7 +16,11 @@ from mlxcel.chat.template import (
     load_chat_template,
 )
 from tests.fixtures.think_model import qwen3_template
-from tests.unit.template_probes import ends_inside_think, opens_reasoning, supports_tools
+from tests.unit.template_probes import (
+    ends_inside_think,
+    opens_reasoning,
+    supports_tools,
+)
 
 CONVERSATION = [
     {"role": "user", "content": "What is 2+2?"},

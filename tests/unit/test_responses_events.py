@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.api.responses.events import EventSequence, OutputBuilder, sse_event
+from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 
 
 def _run(deltas, calls=(), status="completed", parallel=True):

@@ -8,15 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlxcel.turn.context import RequestContext
-from mlxcel.chat.errors import ChatInputError
-from mlxcel.config import ResponsesLimits
-from mlxcel.api.responses.wire import ResponsesRequest
 from mlxcel.api.responses.response_run import ResponseRun
 from mlxcel.api.responses.state import ResponsesState
+from mlxcel.api.responses.wire import ResponsesRequest
+from mlxcel.chat.errors import ChatInputError
+from mlxcel.config import ResponsesLimits
 from mlxcel.http.errors import APIError, as_api_error
-from mlxcel.turn.errors import TurnError
 from mlxcel.http.json_body import validate
+from mlxcel.turn.context import RequestContext
+from mlxcel.turn.errors import TurnError
 from tests.fixtures.hostile_responses import HOSTILE_BODIES
 
 

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlxcel.http.errors import as_api_error
-from mlxcel.turn.context import RequestContext
-from mlxcel.config import ResponsesLimits
-from mlxcel.api.responses.wire import ResponsesRequest, message_item, response_object
 from mlxcel.api.responses.background import Job, JobStatus, run_job
 from mlxcel.api.responses.json_safe import is_json_safe, json_safe
 from mlxcel.api.responses.response_run import UNENCODABLE, ResponseRun
 from mlxcel.api.responses.state import ResponsesState
+from mlxcel.api.responses.wire import ResponsesRequest, message_item, response_object
+from mlxcel.config import ResponsesLimits
+from mlxcel.http.errors import as_api_error
+from mlxcel.turn.context import RequestContext
 
 
 def encodes(body: dict) -> bool:

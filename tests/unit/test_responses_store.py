@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from mlxcel.turn.context import RequestContext
-from mlxcel.config import ResponsesLimits
 from mlxcel.api.responses.background import BackgroundJobs, Job, JobStatus
 from mlxcel.api.responses.records import ResponseRecord, ResponseRecords
 from mlxcel.api.responses.store import BoundedStore, json_size
+from mlxcel.config import ResponsesLimits
 from mlxcel.http.errors import as_api_error
+from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import TurnError
 
 
@@ -128,9 +128,9 @@ def test_admission_caps_jobs_and_bytes_with_429():
 def _run(background: bool, store: bool = True, max_bytes: int = 3000):
     from types import SimpleNamespace
 
-    from mlxcel.api.responses.wire import ResponsesRequest
     from mlxcel.api.responses.response_run import ResponseRun
     from mlxcel.api.responses.state import ResponsesState
+    from mlxcel.api.responses.wire import ResponsesRequest
 
     state = ResponsesState(ResponsesLimits(store_max_bytes=max_bytes), prompt_cache=True)
     host = SimpleNamespace(model_id="m", config=SimpleNamespace(chat_template_kwargs={}))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import llama_cpp
 import numpy as np
 import pytest
 

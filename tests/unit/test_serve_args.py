@@ -54,7 +54,6 @@ def test_every_llama_server_flag_is_implemented_refused_or_tuning():
     is implemented, refused with a reason, or a pure tuning flag named in a warning."""
     from mlxcel.cli.flag_policy import REFUSED
     from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
-
     from mlxcel.cli.serve_args import implemented_flags
 
     assert sorted(REFUSED.keys() & implemented_flags()) == []  # implemented flags are not refused

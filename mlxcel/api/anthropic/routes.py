@@ -12,16 +12,21 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from mlxcel.engine.request import FinishReason
-from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest, message_body, usage_body
 from mlxcel.api.anthropic.stream import MessageStream
 from mlxcel.api.anthropic.translate import content_blocks, stop_reason, turn_spec
-from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, count_prompt_tokens
+from mlxcel.api.anthropic.wire import (
+    CountTokensRequest,
+    MessagesRequest,
+    message_body,
+    usage_body,
+)
+from mlxcel.engine.request import FinishReason
 from mlxcel.http.errors import as_api_error
-from mlxcel.turn.errors import generation_error
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse, with_heartbeat
+from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, count_prompt_tokens
+from mlxcel.turn.errors import generation_error
 
 router = APIRouter()
 log = logging.getLogger("mlxcel.anthropic")

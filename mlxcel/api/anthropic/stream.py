@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mlxcel.chat.deltas import ParsedDelta, ToolCallDelta
-from mlxcel.api.anthropic.wire import message_body, usage_body
 from mlxcel.api.anthropic.translate import stop_reason, thinking_signature, tool_use_id
-from mlxcel.turn.chat_turn import ChatOutcome
+from mlxcel.api.anthropic.wire import message_body, usage_body
+from mlxcel.chat.deltas import ParsedDelta, ToolCallDelta
 from mlxcel.http.errors import APIError
 from mlxcel.http.sse import sse_event
+from mlxcel.turn.chat_turn import ChatOutcome
 
 TEXT, THINKING, TOOL = "text", "thinking", "tool_use"
 DELTA_FIELDS = {TEXT: ("text_delta", "text"), THINKING: ("thinking_delta", "thinking")}

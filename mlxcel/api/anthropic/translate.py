@@ -9,13 +9,18 @@ import json
 import logging
 from typing import Any
 
+from mlxcel.api.anthropic.wire import (
+    AnthropicMessage,
+    AnthropicTool,
+    CountTokensRequest,
+    MessagesRequest,
+)
 from mlxcel.chat.continuation import resolve_ending
 from mlxcel.chat.deltas import ToolCall
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.output import FinalChat
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.engine.request import FinishReason
-from mlxcel.api.anthropic.wire import AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurnSpec
 
 log = logging.getLogger("mlxcel.anthropic")

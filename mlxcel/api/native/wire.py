@@ -11,7 +11,6 @@ from mlxcel.turn.prompts import PromptField
 from mlxcel.turn.sampling_fields import SamplingFields
 
 
-
 class NativeCompletionRequest(SamplingFields, GrammarFields):
     prompt: PromptField
     n_predict: int | None = Field(default=None, ge=-1)

@@ -10,19 +10,19 @@ import time
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from mlxcel.chat.continuation import resolve_ending
-from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.api.openai.chat_stream import StreamOptions, chat_stream, tool_call_json
 from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message
 from mlxcel.api.openai.completions_wire import usage_body
+from mlxcel.chat.continuation import resolve_ending
+from mlxcel.chat.template_kwargs import resolve_template_kwargs
+from mlxcel.http.opening import Opened, opening
+from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.sse import EventStreamResponse
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec, RenderedTurn
 from mlxcel.turn.errors import InvalidRequest
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.verbose import verbose_object
-from mlxcel.http.opening import Opened, opening
-from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.http.sse import EventStreamResponse
 
 router = APIRouter()
 

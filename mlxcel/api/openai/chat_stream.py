@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from mlxcel.api.openai.chat_wire import chunk_body
 from mlxcel.api.openai.completions_wire import usage_body
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
+from mlxcel.http.sse import sse_data
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatProgress, ChatTurn
 from mlxcel.turn.live_timings import LiveTimings
-from mlxcel.http.sse import sse_data
 
 
 def tool_call_json(call: ToolCall) -> dict:

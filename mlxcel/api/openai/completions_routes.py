@@ -9,17 +9,22 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from mlxcel.engine.request import FinishEvent, FinishReason, TokenEvent
 from mlxcel.api.openai.completions_logprobs import LegacyLogprobs, requested_logprobs
-from mlxcel.api.openai.completions_wire import CompletionRequest, completion_body, completion_choice, usage_body
-from mlxcel.turn.errors import generation_error
-from mlxcel.turn.generation import GenerationGroup
+from mlxcel.api.openai.completions_wire import (
+    CompletionRequest,
+    completion_body,
+    completion_choice,
+    usage_body,
+)
+from mlxcel.engine.request import FinishEvent, FinishReason, TokenEvent
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.sse import EventStreamResponse, sse_data
+from mlxcel.turn.errors import generation_error
+from mlxcel.turn.generation import GenerationGroup
 from mlxcel.turn.prompts import per_completion, tokenize_prompts
 from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
-from mlxcel.http.sse import EventStreamResponse, sse_data
 
 router = APIRouter()
 OPENING = opening(CompletionRequest, "cmpl-")

@@ -11,7 +11,6 @@ from mlxcel.turn.prompts import PromptField
 from mlxcel.turn.sampling_fields import SamplingFields
 
 
-
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
     include_usage: StrictBool = False

@@ -16,14 +16,21 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlxcel.engine.request import FinishReason
-from mlxcel.api.responses.wire import compaction_item, new_id
-from mlxcel.turn.sampling_fields import SamplingFields
 from mlxcel.api.responses.capsule import Capsule, encode_capsule
-from mlxcel.api.responses.input_items import SUMMARY_MARK, content_string, is_system, is_user, item_kind, replay
+from mlxcel.api.responses.input_items import (
+    SUMMARY_MARK,
+    content_string,
+    is_system,
+    is_user,
+    item_kind,
+    replay,
+)
+from mlxcel.api.responses.wire import compaction_item, new_id
+from mlxcel.engine.request import FinishReason
 from mlxcel.turn.chat_turn import ChatTurn, ChatTurnSpec, RenderedTurn
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import InvalidRequest
+from mlxcel.turn.sampling_fields import SamplingFields
 
 DEFAULT_SUMMARY_TOKENS = 1024
 KEEP_TOKENS_CAP = 8192

@@ -15,8 +15,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from mlxcel.chat.errors import ChatInputError
 from mlxcel.api.responses.capsule import decode_capsule
+from mlxcel.chat.errors import ChatInputError
 
 SYSTEM_ROLES = ("system", "developer")
 MESSAGE_ROLES = ("user", "assistant", *SYSTEM_ROLES)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxcel.config import ResponsesLimits
 from mlxcel.api.responses.input_items import collapse
 from mlxcel.api.responses.json_safe import json_safe
 from mlxcel.api.responses.reasoning_echo import ReasoningEcho
 from mlxcel.api.responses.store import BoundedStore, json_size
+from mlxcel.config import ResponsesLimits
 from mlxcel.turn.errors import InvalidRequest, NotFound
 
 STORE_OFF = "response storage is disabled (--responses-store-max-entries 0)"

@@ -15,13 +15,6 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from mlxcel.chat.errors import ChatInputError
-from mlxcel.api.responses.wire import (
-    COMPACT_MAX_OUTPUT_TOKENS,
-    CompactRequest,
-    ResponsesRequest,
-    usage_body,
-)
 from mlxcel.api.responses.background import run_job
 from mlxcel.api.responses.compaction import Compactor
 from mlxcel.api.responses.events import sse_event
@@ -31,12 +24,19 @@ from mlxcel.api.responses.records import not_found
 from mlxcel.api.responses.response_run import ResponseRun
 from mlxcel.api.responses.state import ResponsesState
 from mlxcel.api.responses.translate import check_request, turn_spec
+from mlxcel.api.responses.wire import (
+    COMPACT_MAX_OUTPUT_TOKENS,
+    CompactRequest,
+    ResponsesRequest,
+    usage_body,
+)
+from mlxcel.chat.errors import ChatInputError
 from mlxcel.http.auth import request_key_id
-from mlxcel.turn.chat_turn import count_prompt_tokens
 from mlxcel.http.errors import invalid_request, server_busy
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse
+from mlxcel.turn.chat_turn import count_prompt_tokens
 from mlxcel.turn.structured_output import compile_response_format
 
 router = APIRouter()

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mlxcel.config import ResponsesLimits
 from mlxcel.api.responses.background import BackgroundJobs, Job
 from mlxcel.api.responses.records import ResponseRecords
+from mlxcel.config import ResponsesLimits
 from mlxcel.turn.errors import InvalidRequest
 
 if TYPE_CHECKING:

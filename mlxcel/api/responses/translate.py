@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxcel.api.responses.input_items import fill_reasoning, items_to_messages, replay
+from mlxcel.api.responses.wire import ResponsesInput, ResponsesRequest
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
-from mlxcel.api.responses.wire import ResponsesInput, ResponsesRequest
-from mlxcel.api.responses.input_items import fill_reasoning, items_to_messages, replay
 from mlxcel.turn.chat_turn import ChatTurnSpec
 
 TOOL_CHOICE_MODES = ("none", "auto", "required")

@@ -12,8 +12,8 @@ from mlxcel import __version__
 from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
-from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.embedding_host import EmbeddingHost
+from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import RerankHost
 

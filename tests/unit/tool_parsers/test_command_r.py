@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mlxcel.chat.tool_parsers.command_r import CommandRParser
 from tests.unit.tool_parser_harness import check_stream, stream
-from tests.unit.tool_parsers.tools import TYPED_TOOLS as TOOLS, args
+from tests.unit.tool_parsers.tools import TYPED_TOOLS as TOOLS
+from tests.unit.tool_parsers.tools import args
 
 P = CommandRParser
 

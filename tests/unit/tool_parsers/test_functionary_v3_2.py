@@ -6,7 +6,8 @@ import json
 
 from mlxcel.chat.tool_parsers.functionary_v3_2 import FunctionaryV32Parser
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.tools import TYPED_TOOLS as TOOLS, args
+from tests.unit.tool_parsers.tools import TYPED_TOOLS as TOOLS
+from tests.unit.tool_parsers.tools import args
 
 P = FunctionaryV32Parser
 

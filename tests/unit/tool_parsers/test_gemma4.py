@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mlxcel.chat.tool_parsers.gemma4 import Gemma4Parser
 from tests.unit.tool_parser_harness import check_stream
-from tests.unit.tool_parsers.tools import TYPED_TOOLS as TOOLS, args
+from tests.unit.tool_parsers.tools import TYPED_TOOLS as TOOLS
+from tests.unit.tool_parsers.tools import args
 
 P = Gemma4Parser
 Q = '<|"|>'

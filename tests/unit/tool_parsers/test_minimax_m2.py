@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mlxcel.chat.tool_parsers.minimax_m2 import MiniMaxM2Parser
 from tests.unit.tool_parser_harness import check_stream, stream
-from tests.unit.tool_parsers.tools import TYPED_TOOLS as TOOLS, args
+from tests.unit.tool_parsers.tools import TYPED_TOOLS as TOOLS
+from tests.unit.tool_parsers.tools import args
 
 P = MiniMaxM2Parser
 

@@ -1,6 +1,7 @@
 import json
 
-from mlxcel.chat.tool_parsers.coercion import coerce_value as coerce_parameter, schema_types
+from mlxcel.chat.tool_parsers.coercion import coerce_value as coerce_parameter
+from mlxcel.chat.tool_parsers.coercion import schema_types
 from mlxcel.chat.tool_parsers.qwen3_coder import Qwen3CoderParser
 from tests.unit.tool_parser_harness import check_stream
 from tests.unit.tool_parsers.tools import TOOLS, args, feed_pieces, tool
