@@ -7,12 +7,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta, new_call_id
-from mlxcel.chat.reasoning import (
-    THINK,
-    ReasoningMarkers,
-    ReasoningSplitter,
-    split_reasoning,
-)
+from mlxcel.chat.reasoning import THINK, ReasoningMarkers, ReasoningSplitter, split_reasoning
 from mlxcel.chat.tool_parsers.base import ToolCallParser
 
 log = logging.getLogger("mlxcel.chat")

@@ -34,14 +34,7 @@ from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.prompt_lookup import PromptLookup
-from mlxcel.engine.request import (
-    FinishEvent,
-    FinishReason,
-    GenerationRequest,
-    PromptProgressEvent,
-    Timings,
-    TokenEvent,
-)
+from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, Timings, TokenEvent
 from mlxcel.engine.sampling import SamplerChain
 from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.slots import Slot, SlotState, SlotTable

@@ -26,9 +26,7 @@ def write_converted(entry: CatalogEntry, out: BinaryIO, workdir: Path, reporter:
     conversion = _conversion(entry)
     source = fetch_checkpoint(entry, workdir, reporter)
     reporter.phase(f"converting to GGUF ({conversion.outtype})")
-    from mlxcel.models.bert_gguf import (
-        convert_bert,  # gguf + safetensors load only when converting
-    )
+    from mlxcel.models.bert_gguf import convert_bert  # gguf + safetensors load only when converting
 
     gguf_path = workdir / "model.gguf"
     convert_bert(source, gguf_path, outtype=conversion.outtype, name=conversion.model_name)

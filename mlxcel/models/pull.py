@@ -20,14 +20,7 @@ from mlxcel.models import converted, verify, wheels
 from mlxcel.models.catalog import CATALOG, CatalogEntry
 from mlxcel.models.errors import PullError
 from mlxcel.models.progress import Reporter, make_reporter
-from mlxcel.models.store import (
-    TEMP_SUFFIX,
-    download_prefix,
-    leftovers,
-    lock_path,
-    model_path,
-    temp_prefix,
-)
+from mlxcel.models.store import TEMP_SUFFIX, download_prefix, leftovers, lock_path, model_path, temp_prefix
 
 __all__ = ["PullError", "get_entry", "list_models", "pull", "resolve_model"]
 

@@ -8,13 +8,7 @@ go through llguidance's own GBNF front-end. Engine side: a
 into the logits before sampling, `Constraint.accept` takes the sampled token.
 """
 
-from mlxcel.structured.constraint import (
-    BatchMasker,
-    Constraint,
-    apply_mask,
-    logits_row,
-    mask_words,
-)
+from mlxcel.structured.constraint import BatchMasker, Constraint, apply_mask, logits_row, mask_words
 from mlxcel.structured.errors import (
     ConflictingConstraintsError,
     GrammarError,

@@ -16,13 +16,7 @@ from mlxcel.chat.continuation import PromptEnding
 from mlxcel.chat.deltas import ParsedDelta, ToolCallDelta
 from mlxcel.chat.output import ChatOutputParser, FinalChat
 from mlxcel.chat.prompt import PreparedChat, prepare_chat
-from mlxcel.engine.request import (
-    FinishEvent,
-    FinishReason,
-    GenerationRequest,
-    PromptProgressEvent,
-    TokenEvent,
-)
+from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, TokenEvent
 from mlxcel.engine.sampling import DEFAULT_SEED
 from mlxcel.structured import request_grammar
 from mlxcel.structured.errors import StructuredOutputError

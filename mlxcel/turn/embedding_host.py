@@ -22,13 +22,7 @@ from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.request import Priority
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
-from mlxcel.turn.errors import (
-    ContextOverflow,
-    EngineUnavailable,
-    GenerationFailed,
-    InvalidRequest,
-    ServerBusy,
-)
+from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, GenerationFailed, InvalidRequest, ServerBusy
 
 log = logging.getLogger("mlxcel.server")
 

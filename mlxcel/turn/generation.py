@@ -9,13 +9,7 @@ from dataclasses import dataclass, field
 
 from mlxcel.engine.engine import Engine, EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
-from mlxcel.engine.request import (
-    EngineEvent,
-    FinishEvent,
-    GenerationRequest,
-    PromptProgressEvent,
-    TokenEvent,
-)
+from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, PromptProgressEvent, TokenEvent
 from mlxcel.turn.errors import EngineUnavailable, ServerBusy
 
 

@@ -204,11 +204,7 @@ class ModelHost:
             log.warning("structured output is unavailable for this model: %s", exc)
 
     def _load_chat_support(self, runtime: LlamaRuntime, tokenizer: Tokenizer) -> None:
-        from mlxcel.chat.template import (
-            CHATML_TEMPLATE,
-            ChatTemplate,
-            load_chat_template,
-        )
+        from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template
         from mlxcel.chat.tool_parsers import TOOL_PARSERS, detect_parser
 
         def token_text(token: int) -> str:

@@ -30,12 +30,7 @@ from mlxcel.engine.request import Priority
 from mlxcel.engine.rerank_prompt import PairFormat, pair_tokens
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
-from mlxcel.turn.errors import (
-    ContextOverflow,
-    EngineUnavailable,
-    GenerationFailed,
-    ServerBusy,
-)
+from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, GenerationFailed, ServerBusy
 from mlxcel.turn.model_host import _FLASH_ATTN as FLASH_ATTN
 
 log = logging.getLogger("mlxcel.rerank")

@@ -7,12 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.structured import (
-    GrammarSpec,
-    ResponseFormat,
-    compile_constraint_async,
-    grammar_tokenizer,
-)
+from mlxcel.structured import GrammarSpec, ResponseFormat, compile_constraint_async, grammar_tokenizer
 
 
 async def compile_response_format(tokenizer: Tokenizer, response_format: dict[str, Any] | None):

@@ -15,11 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 
 from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest
-from mlxcel.api.native.wire import (
-    DetokenizeRequest,
-    NativeCompletionRequest,
-    TokenizeRequest,
-)
+from mlxcel.api.native.wire import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
 from mlxcel.api.openai.chat_wire import ChatCompletionRequest
 from mlxcel.api.openai.completions_wire import CompletionRequest
 from mlxcel.api.responses.wire import CompactRequest, ResponsesRequest

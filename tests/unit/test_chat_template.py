@@ -9,18 +9,9 @@ import gguf
 import llama_cpp
 import pytest
 
-from mlxcel.chat.template import (
-    CHATML_TEMPLATE,
-    ChatTemplate,
-    TemplateError,
-    load_chat_template,
-)
+from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError, load_chat_template
 from tests.fixtures.think_model import qwen3_template
-from tests.unit.template_probes import (
-    ends_inside_think,
-    opens_reasoning,
-    supports_tools,
-)
+from tests.unit.template_probes import ends_inside_think, opens_reasoning, supports_tools
 
 CONVERSATION = [
     {"role": "user", "content": "What is 2+2?"},

@@ -8,13 +8,7 @@ import pytest
 
 from mlxcel.engine.tokenizer import FimTokens
 from mlxcel.turn.errors import NotSupported
-from mlxcel.turn.infill_prompt import (
-    ExtraChunk,
-    InfillBudget,
-    infill_prompt,
-    require_fim,
-    tokenize_mixed,
-)
+from mlxcel.turn.infill_prompt import ExtraChunk, InfillBudget, infill_prompt, require_fim, tokenize_mixed
 
 PRE, SUF, MID, PAD, REP, SEP, BOS = 1001, 1002, 1003, 1004, 1005, 1006, 1007
 QWEN_LIKE = FimTokens(PRE, SUF, MID, PAD, REP, SEP)

@@ -12,21 +12,10 @@ import pytest
 
 from mlxcel.engine.request import TokenEvent
 from mlxcel.engine.sampling import SamplerChain, SamplingParams
-from mlxcel.turn.completion_probs import (
-    FLOAT_LOWEST,
-    MAX_N_PROBS,
-    CompletionProbs,
-    requested_n_probs,
-)
+from mlxcel.turn.completion_probs import FLOAT_LOWEST, MAX_N_PROBS, CompletionProbs, requested_n_probs
 from mlxcel.turn.errors import InvalidRequest
 from mlxcel.turn.logit_bias import parse_logit_bias, reported_logit_bias
-from mlxcel.turn.prompts import (
-    BAD_ELEMENT,
-    EMPTY,
-    NO_MULTIMODAL,
-    split_prompts,
-    tokenize_prompts,
-)
+from mlxcel.turn.prompts import BAD_ELEMENT, EMPTY, NO_MULTIMODAL, split_prompts, tokenize_prompts
 
 
 class WordTokenizer:

@@ -7,12 +7,7 @@ import random
 
 import pytest
 
-from mlxcel.chat.reasoning import (
-    ReasoningSplitter,
-    split_reasoning,
-    strip_prior_reasoning,
-    strip_think_blocks,
-)
+from mlxcel.chat.reasoning import ReasoningSplitter, split_reasoning, strip_prior_reasoning, strip_think_blocks
 
 
 def _stream(pieces, start_in_reasoning):

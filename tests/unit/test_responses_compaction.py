@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from mlxcel.api.responses.compaction import (
-    default_keep_tokens,
-    item_text,
-    split_history,
-    valid_splits,
-)
+from mlxcel.api.responses.compaction import default_keep_tokens, item_text, split_history, valid_splits
 from mlxcel.api.responses.input_items import SUMMARY_HEADING, SUMMARY_MARK
 from tests.unit.responses_items import assistant, call, result, user
 

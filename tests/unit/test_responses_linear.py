@@ -9,13 +9,7 @@ import time
 
 from mlxcel.api.responses.capsule import Capsule, encode_capsule
 from mlxcel.api.responses.compaction import split_history, valid_splits
-from mlxcel.api.responses.input_items import (
-    SUMMARY_HEADING,
-    SUMMARY_MARK,
-    collapse,
-    item_kind,
-    replay,
-)
+from mlxcel.api.responses.input_items import SUMMARY_HEADING, SUMMARY_MARK, collapse, item_kind, replay
 from tests.unit.responses_items import assistant, call, result, user
 
 N = 20_000

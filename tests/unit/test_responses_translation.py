@@ -6,20 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mlxcel.api.responses.capsule import Capsule, decode_capsule, encode_capsule
-from mlxcel.api.responses.input_items import (
-    SUMMARY_HEADING,
-    as_items,
-    collapse,
-    items_to_messages,
-    replay,
-)
+from mlxcel.api.responses.input_items import SUMMARY_HEADING, as_items, collapse, items_to_messages, replay
 from mlxcel.api.responses.reasoning_echo import ReasoningEcho
-from mlxcel.api.responses.translate import (
-    chat_messages,
-    chat_tool_choice,
-    chat_tools,
-    response_format,
-)
+from mlxcel.api.responses.translate import chat_messages, chat_tool_choice, chat_tools, response_format
 from mlxcel.chat.errors import ChatInputError
 
 CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}

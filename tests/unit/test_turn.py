@@ -11,13 +11,7 @@ import pytest
 from mlxcel.config import ServerConfig
 from mlxcel.engine.engine import QueueFullError
 from mlxcel.engine.faults import EngineFailedError, Fault
-from mlxcel.engine.request import (
-    FinishEvent,
-    FinishReason,
-    Priority,
-    Timings,
-    TokenEvent,
-)
+from mlxcel.engine.request import FinishEvent, FinishReason, Priority, Timings, TokenEvent
 from mlxcel.http.errors import as_api_error
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import (

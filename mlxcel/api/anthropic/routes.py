@@ -14,12 +14,7 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.api.anthropic.stream import MessageStream
 from mlxcel.api.anthropic.translate import content_blocks, stop_reason, turn_spec
-from mlxcel.api.anthropic.wire import (
-    CountTokensRequest,
-    MessagesRequest,
-    message_body,
-    usage_body,
-)
+from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest, message_body, usage_body
 from mlxcel.engine.request import FinishReason
 from mlxcel.http.errors import as_api_error
 from mlxcel.http.opening import Opened, opening

@@ -9,12 +9,7 @@ import json
 import logging
 from typing import Any
 
-from mlxcel.api.anthropic.wire import (
-    AnthropicMessage,
-    AnthropicTool,
-    CountTokensRequest,
-    MessagesRequest,
-)
+from mlxcel.api.anthropic.wire import AnthropicMessage, AnthropicTool, CountTokensRequest, MessagesRequest
 from mlxcel.chat.continuation import resolve_ending
 from mlxcel.chat.deltas import ToolCall
 from mlxcel.chat.errors import ChatInputError

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxcel.engine.request import (
-    FinishEvent,
-    FinishReason,
-    GenerationRequest,
-    TokenEvent,
-)
+from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.turn.completion_probs import CompletionProbs
 from mlxcel.turn.generation import Completion

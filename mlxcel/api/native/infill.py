@@ -12,13 +12,7 @@ from mlxcel.api.native.infill_wire import InfillRequest
 from mlxcel.api.native.routes import native_completion
 from mlxcel.http.errors import invalid_request
 from mlxcel.http.opening import Opened, opening
-from mlxcel.turn.infill_prompt import (
-    ExtraChunk,
-    InfillBudget,
-    infill_prompt,
-    require_fim,
-    tokenize_mixed,
-)
+from mlxcel.turn.infill_prompt import ExtraChunk, InfillBudget, infill_prompt, require_fim, tokenize_mixed
 
 router = APIRouter()
 INFILL = opening(InfillRequest, "cmpl-")

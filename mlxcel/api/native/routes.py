@@ -8,16 +8,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from mlxcel.api.native.answer import (
-    CompletionAnswer,
-    NativeStreamOptions,
-    selected_fields,
-)
-from mlxcel.api.native.wire import (
-    DetokenizeRequest,
-    NativeCompletionRequest,
-    TokenizeRequest,
-)
+from mlxcel.api.native.answer import CompletionAnswer, NativeStreamOptions, selected_fields
+from mlxcel.api.native.wire import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
 from mlxcel.engine.request import FinishReason, PromptProgressEvent, TokenEvent
 from mlxcel.http.errors import as_api_error, invalid_request, server_error
 from mlxcel.http.opening import Opened, opening

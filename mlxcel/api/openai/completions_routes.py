@@ -10,12 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.api.openai.completions_logprobs import LegacyLogprobs, requested_logprobs
-from mlxcel.api.openai.completions_wire import (
-    CompletionRequest,
-    completion_body,
-    completion_choice,
-    usage_body,
-)
+from mlxcel.api.openai.completions_wire import CompletionRequest, completion_body, completion_choice, usage_body
 from mlxcel.engine.request import FinishEvent, FinishReason, TokenEvent
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect

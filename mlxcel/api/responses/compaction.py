@@ -17,14 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxcel.api.responses.capsule import Capsule, encode_capsule
-from mlxcel.api.responses.input_items import (
-    SUMMARY_MARK,
-    content_string,
-    is_system,
-    is_user,
-    item_kind,
-    replay,
-)
+from mlxcel.api.responses.input_items import SUMMARY_MARK, content_string, is_system, is_user, item_kind, replay
 from mlxcel.api.responses.wire import compaction_item, new_id
 from mlxcel.engine.request import FinishReason
 from mlxcel.turn.chat_turn import ChatTurn, ChatTurnSpec, RenderedTurn

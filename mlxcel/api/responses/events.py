@@ -13,13 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from mlxcel.api.responses.wire import (
-    function_call_item,
-    message_item,
-    new_id,
-    output_text_part,
-    reasoning_item,
-)
+from mlxcel.api.responses.wire import function_call_item, message_item, new_id, output_text_part, reasoning_item
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 
 

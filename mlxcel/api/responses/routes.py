@@ -24,12 +24,7 @@ from mlxcel.api.responses.records import not_found
 from mlxcel.api.responses.response_run import ResponseRun
 from mlxcel.api.responses.state import ResponsesState
 from mlxcel.api.responses.translate import check_request, turn_spec
-from mlxcel.api.responses.wire import (
-    COMPACT_MAX_OUTPUT_TOKENS,
-    CompactRequest,
-    ResponsesRequest,
-    usage_body,
-)
+from mlxcel.api.responses.wire import COMPACT_MAX_OUTPUT_TOKENS, CompactRequest, ResponsesRequest, usage_body
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.http.auth import request_key_id
 from mlxcel.http.errors import invalid_request, server_busy

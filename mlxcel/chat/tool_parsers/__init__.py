@@ -22,11 +22,6 @@ from mlxcel.chat.tool_parsers import (  # noqa: F401  (imported to register)
     pythonic,
     qwen3_coder,
 )
-from mlxcel.chat.tool_parsers.base import (
-    TOOL_PARSERS,
-    ToolCallParser,
-    detect_parser,
-    register,
-)
+from mlxcel.chat.tool_parsers.base import TOOL_PARSERS, ToolCallParser, detect_parser, register
 
 __all__ = ["TOOL_PARSERS", "ToolCallParser", "detect_parser", "register"]

@@ -12,11 +12,7 @@ import re
 from typing import ClassVar
 
 from mlxcel.chat.tool_parsers.block_stream import Block, BlockStreamParser
-from mlxcel.chat.tool_parsers.coercion import (
-    arguments_json,
-    coerce_value,
-    property_schema,
-)
+from mlxcel.chat.tool_parsers.coercion import arguments_json, coerce_value, property_schema
 from mlxcel.chat.tool_parsers.json_spans import call_list
 
 

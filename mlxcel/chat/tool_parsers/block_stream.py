@@ -19,13 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from mlxcel.chat.deltas import (
-    ParsedDelta,
-    ParsedOutput,
-    ToolCall,
-    ToolCallDelta,
-    new_call_id,
-)
+from mlxcel.chat.deltas import ParsedDelta, ParsedOutput, ToolCall, ToolCallDelta, new_call_id
 from mlxcel.chat.markers import find_first, partial_marker_length
 from mlxcel.chat.tool_parsers.base import Tool, ToolCallParser
 from mlxcel.chat.tool_parsers.json_spans import ValueEnd

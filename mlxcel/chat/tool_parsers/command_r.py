@@ -20,13 +20,7 @@ from typing import ClassVar
 
 from mlxcel.chat.markers import find_first, partial_marker_length
 from mlxcel.chat.tool_parsers.base import register
-from mlxcel.chat.tool_parsers.block_stream import (
-    Block,
-    BlockStreamParser,
-    Kind,
-    Opening,
-    prefix_state,
-)
+from mlxcel.chat.tool_parsers.block_stream import Block, BlockStreamParser, Kind, Opening, prefix_state
 from mlxcel.chat.tool_parsers.json_spans import Malformed, call_list, loads_or_none
 
 START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"

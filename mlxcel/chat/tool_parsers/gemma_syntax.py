@@ -13,13 +13,7 @@ import re
 from typing import Any, ClassVar
 
 from mlxcel.chat.tool_parsers.block_stream import Block, BlockStreamParser, Opening
-from mlxcel.chat.tool_parsers.coercion import (
-    arguments_json,
-    coerce_value,
-    items_schema,
-    property_schema,
-    schema_types,
-)
+from mlxcel.chat.tool_parsers.coercion import arguments_json, coerce_value, items_schema, property_schema, schema_types
 
 CALL_PREFIX = "call:"
 _NAME = re.compile(r"\s*call:\s*([^\s{]+)\s*\{")

@@ -16,12 +16,7 @@ from mlxcel.chat.deltas import ParsedOutput, ToolCall, new_call_id
 from mlxcel.chat.tool_parsers.base import register
 from mlxcel.chat.tool_parsers.buffered_parser import BufferedToolParser
 from mlxcel.chat.tool_parsers.json_calls import parse_call_object
-from mlxcel.chat.tool_parsers.json_spans import (
-    Malformed,
-    loads_or_none,
-    raw_elements,
-    raw_members,
-)
+from mlxcel.chat.tool_parsers.json_spans import Malformed, loads_or_none, raw_elements, raw_members
 
 _FENCED = re.compile(r"```[ \t]*(?:json)?[ \t]*\r?\n(.*?)\r?\n?[ \t]*```", re.DOTALL)
 

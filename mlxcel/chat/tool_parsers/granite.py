@@ -12,13 +12,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from mlxcel.chat.tool_parsers.base import register
-from mlxcel.chat.tool_parsers.block_stream import (
-    Block,
-    BlockStreamParser,
-    Kind,
-    Opening,
-    prefix_state,
-)
+from mlxcel.chat.tool_parsers.block_stream import Block, BlockStreamParser, Kind, Opening, prefix_state
 from mlxcel.chat.tool_parsers.json_spans import Malformed, call_list
 
 TOOL_CALL = "<|tool_call|>"

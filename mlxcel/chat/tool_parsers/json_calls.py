@@ -15,12 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlxcel.chat.tool_parsers.json_spans import (
-    BraceScanner,
-    Malformed,
-    loads_or_none,
-    raw_members,
-)
+from mlxcel.chat.tool_parsers.json_spans import BraceScanner, Malformed, loads_or_none, raw_members
 
 ARGUMENT_KEYS = ("arguments", "parameters")
 HEAD_KEYS = ("name", "type", "id")  # string members that may come before the arguments

@@ -18,11 +18,7 @@ from typing import ClassVar
 
 from mlxcel.chat.tool_parsers.base import register
 from mlxcel.chat.tool_parsers.block_stream import Block, BlockStreamParser, Kind
-from mlxcel.chat.tool_parsers.coercion import (
-    arguments_json,
-    coerce_value,
-    property_schema,
-)
+from mlxcel.chat.tool_parsers.coercion import arguments_json, coerce_value, property_schema
 
 _INVOKE = re.compile(r"<invoke\s+name=([\"'])(.*?)\1\s*>(.*?)</invoke>", re.DOTALL)
 _PARAMETER = re.compile(r"<parameter\s+name=([\"'])(.*?)\1\s*>(.*?)</parameter>", re.DOTALL)

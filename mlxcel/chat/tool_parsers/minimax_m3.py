@@ -20,13 +20,7 @@ from typing import Any, ClassVar
 
 from mlxcel.chat.tool_parsers.base import register
 from mlxcel.chat.tool_parsers.block_stream import Block, BlockStreamParser, Kind
-from mlxcel.chat.tool_parsers.coercion import (
-    arguments_json,
-    coerce_value,
-    items_schema,
-    property_schema,
-    schema_types,
-)
+from mlxcel.chat.tool_parsers.coercion import arguments_json, coerce_value, items_schema, property_schema, schema_types
 
 NS = "]<]minimax[>["
 _INVOKE = re.compile(re.escape(NS) + r"<invoke\s+name=([\"'])(.*?)\1\s*>(.*?)" + re.escape(NS) + "</invoke>", re.DOTALL)

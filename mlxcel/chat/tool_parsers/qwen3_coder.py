@@ -16,12 +16,7 @@ read as in Hermes, and a `<function=` block without the outer tag is accepted.
 from __future__ import annotations
 
 from mlxcel.chat.tool_parsers.base import register
-from mlxcel.chat.tool_parsers.tool_call_tags import (
-    FUNCTION,
-    OPEN,
-    PARAMETER,
-    ToolCallTagParser,
-)
+from mlxcel.chat.tool_parsers.tool_call_tags import FUNCTION, OPEN, PARAMETER, ToolCallTagParser
 
 
 @register

@@ -12,20 +12,10 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Protocol
 
-from mlxcel.chat.deltas import (
-    ParsedDelta,
-    ParsedOutput,
-    ToolCall,
-    ToolCallDelta,
-    new_call_id,
-)
+from mlxcel.chat.deltas import ParsedDelta, ParsedOutput, ToolCall, ToolCallDelta, new_call_id
 from mlxcel.chat.markers import find_first, partial_marker_length
 from mlxcel.chat.tool_parsers.base import ToolCallParser
-from mlxcel.chat.tool_parsers.json_calls import (
-    ReadStep,
-    declared_names,
-    skip_whitespace,
-)
+from mlxcel.chat.tool_parsers.json_calls import ReadStep, declared_names, skip_whitespace
 
 
 class CallReader(Protocol):

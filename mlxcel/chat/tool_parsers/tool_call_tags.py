@@ -15,11 +15,7 @@ from typing import ClassVar
 
 from mlxcel.chat.markers import find_first
 from mlxcel.chat.tool_parsers.coercion import coerce_value, json_member, property_schema
-from mlxcel.chat.tool_parsers.json_calls import (
-    JsonCallReader,
-    ReadStep,
-    skip_whitespace,
-)
+from mlxcel.chat.tool_parsers.json_calls import JsonCallReader, ReadStep, skip_whitespace
 from mlxcel.chat.tool_parsers.stream_machine import StreamMachineParser
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

@@ -6,14 +6,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from mlxcel.structured import (
-    BatchMasker,
-    ResponseFormat,
-    apply_mask,
-    compile_constraint,
-    logits_row,
-    mask_words,
-)
+from mlxcel.structured import BatchMasker, ResponseFormat, apply_mask, compile_constraint, logits_row, mask_words
 
 SCHEMAS = [
     {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},

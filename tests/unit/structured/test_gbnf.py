@@ -8,12 +8,7 @@ import re
 
 import pytest
 
-from mlxcel.structured import (
-    GrammarError,
-    compile_constraint,
-    compile_constraint_async,
-    gbnf_grammar,
-)
+from mlxcel.structured import GrammarError, compile_constraint, compile_constraint_async, gbnf_grammar
 
 from .walk import random_logits, walk
 

@@ -13,14 +13,7 @@ from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.sampling import SamplerChain, SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.structured import (
-    BatchMasker,
-    ResponseFormat,
-    apply_mask,
-    compile_constraint,
-    grammar_tokenizer,
-    logits_row,
-)
+from mlxcel.structured import BatchMasker, ResponseFormat, apply_mask, compile_constraint, grammar_tokenizer, logits_row
 
 from .conftest import MODEL
 

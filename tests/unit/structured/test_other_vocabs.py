@@ -11,12 +11,7 @@ import numpy as np
 import pytest
 
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.structured import (
-    ResponseFormat,
-    UnsupportedTokenizerError,
-    compile_constraint,
-    grammar_tokenizer,
-)
+from mlxcel.structured import ResponseFormat, UnsupportedTokenizerError, compile_constraint, grammar_tokenizer
 
 from .conftest import REFERENCE_VOCABS, load_vocab_only
 from .test_generation import BOUNDED

@@ -6,13 +6,7 @@ import json
 
 import pytest
 
-from mlxcel.chat.tool_parsers.coercion import (
-    arguments_json,
-    coerce_value,
-    items_schema,
-    property_schema,
-    schema_types,
-)
+from mlxcel.chat.tool_parsers.coercion import arguments_json, coerce_value, items_schema, property_schema, schema_types
 from mlxcel.chat.tool_parsers.json_spans import (
     Malformed,
     ValueEnd,
