@@ -348,9 +348,12 @@ class Engine:
     # -- one step -----------------------------------------------------------------------
 
     def _step(self) -> None:
+        started = time.perf_counter()
         spans = self._plan()
+        self.stats.step_schedule_seconds += time.perf_counter() - started
         if not spans:
             return
+        self.stats.steps += 1
         constrained = [sp.slot for sp in spans if sp.samples and sp.slot.request.constraint is not None]
         if constrained:
             future = self._masker.fill_async([slot.request.constraint for slot in constrained])
@@ -454,9 +457,12 @@ class Engine:
         """Decode the spans and sample their slots. A batch llama_decode refuses is
         split in halves and retried; a lone sequence it still refuses fails alone,
         unless the failure says the context itself is broken."""
+        filling = time.perf_counter()
         batch = self._fill(spans)
         started = time.perf_counter()
+        self.stats.step_fill_seconds += started - filling
         rc = self._decode(batch, spans)
+        self.stats.step_decode_seconds += time.perf_counter() - started
         n_prefill = sum(len(sp.tokens) for sp in spans if sp.prefill)
         if rc == 0:
             if whole and self.config.decode_costs is not None and n_prefill == 0:
@@ -513,6 +519,15 @@ class Engine:
             slot.mask_row = row
 
     def _sample_spans(self, spans: list[_Span]) -> None:
+        started = time.perf_counter()
+        emitting = self.stats.step_emit_seconds
+        try:
+            self._sample_each(spans)
+        finally:  # emitting is counted on its own
+            emitted = self.stats.step_emit_seconds - emitting
+            self.stats.step_sample_seconds += time.perf_counter() - started - emitted
+
+    def _sample_each(self, spans: list[_Span]) -> None:
         for span in spans:
             slot = span.slot
             request = slot.request
@@ -649,7 +664,9 @@ class Engine:
         line_stop = False
         if slot.line_limits is not None and stop_word is None:
             text, line_stop = slot.line_limits.feed(text, 1e3 * (now - slot.first_token_at))
+        emitting = time.perf_counter()
         request.emit(TokenEvent(token=token, text=text, **scores))
+        self.stats.step_emit_seconds += time.perf_counter() - emitting
         if stop_word is not None:
             self._finish(slot, FinishReason.STOP, stop_word=stop_word)
         elif line_stop:

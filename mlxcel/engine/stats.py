@@ -32,6 +32,16 @@ class EngineStats:
     draft_accepted: int = 0
     draft_rounds: int = 0
     context_shifts: int = 0
+    # where the engine thread's time goes, summed over steps (seconds): planning the batch
+    # (admission is outside steps; drafting is in it), writing it, llama_decode, sampling
+    # (reading logits included: it waits for the decode's last work), and handing events
+    # to the HTTP side
+    steps: int = 0
+    step_schedule_seconds: float = 0.0
+    step_fill_seconds: float = 0.0
+    step_decode_seconds: float = 0.0
+    step_sample_seconds: float = 0.0
+    step_emit_seconds: float = 0.0
 
     def count_decode(self, n_busy: int, longest: int, n_prompt: int, seconds: float) -> None:
         self.n_decode += 1

@@ -47,6 +47,17 @@ _SERIES = [
      lambda s: s.stats.decode_tokens),
     ("mlxcel_batch_current_size", "gauge", "Current active batch size", lambda s: s.n_busy),
     ("mlxcel_cache_pool_active", "gauge", "Active cache entries", lambda s: s.n_cached_slots),
+    # where the engine thread's time goes (a profile without a profiler: divide by the steps)
+    ("mlxcel_engine_steps_total", "counter", "Engine steps that decoded a batch", lambda s: s.stats.steps),
+    ("mlxcel_engine_step_schedule_seconds_total", "counter", "Time planning batches (drafting included)",
+     lambda s: s.stats.step_schedule_seconds),
+    ("mlxcel_engine_step_fill_seconds_total", "counter", "Time writing batches", lambda s: s.stats.step_fill_seconds),
+    ("mlxcel_engine_step_decode_seconds_total", "counter", "Time in llama_decode",
+     lambda s: s.stats.step_decode_seconds),
+    ("mlxcel_engine_step_sample_seconds_total", "counter", "Time sampling (reading logits included)",
+     lambda s: s.stats.step_sample_seconds),
+    ("mlxcel_engine_step_emit_seconds_total", "counter", "Time handing token events to the HTTP side",
+     lambda s: s.stats.step_emit_seconds),
 ]
 
 # llama-server's series (without their `llamacpp:` prefix): counters, then gauges
