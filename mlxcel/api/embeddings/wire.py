@@ -4,7 +4,7 @@ strings, a token array or an array of token arrays."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from mlxcel.turn.errors import InvalidRequest
 
@@ -22,7 +22,7 @@ class EmbeddingsRequest(BaseModel):
     encoding_format: str | None = None  # float | base64
     dimensions: int | None = None
     embd_normalize: int | None = None  # llama-server: -1 none, 0 max-abs, 1 taxicab, 2 euclidean, >2 p-norm
-    truncate: bool = False  # TEI: cut inputs longer than the model takes instead of refusing them
+    truncate: StrictBool = False  # TEI: cut inputs longer than the model takes instead of refusing them
     user: str | None = Field(default=None, max_length=256)
 
     def inputs(self) -> list[str | list[int]]:
