@@ -7,12 +7,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
-
-from tests.server_process import free_port
+from tests.server_process import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = Path.home() / ".cache" / "mlxcel" / "models"
@@ -33,8 +30,9 @@ def reference_binary() -> Path | None:
     return binary if binary.is_file() else None
 
 
-class ReferenceServer:
-    """llama-server on a free loopback port, with the given flags."""
+class ReferenceServer(ServerProcess):
+    """llama-server on a free loopback port, with the given flags; waited for, queried
+    and stopped as a ServerProcess is."""
 
     def __init__(self, binary: Path, model_file: str, *args: str) -> None:
         self.port = free_port()
@@ -45,32 +43,3 @@ class ReferenceServer:
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL)
-
-    def wait_ready(self, timeout: float = 300.0) -> ReferenceServer:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"llama-server not ready after {timeout}s:\n{self.log()}")
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def client(self, **kwargs) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, timeout=kwargs.pop("timeout", 120), **kwargs)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        self._log.close()

@@ -16,7 +16,7 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.batch import TokenBatch
-from mlxcel.engine.llama_runtime import ModelLoadError, _init_backend
+from mlxcel.engine.llama_runtime import LOAD_MODES, ModelLoadError, _init_backend, _set
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -56,28 +56,30 @@ class EmbeddingRuntime:
     def __init__(self, config: EmbeddingRuntimeConfig) -> None:
         _init_backend()
         self.config = config
-        model_params = llama_cpp.llama_model_default_params()
-        model_params.n_gpu_layers = config.n_gpu_layers
-        model_params.use_mmap = config.use_mmap
+        # the same checked setter as the chat runtime's (a field llama.cpp's struct lacks is an error)
+        model_params = _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
+                            load_mode=LOAD_MODES["auto" if config.use_mmap else "none"])
         self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
         n_seq = max(1, min(config.n_seq_max, LLAMA_MAX_SEQ, config.n_ubatch))
-        params = llama_cpp.llama_context_default_params()
-        # memory is cleared after every decode: it never holds more than one batch
-        params.n_ctx = config.n_ubatch
-        params.n_batch = config.n_ubatch  # non-causal models need n_batch == n_ubatch
-        params.n_ubatch = config.n_ubatch
-        params.n_seq_max = n_seq
-        params.kv_unified = True
-        params.n_threads = config.n_threads
-        params.n_threads_batch = config.n_threads_batch
-        params.flash_attn_type = config.flash_attn
-        params.embeddings = True
-        params.pooling_type = POOLING[config.pooling]
-        params.no_perf = True
+        params = _set(
+            llama_cpp.llama_context_default_params(),
+            # memory is cleared after every decode: it never holds more than one batch
+            n_ctx=config.n_ubatch,
+            n_batch=config.n_ubatch,  # non-causal models need n_batch == n_ubatch
+            n_ubatch=config.n_ubatch,
+            n_seq_max=n_seq,
+            kv_unified=True,
+            n_threads=config.n_threads,
+            n_threads_batch=config.n_threads_batch,
+            flash_attn_type=config.flash_attn,
+            embeddings=True,
+            pooling_type=POOLING[config.pooling],
+            no_perf=True,
+        )
         self.ctx = llama_cpp.llama_init_from_model(self.model, params)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
