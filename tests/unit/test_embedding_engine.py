@@ -210,7 +210,8 @@ def test_stopping_fails_the_waiting_jobs(rig):
     assert waiting_done.wait() == (None, "the server is shutting down")
 
 
-def test_a_short_job_goes_before_a_long_one_that_arrived_earlier(rig):
+def _long_then_short(rig) -> tuple[FakeEmbedder, Collector, Collector]:
+    """A 12-input job, then a 1-input one, both queued behind a decode in progress."""
     engine, fake = rig(n_ubatch=64, n_seq_max=4)
     fake.gate.clear()
     engine.start()
@@ -222,6 +223,11 @@ def test_a_short_job_goes_before_a_long_one_that_arrived_earlier(rig):
     engine.submit(long_job)
     engine.submit(short_job)
     fake.gate.set()
+    return fake, long_done, short_done
+
+
+def test_a_short_job_goes_before_a_long_one_that_arrived_earlier(rig):
+    fake, long_done, short_done = _long_then_short(rig)
     assert short_done.wait()[1] is None and long_done.wait()[1] is None
     assert [t[0] for t in fake.decodes[1]] == [99, 10, 11, 12]  # the one-input job first, the rest filled
 
@@ -230,17 +236,7 @@ def test_a_job_that_waited_long_enough_goes_by_arrival(rig, monkeypatch):
     from mlxcel.engine import embedding_engine
 
     monkeypatch.setattr(embedding_engine, "AGING_S", 0.0)
-    engine, fake = rig(n_ubatch=64, n_seq_max=4)
-    fake.gate.clear()
-    engine.start()
-    blocker, _ = job([[1]])
-    engine.submit(blocker)
-    assert fake.entered.wait(5)
-    long_job, long_done = job([[10 + i] for i in range(12)])
-    short_job, short_done = job([[99]])
-    engine.submit(long_job)
-    engine.submit(short_job)
-    fake.gate.set()
+    fake, long_done, short_done = _long_then_short(rig)
     short_done.wait(), long_done.wait()
     assert [t[0] for t in fake.decodes[1]] == [10, 11, 12, 13]
 
