@@ -19,13 +19,14 @@ LAYERS = [
     {"structured"},
     {"chat"},
     {"turn"},
+    {"fleet"},
     {"http"},
     {"api"},
     {"observability"},
     {"server"},
     {"cli", "__main__"},
 ]
-HTTP_FREE = {"engine", "models", "config", "structured", "chat", "turn"}
+HTTP_FREE = {"engine", "models", "config", "structured", "chat", "turn", "fleet"}
 HTTP_MODULES = ("fastapi", "starlette", "uvicorn")
 
 

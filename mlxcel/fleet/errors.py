@@ -1,0 +1,59 @@
+"""Typed errors of addressing and residency; mlxcel.http.errors maps them to 003's
+statuses and types once, for every API."""
+
+from __future__ import annotations
+
+from mlxcel.turn.errors import TurnError
+
+
+class ConfigError(Exception):
+    """The --config file cannot be served: one line naming the file, the key and why."""
+
+
+class ModelNotFound(TurnError):
+    """404 model_not_found, listing the served ids and aliases."""
+
+    def __init__(self, name: str, available: list[str]) -> None:
+        super().__init__(f"The model `{name}` does not exist", code="model_not_found", available_models=available)
+
+
+class UnknownProfile(TurnError):
+    """400 unknown_profile, listing the valid profile names."""
+
+    def __init__(self, name: str, valid: list[str]) -> None:
+        super().__init__(f"unknown profile `{name}`; valid profiles: {', '.join(valid)}", code="unknown_profile",
+                         valid_profiles=valid)
+
+
+class ModelRequired(TurnError):
+    """400: `model` is empty and the server has no default and more than one model."""
+
+    def __init__(self, available: list[str]) -> None:
+        super().__init__("`model` is required: this server has no default model", code="model_required",
+                         available_models=available)
+
+
+class ModelLoadDeferred(TurnError):
+    """503 model_load_deferred with Retry-After: the model cannot load beside the
+    pinned or busy ones now; the message carries the numbers."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message, code="model_load_deferred", retry_after=retry_after)
+
+
+class ModelBusy(TurnError):
+    """409: /unload of a model that is streaming."""
+
+
+class ServerOverloaded(TurnError):
+    """503 server_overloaded with Retry-After from the drain estimate (config mode's queue cap)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message, code="server_overloaded", retry_after=retry_after)
+
+
+class RequestShed(TurnError):
+    """The memory governor ended this request (server_overloaded_shed, finish_reason shed)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="server_overloaded_shed")
