@@ -44,6 +44,8 @@ class RequestLimits:
 @dataclass
 class ServerConfig:
     model: str
+    config_file: str | None = None  # --config: many models from a YAML file (mlxcel.fleet)
+    explicit_flags: frozenset[str] = frozenset()  # flags given on the command line (they win over the file)
     alias: str | None = None  # the model id; the first of `aliases` in sorted order
     aliases: list[str] = field(default_factory=list)  # --alias, all listed by /v1/models
     tags: list[str] = field(default_factory=list)  # --tags, informational

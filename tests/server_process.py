@@ -21,11 +21,13 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *args: str, model: str = DEFAULT_MODEL, env: dict | None = None) -> None:
+    def __init__(self, *args: str, model: str | None = DEFAULT_MODEL, env: dict | None = None) -> None:
+        """`model=None` passes no -m (a server started with --config)."""
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mlxcel-test-{self.port}.log"
-        command = [sys.executable, "-m", "mlxcel", "serve", "-m", model, "--port", str(self.port), "-t", "2", *args]
+        chosen = ["-m", model] if model is not None else []
+        command = [sys.executable, "-m", "mlxcel", "serve", *chosen, "--port", str(self.port), "-t", "2", *args]
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

@@ -24,14 +24,19 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
 
 
 def serve(argv: list[str], prog: str) -> int:
+    fleet = None
     try:
         config = parse_serve_args(argv, prog=prog)
+        if config.config_file is not None:
+            from mlxcel.cli.fleet_args import fleet_settings
+
+            config, fleet = fleet_settings(config)
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     from mlxcel.server.run import run_server
 
-    return run_server(config)
+    return run_server(config, fleet)
 
 
 def main(argv: list[str] | None = None) -> int:

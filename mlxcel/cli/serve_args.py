@@ -99,6 +99,8 @@ def _api_prefix(text: str) -> str:
 _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("-m", "--model"), "model", str, DEFAULT_MODEL, "LLAMA_ARG_MODEL",
      f"catalog name ({', '.join(CATALOG)}) or path to a .gguf file; a catalog model is pulled on first use"),
+    (("--config",), "config_file", str, None, "MLXCEL_CONFIG",
+     "serve many models from a YAML file (ids, aliases, profiles, residency); see docs/config.md"),
     (("-a", "--alias"), "alias", _csv, None, "LLAMA_ARG_ALIAS",
      "model name aliases, comma-separated; the first in sorted order is the model id (default: the model's name)"),
     (("--tags",), "tags", _csv, None, "LLAMA_ARG_TAGS", "model tags, comma-separated, listed by /v1/models"),
@@ -414,8 +416,20 @@ def _check_rerank(args: argparse.Namespace) -> None:
                          "use one of them")
 
 
+def _keepalive_interval(args: argparse.Namespace) -> int:
+    """--sse-ping-interval (or LLAMA_ARG_SSE_PING_INTERVAL); else MLXCEL_SSE_KEEPALIVE_S; else 30 s."""
+    env = os.environ.get("MLXCEL_SSE_KEEPALIVE_S")
+    if env is None or "LLAMA_ARG_SSE_PING_INTERVAL" in os.environ or args.sse_ping_interval != 30:
+        return args.sse_ping_interval
+    try:
+        return int(float(env))
+    except ValueError:
+        raise UsageError(f"environment variable MLXCEL_SSE_KEEPALIVE_S: not a number: {env!r}") from None
+
+
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
-    _check_model(args.model)
+    if args.config_file is None:
+        _check_model(args.model)
     if args.model_draft:
         _check_model(args.model_draft)
     if args.embedding_model:
@@ -427,12 +441,13 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     _check_rerank(args)
     if args.port == 0 and sum(1 for host in args.host if not host.endswith(".sock")) > 1:
         raise UsageError("--port 0 is not supported with multiple TCP addresses")
-    if args.ubatch_size > args.batch_size:
-        args.ubatch_size = args.batch_size
+    args.ubatch_size = min(args.ubatch_size, args.batch_size)
     threads = args.threads or max(1, os.cpu_count() or 1)
     sampling = sampling_defaults(args)
     return ServerConfig(
         model=args.model,
+        config_file=args.config_file,
+        explicit_flags=frozenset(getattr(args, "explicit_flags", ())),
         alias=args.alias[0] if args.alias else None,
         aliases=args.alias or [],
         tags=args.tags or [],
@@ -451,7 +466,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         ubatch_size=args.ubatch_size,
         n_predict=args.n_predict,
         ignore_eos=args.ignore_eos,
-        sse_ping_interval=args.sse_ping_interval,
+        sse_ping_interval=_keepalive_interval(args),
         default_stop=[s for s in args.reverse_prompt or [] if s],
         context_shift=args.context_shift,
         n_keep=args.keep,
@@ -517,4 +532,9 @@ def parse_serve_args(argv: list[str], prog: str = "mlxcel serve") -> ServerConfi
     kept, ignored = split_llama_server_flags(argv)
     parser = serve_parser(prog)
     args = parser.parse_args(kept)
+    if args.config_file is not None:
+        given = {arg.split("=", 1)[0] for arg in kept}
+        if given & {"-m", "--model"}:
+            raise UsageError("--config serves the models its file lists: drop -m/--model")
+        args.explicit_flags = given
     return build_config(args, ignored)

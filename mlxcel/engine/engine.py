@@ -144,6 +144,11 @@ class Engine:
         self._thread.start()
 
     @property
+    def outstanding(self) -> int:
+        """Requests submitted and not yet finished (queued or in a slot)."""
+        return self._outstanding
+
+    @property
     def has_room(self) -> bool:
         """Whether a request submitted now would be admitted (not past the queue cap)."""
         return self._outstanding < len(self.slots) + self.config.queue_cap

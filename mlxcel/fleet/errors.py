@@ -3,7 +3,10 @@ statuses and types once, for every API."""
 
 from __future__ import annotations
 
-from mlxcel.turn.errors import TurnError
+from mlxcel.turn.errors import RequestShed, TurnError
+
+__all__ = ["ConfigError", "ModelBusy", "ModelLoadDeferred", "ModelNotFound", "ModelRequired", "RequestShed",
+           "ServerOverloaded", "UnknownProfile"]
 
 
 class ConfigError(Exception):
@@ -50,10 +53,3 @@ class ServerOverloaded(TurnError):
 
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message, code="server_overloaded", retry_after=retry_after)
-
-
-class RequestShed(TurnError):
-    """The memory governor ended this request (server_overloaded_shed, finish_reason shed)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code="server_overloaded_shed")

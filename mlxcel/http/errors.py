@@ -14,6 +14,15 @@ from starlette.requests import ClientDisconnect
 
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template import TemplateError
+from mlxcel.fleet.errors import (
+    ModelBusy,
+    ModelLoadDeferred,
+    ModelNotFound,
+    ModelRequired,
+    RequestShed,
+    ServerOverloaded,
+    UnknownProfile,
+)
 from mlxcel.structured.errors import GrammarError, StructuredOutputError
 from mlxcel.turn.errors import (
     ContextOverflow,
@@ -58,13 +67,17 @@ class APIError(Exception):
         self.message = message
         self.type = type
         self.code = code
+        self.retry_after = extra.pop("retry_after", None)  # seconds: a Retry-After header, not a body field
         self.extra = extra
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "code": self.code, **self.extra}}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers())
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Retry-After": str(int(self.retry_after))} if self.retry_after is not None else None
 
     def anthropic_status(self) -> int:
         return OVERLOADED_STATUS if self.type == "server_busy" else self.status
@@ -75,7 +88,7 @@ class APIError(Exception):
         return anthropic_error_body(kind, self.message)
 
     def anthropic_response(self) -> JSONResponse:
-        return JSONResponse(self.anthropic_body(), status_code=self.anthropic_status())
+        return JSONResponse(self.anthropic_body(), status_code=self.anthropic_status(), headers=self.headers())
 
 
 def invalid_request(message: str, code: str | None = None, **extra) -> APIError:
@@ -112,6 +125,13 @@ TURN_ERRORS: dict[type[TurnError], tuple[int, str]] = {
     ServerBusy: (503, "server_busy"),
     EngineUnavailable: (503, "unavailable_error"),
     GenerationFailed: (500, "server_error"),
+    ModelNotFound: (404, "model_not_found"),
+    UnknownProfile: (400, "unknown_profile"),
+    ModelRequired: (400, "invalid_request_error"),
+    ModelLoadDeferred: (503, "model_load_deferred"),
+    ModelBusy: (409, "conflict_error"),
+    ServerOverloaded: (503, "server_overloaded"),
+    RequestShed: (503, "server_overloaded_shed"),
 }
 
 
@@ -147,6 +167,8 @@ def render_error(request: Request, exc: Exception) -> JSONResponse:
     if is_responses_path(path) and isinstance(exc, ContextOverflow):  # OpenAI's Responses shape there
         return invalid_request(exc.message, exc.code, **exc.extra).response()
     error = as_api_error(exc)
+    if error.type == "server_busy" and getattr(request.app.state, "fleet", None) is not None:
+        error.type = "server_overloaded"  # 003's name for a queue-cap rejection; -m keeps 001's
     return error.anthropic_response() if is_anthropic_path(path) else error.response()
 
 

@@ -57,7 +57,8 @@ async def _off_loop_if_large(raw: bytes, work, *args):
 
 def _checked(request: Request, raw: bytes) -> dict:
     config, host = request.app.state.config, request.app.state.host
-    max_chars = config.limits.chars_cap(host.runtime.n_ctx if host.runtime is not None else 0)
+    n_ctx = host.runtime.n_ctx if host is not None and host.runtime is not None else 0
+    max_chars = config.limits.chars_cap(n_ctx)
     try:
         return parse_and_check(raw, config.limits, max_chars)
     except BodyError as exc:

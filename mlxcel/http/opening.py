@@ -13,6 +13,7 @@ from typing import Generic, TypeVar
 from fastapi import Request
 from pydantic import BaseModel
 
+from mlxcel.http.fleet_opening import open_in_fleet
 from mlxcel.http.ignored_fields import warn_ignored_fields
 from mlxcel.http.json_body import read_model
 from mlxcel.http.request_context import request_context
@@ -40,14 +41,21 @@ def opening(
     honored: Collection[str] | None = None,
     ignored: Collection[str] = (),
     notes: Callable[[Model], list[str]] = lambda _body: [],
+    api: str | None = None,
 ) -> Callable[[Request], Opened[Model]]:
     """The dependency for a route taking `model`: ids are `id_prefix` + 32 hex digits;
     with `honored`, every other field of the body (and each of `ignored`) is named in
-    one warning line, with the route's `notes` about the body."""
+    one warning line, with the route's `notes` about the body. With many models
+    (--config) the body's `model` picks the model, loaded if needed, and its profile's
+    defaults fill what the body leaves out, named by `api` (chat, completions,
+    anthropic, responses, native)."""
 
     async def open_request(request: Request) -> Opened[Model]:
-        host: ModelHost = request.app.state.host
-        data, body = await read_model(request, model)
+        if request.app.state.fleet is not None:
+            host, data, body = await open_in_fleet(request, model, api)
+        else:
+            host: ModelHost = request.app.state.host
+            data, body = await read_model(request, model)
         host.require_ready()
         context = request_context(request, f"{id_prefix}{uuid.uuid4().hex}")
         if honored is not None:

@@ -16,6 +16,12 @@ from starlette.types import Receive, Scope, Send
 Item = TypeVar("Item")
 
 
+def keepalive_seconds(interval: int) -> float | None:
+    """The server's keepalive interval (--sse-ping-interval, or MLXCEL_SSE_KEEPALIVE_S;
+    30 s by default, as llama-server): None when turned off (<= 0)."""
+    return float(interval) if interval > 0 else None
+
+
 def sse_data(payload: dict | str) -> str:
     text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return f"data: {text}\n\n"

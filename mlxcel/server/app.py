@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -19,12 +20,15 @@ from mlxcel.api.rerank import routes as rerank
 from mlxcel.api.responses import routes as responses
 from mlxcel.api.responses.state import ResponsesState
 from mlxcel.config import ServerConfig
+from mlxcel.fleet.entries import FleetConfig
+from mlxcel.fleet.residency import Fleet, idle_sweeper
 from mlxcel.http.api_prefix import ApiPrefixMiddleware
 from mlxcel.http.auth import APIKeyMiddleware
 from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
+from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.observability import metrics
-from mlxcel.server.routes import cache, info, llama_admin
+from mlxcel.server.routes import cache, info, llama_admin, residency
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import rerank_host_for
@@ -32,29 +36,47 @@ from mlxcel.turn.rerank_host import rerank_host_for
 log = logging.getLogger("mlxcel.server")
 
 
-def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | None = None) -> FastAPI:
-    host = ModelHost(config)
+def create_app(
+    config: ServerConfig,
+    on_load_failure: Callable[[str], None] | None = None,
+    fleet_config: FleetConfig | None = None,
+) -> FastAPI:
+    """One model (`-m`), or with `fleet_config` (--config FILE) many, each loaded on demand."""
+    fleet = Fleet(fleet_config, config) if fleet_config is not None else None
+    host = ModelHost(config) if fleet is None else None
+    main_id = host.model_id if host is not None else (fleet_config.default_model or "")
     embedding_host = None
     if config.embedding_source is not None:
-        embedding_id = host.model_id if config.embedding_only else model_id_of(config.embedding_source)
+        embedding_id = main_id if config.embedding_only else model_id_of(config.embedding_source)
         embedding_host = EmbeddingHost(config, config.embedding_source, embedding_id)
-    reranker = rerank_host_for(config, host.model_id)
+    reranker = rerank_host_for(config, main_id)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         on_failure = on_load_failure or (lambda _message: None)
-        host.start_loading(on_failure)
+        sweeper = None
+        if host is not None:
+            host.start_loading(on_failure)
+        else:
+            await asyncio.to_thread(fleet.start)
+            sweeper = idle_sweeper(fleet)()
         for service in (embedding_host, reranker):
             if service is not None:
                 service.start_loading(on_failure)
         yield
-        host.shutdown()
+        if sweeper is not None:
+            sweeper.cancel()
+        if host is not None:
+            host.shutdown()
+        else:
+            await asyncio.to_thread(fleet.shutdown)
         for service in (embedding_host, reranker):
             if service is not None:
                 service.shutdown()
 
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.host = host
+    app.state.host = host  # None with many models: routes reach theirs through app.state.fleet
+    app.state.fleet = fleet
     app.state.embedding_host = embedding_host
     app.state.config = config
     app.state.rerank = reranker
@@ -69,6 +91,7 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
     app.include_router(infill.router)
     app.include_router(responses.router)
     app.include_router(llama_admin.router)
+    app.include_router(residency.router)
     app.include_router(rerank.router)
     app.include_router(embeddings.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
@@ -79,4 +102,6 @@ def create_app(config: ServerConfig, on_load_failure: Callable[[str], None] | No
         app.add_middleware(ApiPrefixMiddleware, prefix=config.api_prefix)
     policy = CorsPolicy(config.cors_origins, config.cors_methods, config.cors_headers, config.cors_credentials)
     app.add_middleware(CorsMiddleware, policy=policy)
+    if fleet is not None:
+        app.add_middleware(LeaseMiddleware)  # outermost: a lease ends after the response's last byte
     return app

@@ -11,6 +11,7 @@ import sys
 import uvicorn
 
 from mlxcel.config import ServerConfig
+from mlxcel.fleet.entries import FleetConfig
 from mlxcel.server.app import create_app
 from mlxcel.server.listeners import ListenError, describe, open_listeners
 
@@ -25,7 +26,7 @@ def _configure_logging(verbose: bool) -> None:
     )
 
 
-def run_server(config: ServerConfig) -> int:
+def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
     _configure_logging(config.verbose)
     if config.ignored_flags:
         log.warning(
@@ -44,7 +45,7 @@ def run_server(config: ServerConfig) -> int:
     except ListenError as exc:
         print(f"mlxcel: error: {exc}", file=sys.stderr)
         return 1
-    app = create_app(config, on_failure)
+    app = create_app(config, on_failure, fleet)
     uv_config = uvicorn.Config(
         app,
         log_level="debug" if config.verbose else "warning",
@@ -53,7 +54,8 @@ def run_server(config: ServerConfig) -> int:
     )
     server = uvicorn.Server(uv_config)
     where = ", ".join(describe(sock) for sock in sockets)
-    log.info("mlxcel listening on %s (model %s)", where, config.model)
+    served = f"models of {config.model}" if fleet is not None else f"model {config.model}"
+    log.info("mlxcel listening on %s (%s)", where, served)
     try:
         server.run(sockets=sockets)
     finally:

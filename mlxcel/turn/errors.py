@@ -60,6 +60,14 @@ class GenerationFailed(TurnError):
     """A generation broke on our side (500): a bug, described in the log."""
 
 
+class RequestShed(TurnError):
+    """The memory governor ended this request to keep the process alive (503,
+    server_overloaded_shed, finish_reason shed)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="server_overloaded_shed", finish_reason="shed")
+
+
 def generation_error(finish) -> TurnError:
     """The error a failed generation (an engine FinishEvent with reason ERROR) is
     answered with: EngineUnavailable when the engine itself failed, else
@@ -67,6 +75,8 @@ def generation_error(finish) -> TurnError:
     GenerationFailed (its message names the engine request the log describes)."""
     if finish.engine_failed:
         return EngineUnavailable(finish.error or "the engine failed")
+    if getattr(finish, "shed", False):
+        return RequestShed(finish.error or "the request was shed to free memory")
     if finish.unsatisfiable:
         return InvalidRequest(finish.error or "the request's constraints cannot be met", "unsatisfiable_request")
     return GenerationFailed(f"generation failed: {finish.error}")

@@ -75,6 +75,7 @@ class ModelHost:
         self.chat_template: str | None = None  # the template source in force
         self.template = None  # mlxcel.chat.template.ChatTemplate
         self.tool_parser_cls = None  # the tool-call format of the template, if any
+        self.template_caps: dict[str, bool] | None = None  # /props' chat_template_caps, probed once
         self.model_family: str | None = None  # general.architecture
         self.host_cache = self._make_host_cache(config)
         self.created = int(time.time())
@@ -126,7 +127,7 @@ class ModelHost:
             self._load_chat_support(runtime, tokenizer)
             self._prepare_structured_output(tokenizer)
             if cfg.warmup:
-                runtime.warm_up(tokenizer.bos if tokenizer.bos >= 0 else 0)
+                runtime.warm_up(max(tokenizer.bos, 0))
             drafter = self._load_drafter(cfg, tokenizer, runtime.n_ctx) if cfg.model_draft else None
             lookup_ngram = cfg.spec_ngram_size if cfg.spec_type == "ngram-simple" else 0
             if cfg.context_shift and not runtime.can_shift:  # as llama-server: off, with a warning
@@ -259,3 +260,19 @@ class ModelHost:
     def shutdown(self) -> None:
         if self.engine is not None:
             self.engine.stop()
+
+    def close(self) -> None:
+        """Stop the engine and free the llama context and weights (an unload): the
+        host is then ABSENT and holds no memory."""
+        engine, runtime = self.engine, self.runtime
+        if engine is not None:
+            engine.stop()
+            drafter = engine.config.drafter
+            if drafter is not None:
+                drafter.runtime.close()
+        self.state = HostState.ABSENT
+        self.engine = self.runtime = None
+        if runtime is not None and (engine is None or not engine.alive):
+            runtime.close()
+        if self.host_cache is not None:
+            self.host_cache.reset()

@@ -19,7 +19,7 @@ from mlxcel.engine.request import FinishReason
 from mlxcel.http.errors import as_api_error
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.http.sse import EventStreamResponse, with_heartbeat
+from mlxcel.http.sse import EventStreamResponse, keepalive_seconds, with_heartbeat
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, count_prompt_tokens
 from mlxcel.turn.errors import generation_error
 
@@ -31,8 +31,8 @@ PING_INTERVAL_S = 5.0  # a ping event whenever no other event came for this long
 IGNORED_FIELDS = {"metadata", "container", "service_tier", "stop", "mcp_servers", "context_management",
                   "inference_geo", "user"}
 HONORED_FIELDS = set(MessagesRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt"}
-MESSAGES = opening(MessagesRequest, "msg_", HONORED_FIELDS, IGNORED_FIELDS)
-COUNT_TOKENS = opening(CountTokensRequest, "count_")
+MESSAGES = opening(MessagesRequest, "msg_", HONORED_FIELDS, IGNORED_FIELDS, api="anthropic")
+COUNT_TOKENS = opening(CountTokensRequest, "count_", api="anthropic")
 
 
 @router.post("/v1/messages")
@@ -44,7 +44,8 @@ async def create_message(request: Request, opened: Opened[MessagesRequest] = Dep
     turn = await ChatTurn.start(host, spec, opened.context)
     if body.stream:
         return EventStreamResponse(
-            _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel
+            _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel,
+            ping_seconds=keepalive_seconds(host.config.sse_ping_interval),
         )
     async with cancel_on_disconnect(request, turn.cancel):
         outcome = await turn.run()

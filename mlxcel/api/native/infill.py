@@ -15,7 +15,7 @@ from mlxcel.http.opening import Opened, opening
 from mlxcel.turn.infill_prompt import ExtraChunk, InfillBudget, infill_prompt, require_fim, tokenize_mixed
 
 router = APIRouter()
-INFILL = opening(InfillRequest, "cmpl-")
+INFILL = opening(InfillRequest, "cmpl-", api="native")
 EXTRA_SHAPE = '"input_extra" must be an array of {"filename": string, "text": string}'
 
 

@@ -24,7 +24,7 @@ from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
 
 router = APIRouter()
-COMPLETION = opening(NativeCompletionRequest, "cmpl-")
+COMPLETION = opening(NativeCompletionRequest, "cmpl-", api="native")
 TOKENIZE = opening(TokenizeRequest, "tok-")
 DETOKENIZE = opening(DetokenizeRequest, "tok-")
 

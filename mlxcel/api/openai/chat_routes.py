@@ -30,9 +30,9 @@ router = APIRouter()
 IGNORED_FIELDS = {"user", "metadata", "parallel_tool_calls", "service_tier", "store", "prediction", "modalities",
                   "audio", "web_search_options", "function_call", "functions"}
 HONORED_FIELDS = set(ChatCompletionRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt"}
-OPENING = opening(ChatCompletionRequest, "chatcmpl-", HONORED_FIELDS, IGNORED_FIELDS)
-APPLY_TEMPLATE = opening(ChatCompletionRequest, "tmpl-")
-COUNT_TOKENS = opening(ChatCompletionRequest, "tok-")
+OPENING = opening(ChatCompletionRequest, "chatcmpl-", HONORED_FIELDS, IGNORED_FIELDS, api="chat")
+APPLY_TEMPLATE = opening(ChatCompletionRequest, "tmpl-", api="chat")
+COUNT_TOKENS = opening(ChatCompletionRequest, "tok-", api="chat")
 
 
 def _template_kwargs(data: dict, body: ChatCompletionRequest, server_defaults: dict) -> dict:

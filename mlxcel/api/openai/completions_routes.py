@@ -22,7 +22,7 @@ from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
 
 router = APIRouter()
-OPENING = opening(CompletionRequest, "cmpl-")
+OPENING = opening(CompletionRequest, "cmpl-", api="completions")
 
 
 def finish_reason(event: FinishEvent) -> str:

@@ -30,16 +30,16 @@ from mlxcel.http.auth import request_key_id
 from mlxcel.http.errors import invalid_request, server_busy
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.http.sse import EventStreamResponse
+from mlxcel.http.sse import EventStreamResponse, keepalive_seconds
 from mlxcel.turn.chat_turn import count_prompt_tokens
 from mlxcel.turn.structured_output import compile_response_format
 
 router = APIRouter()
 HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body"}
 # the edge checks `input` against --max-messages, like every API's messages
-CREATE = opening(ResponsesRequest, "resp_", HONORED_FIELDS)
-COUNT = opening(ResponsesRequest, "resp_")
-COMPACT = opening(CompactRequest, "resp_")
+CREATE = opening(ResponsesRequest, "resp_", HONORED_FIELDS, api="responses")
+COUNT = opening(ResponsesRequest, "resp_", api="responses")
+COMPACT = opening(CompactRequest, "resp_", api="responses")
 
 
 def _state(request: Request) -> ResponsesState:
@@ -63,7 +63,8 @@ async def create_response(request: Request, opened: Opened[ResponsesRequest] = D
         await run.ready()
     run.turn.submit()
     if body.stream:
-        return EventStreamResponse(_stream(run), on_close=run.turn.cancel)
+        return EventStreamResponse(_stream(run), on_close=run.turn.cancel,
+                                   ping_seconds=keepalive_seconds(host.config.sse_ping_interval))
     state.running[run.id] = run
     try:
         async with cancel_on_disconnect(request, run.cancel):

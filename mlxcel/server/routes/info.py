@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 
 from fastapi import APIRouter, Request
@@ -12,7 +13,10 @@ from mlxcel import __version__
 from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
+from mlxcel.server.routes.fleet_listing import fleet_listing
+from mlxcel.server.routes.readiness import readiness
 from mlxcel.turn.embedding_host import EmbeddingHost
+from mlxcel.turn.errors import ServerBusy
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import RerankHost
@@ -21,13 +25,27 @@ router = APIRouter()
 
 
 def _host(request: Request) -> ModelHost:
-    return request.app.state.host
+    """The model the info routes describe: the only one, or with many (--config) the
+    one `?model=` names, else the default, when resident."""
+    fleet = request.app.state.fleet
+    if fleet is None:
+        return request.app.state.host
+    name = request.query_params.get("model")
+    prefer = fleet.entry(name).id if name else None
+    host = fleet.any_host(prefer)
+    if host is None or (prefer is not None and host.model_id != prefer):
+        raise ServerBusy(f"model `{prefer or fleet.config.default_model}` is not loaded")
+    return host
 
 
 @router.get("/health")
 @router.get("/v1/health")
 @router.get("/")
 async def health(request: Request):
+    if request.query_params.get("ready") not in (None, "", "0", "false"):
+        return readiness(request)
+    if request.app.state.fleet is not None:  # 003: liveness only
+        return JSONResponse({"status": "healthy", "pid": os.getpid()})
     host = _host(request)
     embedding = _embedding_host(request)
     if embedding is not None:
@@ -137,9 +155,14 @@ def _ollama_entry(host: ModelHost | EmbeddingHost, capability: str = "completion
 @router.get("/v1/models")
 @router.get("/models")
 async def list_models(request: Request):
-    host, embedding = _host(request), _embedding_host(request)
-    models, data = [], []
-    if not host.absent:
+    embedding = _embedding_host(request)
+    fleet = request.app.state.fleet
+    if fleet is not None:
+        models, data = [], fleet_listing(fleet)
+    else:
+        models, data = [], []
+    host = request.app.state.host
+    if host is not None and not host.absent:
         models.append(_ollama_entry(host))
         data.append(_model_entry(host))
     if embedding is not None:
@@ -152,11 +175,10 @@ async def list_models(request: Request):
     return {"models": models, "object": "list", "data": data}
 
 
-def _template_caps(request: Request, host: ModelHost) -> dict[str, bool]:
-    caps = getattr(request.app.state, "template_caps", None)
-    if caps is None:
-        caps = request.app.state.template_caps = probe_caps(host.template) if host.template is not None else {}
-    return caps
+def _template_caps(host: ModelHost) -> dict[str, bool]:
+    if host.template_caps is None:
+        host.template_caps = probe_caps(host.template) if host.template is not None else {}
+    return host.template_caps
 
 
 # llama-server draws its media marker at start so no prompt text can forge it
@@ -197,7 +219,7 @@ async def props(request: Request):
         "endpoint_metrics": config.metrics,
         "ui": False,
         "chat_template": host.chat_template or "",
-        "chat_template_caps": _template_caps(request, host),
+        "chat_template_caps": _template_caps(host),
         "bos_token": template.bos_token if template is not None else "",
         "eos_token": template.eos_token if template is not None else "",
         "build_info": f"mlxcel {__version__}",

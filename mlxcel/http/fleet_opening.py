@@ -1,0 +1,142 @@
+"""Opening a request on a server with many models: the body's `model` (and `profile`)
+address a model, its profile's defaults fill what the body leaves out, and the
+request leases the model (loading it if needed) until its response ends; the
+LeaseMiddleware releases the lease after the last byte."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlxcel.fleet.addressing import address
+from mlxcel.fleet.profile_apply import apply_defaults
+from mlxcel.fleet.residency import Fleet
+from mlxcel.http.errors import invalid_request, is_anthropic_path
+from mlxcel.http.json_body import read_json_object, validate
+from mlxcel.turn.model_host import ModelHost
+
+Model = TypeVar("Model", bound=BaseModel)
+LEASE_KEY = "fleet_lease"
+EARLY_KEY = "fleet_early_stream"
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+               (b"x-accel-buffering", b"no")]
+
+
+def _name_field(data: dict, key: str) -> str | None:
+    value = data.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise invalid_request(f"`{key}` must be a string")
+    return value
+
+
+async def open_in_fleet(request: Request, model: type[Model], api: str | None) -> tuple[ModelHost, dict, Model]:
+    fleet: Fleet = request.app.state.fleet
+    data = await read_json_object(request)
+    addressed = address(fleet.config, _name_field(data, "model"), _name_field(data, "profile"), fleet.family_of)
+    data.pop("profile", None)
+    if api is not None:
+        data = apply_defaults(api, data, addressed.defaults)
+    body = validate(model, data)
+    resident = fleet.resident(addressed.entry.id)
+    if data.get("stream") is True and (resident is None or not resident.ready):
+        async with _keepalives(request.scope, fleet.base.sse_ping_interval):
+            lease = await fleet.acquire(addressed.entry)
+    else:
+        lease = await fleet.acquire(addressed.entry)
+    request.scope.setdefault("state", {})[LEASE_KEY] = lease
+    return lease.resident.host, data, body
+
+
+@asynccontextmanager
+async def _keepalives(scope: Scope, interval: int):
+    """While a streaming request waits for its model to load: after `interval`
+    seconds of silence the stream's headers go out, then a comment every `interval`
+    (the LeaseMiddleware then fits the route's own response into that stream)."""
+    early = scope.get("state", {}).get(EARLY_KEY)
+    if early is None or interval <= 0:
+        yield
+        return
+
+    async def ping() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await early.ping()
+
+    task = asyncio.create_task(ping())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+def lease_of(scope: Scope):
+    return scope.get("state", {}).get(LEASE_KEY)
+
+
+class EarlyStream:
+    """A stream whose headers went out before the route answered: the route's own
+    start is dropped, and an error answer becomes one SSE error event."""
+
+    def __init__(self, send: Send, anthropic: bool) -> None:
+        self._send, self._anthropic = send, anthropic
+        self.started = False  # the headers went out early
+        self.route_started = False
+        self._status = 200
+        self._error_body = b""
+
+    async def ping(self) -> None:
+        if not self.route_started:
+            if not self.started:
+                self.started = True
+                await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            await self._send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+
+    async def send(self, message: Message) -> None:
+        if not self.started:
+            if message["type"] == "http.response.start":
+                self.route_started = True
+            await self._send(message)
+            return
+        if message["type"] == "http.response.start":
+            self.route_started = True
+            self._status = message["status"]
+            return
+        if message["type"] != "http.response.body" or self._status < 300:
+            await self._send(message)
+            return
+        self._error_body += message.get("body", b"")
+        if not message.get("more_body", False):
+            text = self._error_body.decode("utf-8", "replace")
+            frame = f"event: error\ndata: {text}\n\n" if self._anthropic else f"data: {text}\n\n"
+            await self._send({"type": "http.response.body", "body": frame.encode(), "more_body": False})
+
+
+class LeaseMiddleware:
+    """Releases the request's model lease once its response has been sent in full
+    (a stream included), or the request failed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope.setdefault("state", {})  # shared with the copies inner layers make of the scope
+        early = state[EARLY_KEY] = EarlyStream(send, is_anthropic_path(scope.get("path", "")))
+        try:
+            await self.app(scope, receive, early.send)
+        finally:
+            lease = lease_of(scope)
+            if lease is not None:
+                lease.release()

@@ -1,0 +1,88 @@
+"""003's residency routes: POST /unload, POST /v1/keep, POST /v1/reload. With one
+model (-m) there is nothing to load or unload: /v1/reload answers `unsupported` as
+003 says, the others name the flag that enables them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+
+from mlxcel.fleet.config_file import load_fleet_config
+from mlxcel.fleet.errors import ConfigError
+from mlxcel.fleet.residency import Fleet
+from mlxcel.http.errors import invalid_request, not_supported
+from mlxcel.http.json_body import read_small_json
+
+router = APIRouter()
+
+
+def _fleet(request: Request) -> Fleet:
+    fleet = request.app.state.fleet
+    if fleet is None:
+        raise not_supported("this server serves one model (-m); residency needs --config FILE")
+    return fleet
+
+
+async def _body(request: Request) -> dict:
+    if not (await request.body()).strip():
+        return {}
+    body = await read_small_json(request)
+    if not isinstance(body, dict):
+        raise invalid_request("the request body must be a JSON object")
+    return body
+
+
+def _model_field(body: dict, required: bool) -> str | None:
+    model = body.get("model")
+    if model is None or model == "":
+        if required:
+            raise invalid_request("`model` is required")
+        return None
+    if not isinstance(model, str):
+        raise invalid_request("`model` must be a string")
+    return model.rsplit("@", 1)[0] if "@" in model and model.rsplit("@", 1)[0] else model
+
+
+def _flag(body: dict, key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise invalid_request(f"`{key}` must be a boolean")
+    return value
+
+
+@router.post("/unload")
+async def unload(request: Request):
+    """The named model (409 while it streams; a pinned one stays pinned), or every idle model."""
+    fleet = _fleet(request)
+    model = _model_field(await _body(request), required=False)
+    unloaded = await asyncio.to_thread(fleet.unload, model)
+    return {"status": "ok", "unloaded": unloaded}
+
+
+@router.post("/v1/keep")
+async def keep(request: Request):
+    """Keep a model resident past its idle timeout (loading it unless `warm` is false), or release it."""
+    fleet = _fleet(request)
+    body = await _body(request)
+    model = _model_field(body, required=True)
+    keep_it, warm = _flag(body, "keep", True), _flag(body, "warm", True)
+    resident = fleet.keep(model, keep_it, warm)
+    if resident is not None and keep_it and warm:
+        lease = await fleet.acquire(resident.entry)  # waits for the load
+        lease.release()
+    return {"status": "ok", "model": fleet.entry(model).id, "kept": keep_it,
+            "resident": resident is not None and resident.ready}
+
+
+@router.post("/v1/reload")
+async def reload(request: Request):
+    """Re-read the config file: entries whose load keys are unchanged stay loaded."""
+    fleet = request.app.state.fleet
+    if fleet is None:
+        return {"status": "unsupported"}
+    try:
+        config = await asyncio.to_thread(load_fleet_config, fleet.config.path)
+    except ConfigError as exc:
+        raise invalid_request(f"the config was not reloaded: {exc}", code="invalid_config") from None
+    return await asyncio.to_thread(fleet.reload, config)
