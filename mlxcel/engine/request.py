@@ -29,6 +29,7 @@ class FinishReason(str, enum.Enum):
     LENGTH = "length"
     CANCELLED = "cancelled"
     ERROR = "error"
+    SHED = "shed"  # the memory governor ended it (Engine.shed); `error` says why
 
 
 @dataclass
