@@ -53,6 +53,7 @@ from mlxcel.fleet.estimate import drain_eta_s
 from mlxcel.fleet.governor import Band, MemoryGovernor
 from mlxcel.fleet.memory import HostMemory, read_host_memory
 from mlxcel.fleet.rates import Rates, combine, rates_of
+from mlxcel.fleet.readiness import QueueCounters
 
 log = logging.getLogger("mlxcel.metrics")
 
@@ -71,13 +72,6 @@ class ModelView:
     kv_bytes_per_token: int | None = None
     cache_bytes: int | None = None
     capacity: CapacityTable | None = None
-
-
-@dataclass
-class QueueCounters:
-    cap: int | None = None  # None: the sum of the models' caps
-    rejections: int = 0
-    last_reject_reason: str | None = None
 
 
 @dataclass

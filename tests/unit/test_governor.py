@@ -17,6 +17,7 @@ from mlxcel.fleet.governor import (
     live_requests,
 )
 from mlxcel.fleet.memory import HostMemory, MemoryProbeError, read_host_memory
+from mlxcel.fleet.readiness import QueueCounters, Readiness, readiness
 
 GB = 1024**3
 
@@ -140,3 +141,20 @@ def test_the_host_probe_reads_proc(tmp_path):
         read_host_memory(meminfo, statm, cgroup=None)
     with pytest.raises(MemoryProbeError):
         read_host_memory(tmp_path / "missing", statm, cgroup=None)
+
+
+def test_readiness_names_pressure_then_queue_then_busy():
+    assert readiness("green", 0, [1, 0], 2) == Readiness(True)
+    assert readiness("yellow", 0, [], 2).ready is True  # nothing resident: a request would load a model
+    assert readiness("orange", 3, [0], 9) == Readiness(False, "pressure", 9)
+    assert readiness(Band.RED, 0, [1], 2).reason == "pressure"
+    assert readiness("green", 1, [1], 4) == Readiness(False, "queue", 4)
+    assert readiness("green", 0, [0, 0], 2).to_dict() == {"ready": False, "reason": "busy"}
+
+
+def test_queue_rejections_are_counted_with_the_last_reason():
+    counters = QueueCounters()
+    counters.reject("queue full (8 waiting)")
+    counters.reject("queue full (9 waiting)")
+    assert counters.rejections == 2 and counters.last_reject_reason == "queue full (9 waiting)"
+    assert counters.last_reject_at is not None

@@ -13,13 +13,8 @@ from mlxcel.fleet.capacity import build_table
 from mlxcel.fleet.governor import MemoryGovernor
 from mlxcel.fleet.memory import HostMemory, MemoryProbeError
 from mlxcel.fleet.rates import combine, rates_of
-from mlxcel.observability.metrics_snapshot import (
-    ModelView,
-    QueueCounters,
-    SnapshotView,
-    build_snapshot,
-    render_prometheus,
-)
+from mlxcel.fleet.readiness import QueueCounters
+from mlxcel.observability.metrics_snapshot import ModelView, SnapshotView, build_snapshot, render_prometheus
 
 NOW = 100.0
 GB = 1024**3
