@@ -5,7 +5,8 @@ functions over numbers the caller measured; nothing here loads or runs a model.
     need_bytes   = prefill_transient_bytes + kv_bytes_per_token x (prompt_tokens + max_tokens)
                    (max_tokens only when the body sets it)
     fits_now     = need_bytes <= free_bytes        (memory free for it now)
-    fits_drained = need_bytes <= drained_bytes     (free once running requests finish)
+    fits_drained = need_bytes <= drained_bytes     (free once running requests finish: the free
+                                                    bytes plus the KV bytes the running requests hold)
     context_ok   = prompt_tokens + max_tokens <= context_limit   (the slot's context)
     est_ttft_s   = queue_wait_s + (prompt_tokens - warm_tokens) / prefill_tok_s
                    (null until a prefill rate has been measured)
@@ -16,15 +17,17 @@ replicas: "slot" (a slot's sequence holds it: nothing to copy), "exact" or "bloc
 it is restored from there), "hit" (reused tokens known but not where), "miss"
 (nothing reusable). 003's ckpt and anchor tiers have no counterpart here.
 
+queue_wait_s: how long a request sent now waits for a slot. With `ahead` = waiting -
+free_slots + 1 requests to finish before it starts (none: 0 s),
+
+    wait = ahead x mean_generated / (decode_tok_s x max(in_flight, 1))
+
+with decode_tok_s one stream's recent decode rate and mean_generated the recent mean
+output length (DEFAULT_ETA_S a request while nothing has been measured).
+
 drain_eta_s: the seconds until the waiting requests have all started, which is when a
-request rejected at the queue cap would find room:
-
-    streams  = max(in_flight, 1)
-    eta      = waiting x mean_generated / (decode_tok_s x streams)
-
-with decode_tok_s a stream's recent decode rate and mean_generated the recent mean
-output length; clamped to 2..60 s, and DEFAULT_ETA_S x waiting (clamped) while
-nothing has been measured."""
+request rejected at the queue cap would find room: the same formula with `ahead` =
+waiting, clamped to 2..60 s."""
 
 from __future__ import annotations
 
@@ -86,13 +89,22 @@ def memory_too_long(need: int, available: int) -> str:
             f"and {available} bytes ({available / 2**30:.2f} GiB) are available")
 
 
-def drain_eta_s(waiting: int, in_flight: int, decode_tok_s: float | None, mean_generated: float | None) -> int:
-    if waiting <= 0:
-        return ETA_MIN_S
+def _finishing_time(ahead: int, in_flight: int, decode_tok_s: float | None, mean_generated: float | None) -> float:
+    """Seconds for `ahead` requests to finish at the measured rates."""
+    if ahead <= 0:
+        return 0.0
     if not decode_tok_s or decode_tok_s <= 0 or not mean_generated or mean_generated <= 0:
-        eta = DEFAULT_ETA_S * waiting
-    else:
-        eta = waiting * mean_generated / (decode_tok_s * max(in_flight, 1))
+        return float(DEFAULT_ETA_S * ahead)
+    return ahead * mean_generated / (decode_tok_s * max(in_flight, 1))
+
+
+def queue_wait_s(waiting: int, free_slots: int, in_flight: int, decode_tok_s: float | None,
+                 mean_generated: float | None) -> float:
+    return round(_finishing_time(waiting - free_slots + 1, in_flight, decode_tok_s, mean_generated), 3)
+
+
+def drain_eta_s(waiting: int, in_flight: int, decode_tok_s: float | None, mean_generated: float | None) -> int:
+    eta = _finishing_time(waiting, in_flight, decode_tok_s, mean_generated)
     return int(min(ETA_MAX_S, max(ETA_MIN_S, math.ceil(eta))))
 
 

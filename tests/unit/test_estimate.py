@@ -5,16 +5,24 @@ from __future__ import annotations
 import pytest
 
 from mlxcel.fleet.errors import PromptExceedsContext, PromptExceedsMemory, PromptTooLong
-from mlxcel.fleet.estimate import context_too_long, drain_eta_s, estimate, memory_too_long, need_bytes, warm_prefix
+from mlxcel.fleet.estimate import (
+    context_too_long,
+    drain_eta_s,
+    estimate,
+    memory_too_long,
+    need_bytes,
+    queue_wait_s,
+    warm_prefix,
+)
 
 FIELDS = {"prompt_tokens", "warm_tokens", "cache_tier", "max_tokens", "need_bytes", "fits_now", "fits_drained",
           "context_ok", "context_limit", "est_ttft_s", "resident"}
 
 
 def base(**overrides):
-    values = {"prompt_tokens": 1000, "warm_tokens": 200, "cache_tier": "slot", "max_tokens": None, "kv_bytes_per_token": 100,
-                  "prefill_transient_bytes": 50_000, "context_limit": 2048, "free_bytes": 10**6, "drained_bytes": 10**7,
-                  "prefill_tok_s": 400.0, "queue_wait_s": 0.5}
+    values = {"prompt_tokens": 1000, "warm_tokens": 200, "cache_tier": "slot", "max_tokens": None,
+              "kv_bytes_per_token": 100, "prefill_transient_bytes": 50_000, "context_limit": 2048,
+              "free_bytes": 10**6, "drained_bytes": 10**7, "prefill_tok_s": 400.0, "queue_wait_s": 0.5}
     values.update(overrides)
     return estimate(**values)
 
@@ -90,3 +98,9 @@ def test_drain_eta_divides_the_queued_work_by_the_decode_rate():
     assert drain_eta_s(0, 4, 10.0, 200.0) == 2
     assert drain_eta_s(3, 0, None, None) == 15  # nothing measured: 5 s a request
     assert drain_eta_s(3, 2, 0.0, 100.0) == 15
+
+
+def test_queue_wait_counts_the_requests_ahead():
+    assert queue_wait_s(0, 1, 3, 10.0, 100.0) == 0.0  # a free slot
+    assert queue_wait_s(2, 0, 4, 10.0, 100.0) == 7.5  # 3 to finish: 300 tokens at 40 tok/s
+    assert queue_wait_s(1, 0, 1, None, None) == 10.0

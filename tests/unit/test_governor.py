@@ -116,7 +116,8 @@ def test_loads_defer_under_pressure_past_the_budget_or_below_the_floor():
 
 
 def test_live_requests_are_the_busy_slots_with_their_tokens():
-    snap = EngineSnapshot(slots=(SlotView(0, SlotState.DECODE, 7, 10, 3, 13), SlotView(1, SlotState.IDLE, -1, 0, 0, 50)))
+    slots = (SlotView(0, SlotState.DECODE, 7, 10, 3, 13), SlotView(1, SlotState.IDLE, -1, 0, 0, 50))
+    snap = EngineSnapshot(slots=slots)
     assert live_requests("m", snap) == [LiveRequest(7, 13, "m")]
 
 

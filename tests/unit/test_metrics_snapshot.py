@@ -49,7 +49,8 @@ def view(read_memory=lambda: HostMemory(100 * GB, 60 * GB, 2 * GB), **changes) -
         ModelView("c", None, queue_cap=4),  # loading
     ]
     values = {"models": models, "queue": QueueCounters(rejections=3, last_reject_reason="queue full"),
-                  "governor": MemoryGovernor(10 * GB, floor_bytes=GB, enabled=True), "read_memory": read_memory, "now": NOW}
+              "governor": MemoryGovernor(10 * GB, floor_bytes=GB, enabled=True), "read_memory": read_memory,
+              "now": NOW}
     values.update(changes)
     return SnapshotView(**values)
 
