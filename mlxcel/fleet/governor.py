@@ -1,7 +1,9 @@
 """The memory governor: a band from how much memory is left, and what the server does
 about it. On llama.cpp "memory" is host RAM (mlxcel.fleet.memory) plus the residency
 budget the fleet accounts against (weights of the resident models and the KV their
-requests hold, which the caller sums into `used_bytes`).
+requests hold: `held_bytes` per model, which the caller sums into `used_bytes`).
+A monitor calls `check(host, used_bytes, live requests)` a few times a second: it
+observes, and in the red band returns the request to shed.
 
 Bands. Three pressures are classified, and the worst wins:
 
@@ -86,6 +88,15 @@ class LiveRequest:
 def live_requests(model: str, snapshot: EngineSnapshot) -> list[LiveRequest]:
     """The requests in `snapshot`'s slots, as pick_shed candidates (queued ones hold no KV)."""
     return [LiveRequest(slot.request_id, slot.n_cached, model) for slot in snapshot.slots if slot.busy]
+
+
+def held_bytes(weights_bytes: int, kv_bytes_per_token: int, snapshot: EngineSnapshot | None) -> int:
+    """What one resident model holds for the budget's use: its weights plus the KV of
+    the tokens its running requests hold (llama.cpp allocates the whole KV cache at
+    load, so this counts what requests use, which is what a shed gives back)."""
+    if snapshot is None:
+        return weights_bytes
+    return weights_bytes + kv_bytes_per_token * sum(slot.n_cached for slot in snapshot.slots if slot.busy)
 
 
 def governor_enabled() -> bool:
@@ -195,6 +206,15 @@ class MemoryGovernor:
         if self.last_shed is not None and self._clock() - self.last_shed["at"] < SHED_COOLDOWN_S:
             return None
         return max(requests, key=lambda r: (r.kv_tokens, r.request_id), default=None)
+
+    def check(self, host: HostMemory | None, used_bytes: int | None, requests: Iterable[R]) -> R | None:
+        """One tick of the caller's monitor: observe, then the request to shed now (already
+        recorded), if any; the caller ends it (Engine.shed)."""
+        self.observe(host, used_bytes)
+        victim = self.pick_shed(requests)
+        if victim is not None:
+            self.record_shed(victim)
+        return victim
 
     def record_shed(self, request: SheddableRequest, model: str | None = None) -> None:
         self.sheds += 1

@@ -14,6 +14,7 @@ from mlxcel.fleet.governor import (
     LiveRequest,
     MemoryGovernor,
     classify,
+    held_bytes,
     live_requests,
 )
 from mlxcel.fleet.memory import HostMemory, MemoryProbeError, read_host_memory
@@ -159,3 +160,17 @@ def test_queue_rejections_are_counted_with_the_last_reason():
     counters.reject("queue full (9 waiting)")
     assert counters.rejections == 2 and counters.last_reject_reason == "queue full (9 waiting)"
     assert counters.last_reject_at is not None
+
+
+def test_a_tick_sheds_once_the_requests_outgrow_a_small_budget():
+    clock = Clock()
+    gov = MemoryGovernor(budget_bytes=1_000_000, floor_bytes=0, enabled=True, clock=clock)
+    slots = (SlotView(0, SlotState.DECODE, 7, 100, 10, 110), SlotView(1, SlotState.DECODE, 8, 300, 5, 305),
+             SlotView(2, SlotState.IDLE, -1, 0, 0, 4000))  # an idle slot's tokens hold nothing for the budget
+    snap = EngineSnapshot(slots=slots)
+    assert held_bytes(500_000, 1000, snap) == 915_000 and held_bytes(500_000, 1000, None) == 500_000
+    assert gov.check(host(50), held_bytes(500_000, 1000, snap), live_requests("m", snap)) is None  # orange
+    assert gov.band is Band.ORANGE
+    grown = EngineSnapshot(slots=(slots[0], SlotView(1, SlotState.DECODE, 8, 300, 200, 500)))
+    victim = gov.check(host(50), held_bytes(500_000, 1000, grown), live_requests("m", grown))
+    assert victim == LiveRequest(8, 500, "m") and gov.sheds == 1 and gov.last_shed["model"] == "m"
