@@ -39,7 +39,7 @@ from mlxcel.engine.sampling import SamplerChain
 from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
 from mlxcel.engine.snapshot import PUBLISH_INTERVAL_S, EngineSnapshot, take_snapshot
-from mlxcel.engine.stats import EngineStats
+from mlxcel.engine.stats import EngineStats, RequestTiming
 from mlxcel.engine.tokenizer import Tokenizer
 
 log = logging.getLogger("mlxcel.engine")
@@ -103,6 +103,9 @@ class _Submit:
 @dataclass
 class _Cancel:
     request_id: int
+    reason: FinishReason = FinishReason.CANCELLED
+    error: str | None = None
+    shed: bool = False  # the memory governor ended it (an ERROR finish, marked shed)
 
 
 class _Stop:
@@ -172,6 +175,12 @@ class Engine:
     def cancel(self, request_id: int) -> None:
         self._inbox.put(_Cancel(request_id))
 
+    def shed(self, request_id: int, message: str) -> None:
+        """End the request to free memory (the governor's red band): it finishes with
+        an ERROR marked `shed` (the APIs answer server_overloaded_shed, finish_reason
+        shed) with `message` as its error, wherever it is."""
+        self._inbox.put(_Cancel(request_id, FinishReason.ERROR, message, shed=True))
+
     def stop(self, timeout: float = 5.0) -> None:
         with self._admission:
             self._stopped = True
@@ -240,7 +249,7 @@ class Engine:
             self.config.on_failure(failure)
 
     def _publish(self) -> None:
-        self.snapshot = take_snapshot(self.slots, self._outstanding, self.stats)
+        self.snapshot = take_snapshot(self.slots, self._outstanding, self.stats, self.waiting, bool(self._draft_cap))
 
     def _has_work(self) -> bool:
         return bool(self.slots.busy()) or bool(self.waiting)
@@ -260,7 +269,7 @@ class Engine:
                 self.waiting.push(command.request)
                 queued = True
             elif isinstance(command, _Cancel):
-                self._cancel(command.request_id)
+                self._cancel(command.request_id, command.reason, command.error, command.shed)
             try:
                 command = self._inbox.get_nowait()
             except queue.Empty:
@@ -268,14 +277,17 @@ class Engine:
                     self._publish()  # the queue grew
                 return True
 
-    def _cancel(self, request_id: int) -> None:
+    def _cancel(self, request_id: int, reason: FinishReason = FinishReason.CANCELLED, error: str | None = None,
+                shed: bool = False) -> None:
         request = self.waiting.remove(request_id)
         if request is not None:
-            self._finish_unstarted(request, FinishReason.CANCELLED)
+            self._finish_unstarted(request, reason, error=error, shed=shed)
             return
         for slot in self.slots:
             if slot.request is not None and slot.request.id == request_id:
-                self._finish(slot, FinishReason.CANCELLED)
+                if shed:
+                    self._forget_sequence(slot)  # the point is to free what it holds
+                self._finish(slot, reason, error=error, shed=shed)
                 return
 
     # -- one request's failure ----------------------------------------------------------
@@ -701,6 +713,7 @@ class Engine:
         truncated: bool = False,
         end_token: TokenEvent | None = None,
         drop_held: bool = False,
+        shed: bool = False,
     ) -> None:
         """End the slot's request: release the slot and emit its FinishEvent. Nothing
         here may keep the event from being emitted. `drop_held`: text still held back
@@ -735,6 +748,9 @@ class Engine:
             # an opted-out request donates nothing: forget what its sequence holds
             self._forget_sequence(slot)
         self.stats.count_prediction(slot.n_generated, now - first, slot.draft_n, slot.draft_accepted, slot.draft_rounds)
+        if slot.n_generated:
+            self.stats.record_request(RequestTiming(len(request.prompt_tokens), prompt_n, first - slot.admitted_at,
+                                                    slot.n_generated, now - first))
         slot.release()
         self._record(request, reason, slot.n_generated, now)
         self._publish()  # readers see the slot free before its client hears the end
@@ -755,6 +771,7 @@ class Engine:
                 unsatisfiable=unsatisfiable,
                 truncated=truncated,
                 end_token=end_token,
+                shed=shed,
             )
         )
 
@@ -768,7 +785,8 @@ class Engine:
         del slot.cached_tokens[keep:]
 
     def _finish_unstarted(
-        self, request: GenerationRequest, reason: FinishReason, error: str | None = None, engine_failed: bool = False
+        self, request: GenerationRequest, reason: FinishReason, error: str | None = None, engine_failed: bool = False,
+        shed: bool = False,
     ) -> None:
         with self._admission:
             self._outstanding -= 1
@@ -782,6 +800,7 @@ class Engine:
                 timings=Timings(),
                 error=error,
                 engine_failed=engine_failed,
+                shed=shed,
             )
         )
 

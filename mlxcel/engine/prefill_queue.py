@@ -43,6 +43,10 @@ class PrefillQueue:
                 return request
         return None
 
+    def ordered(self) -> list[GenerationRequest]:
+        """The waiting requests in the order they would be served (pinned ones aside)."""
+        return [entry[2] for entry in sorted(self._heap)]
+
     def drain(self) -> list[GenerationRequest]:
         requests = [entry[2] for entry in sorted(self._heap)]
         self._heap.clear()

@@ -109,6 +109,7 @@ class FinishEvent:
     error: str | None = None
     engine_failed: bool = False  # the engine itself failed (the server answers 503 and restarts)
     unsatisfiable: bool = False  # the request's own constraints left no token to sample (a 400)
+    shed: bool = False  # the memory governor ended it to free memory (finish_reason "shed")
     truncated: bool = False  # the slot's context ran out: generation stopped there, or shifted it
     # the end-of-generation token that ended it, with its probabilities, when the
     # request asked for them (it is no TokenEvent: no API shows it as text)

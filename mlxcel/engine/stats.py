@@ -5,6 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+RECENT_REQUESTS = 8  # finished requests whose timings are kept (the recent rate means)
+
+
+@dataclass(frozen=True)
+class RequestTiming:
+    """One finished request that generated: its prefill (prompt tokens it decoded,
+    seconds from admission to the first token) and its decode (tokens generated,
+    seconds from the first token to the last)."""
+
+    prompt_tokens: int
+    prefill_tokens: int
+    prefill_seconds: float
+    generated: int
+    decode_seconds: float
+
 
 @dataclass
 class EngineStats:
@@ -42,6 +57,12 @@ class EngineStats:
     step_decode_seconds: float = 0.0
     step_sample_seconds: float = 0.0
     step_emit_seconds: float = 0.0
+    # the last RECENT_REQUESTS finished requests, oldest first (a tuple replaced whole:
+    # published copies share it safely)
+    recent: tuple[RequestTiming, ...] = ()
+
+    def record_request(self, timing: RequestTiming) -> None:
+        self.recent = (*self.recent[-(RECENT_REQUESTS - 1):], timing)
 
     def count_decode(self, n_busy: int, longest: int, n_prompt: int, seconds: float) -> None:
         self.n_decode += 1
