@@ -91,7 +91,7 @@ def listing(config: FleetConfig) -> list[dict]:
     for model_id, entry in config.models.items():
         rows.append({"id": model_id, "object": "model", "owned_by": "mlxcel",
                      "profile": effective_profile(config, entry, None), "default": model_id == default})
-    for alias, target in config.aliases.items():
+    for alias in config.aliases:
         entry, profile = _lookup(config, alias)
         rows.append({"id": alias, "object": "model", "owned_by": "mlxcel", "alias_of": entry.id,
                      "profile": effective_profile(config, entry, profile), "default": alias == default})

@@ -224,8 +224,7 @@ class _FileReader:
 
     def _known_profile(self, name: Any, key: str) -> str:
         name = self.check.string(name, key, optional=False)
-        if name.startswith("@"):
-            name = name[1:]  # gmlx writes intents without the @; accept it with one too
+        name = name.removeprefix("@")  # gmlx writes intents without the @; accept it with one too
         if name not in self.known:
             self.check.fail(key, f"unknown profile `{name}`; valid profiles: {', '.join(sorted(self.known))}")
         return name

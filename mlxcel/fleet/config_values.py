@@ -216,9 +216,10 @@ class Checker:
             self.cache(block["cache"], f"{key}.cache")
         kwargs = self.mapping(block.get("chat_template_kwargs"), f"{key}.chat_template_kwargs")
         template = self.string(block.get("chat_template"), f"{key}.chat_template")
+        extends = self.string(block.get("extends"), f"{key}.extends")
         return Profile(
             name=name,
-            extends=self.string(block.get("extends"), f"{key}.extends"),
+            extends=extends.removeprefix("@") if extends else None,  # gmlx names intents without the @
             sampling=self.sampling(block.get("sampling"), f"{key}.sampling"),
             system=self._system(block.get("system"), f"{key}.system"),
             chat_template_kwargs=dict(kwargs),

@@ -95,9 +95,8 @@ def _fill_system(api: str, body: dict, system: str) -> None:
     elif api == "anthropic":
         if body.get("system") is None:
             body["system"] = system
-    elif api == "responses":
-        if body.get("instructions") is None and not _has_system(body.get("input")):
-            body["instructions"] = system
+    elif api == "responses" and body.get("instructions") is None and not _has_system(body.get("input")):
+        body["instructions"] = system
 
 
 def _merge_template_kwargs(api: str, body: dict, profile_kwargs: dict) -> None:
