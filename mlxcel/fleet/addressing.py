@@ -71,6 +71,8 @@ def address(config: FleetConfig, model: str | None, profile: str | None,
             family_of: Callable[[ModelEntry], str | None]) -> Addressed:
     """The model and request defaults a request gets. ModelNotFound (404),
     UnknownProfile (400) or ModelRequired (400) when it cannot be served."""
+    if model is not None and not isinstance(model, str):
+        raise ModelNotFound(str(model), available(config))
     name = model or default_name(config)
     if not name:
         raise ModelRequired(available(config))

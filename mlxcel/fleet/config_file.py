@@ -69,12 +69,48 @@ def load_fleet_config(path: Path) -> FleetConfig:
     except (OSError, UnicodeDecodeError) as exc:
         check.fail("", f"cannot read the file: {exc.__class__.__name__}: {exc}")
     try:
-        data = yaml.safe_load(text)
+        data = _parse(text, check)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         check.fail("", f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}")
     return _FileReader(check, path).read(check.mapping(data, "") if data is not None else {})
+
+
+def _parse(text: str, check: Checker) -> Any:
+    """safe_load, refusing a key written twice in one mapping (YAML would keep the last)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        duplicate = _duplicate(node, "", set()) if node is not None else None
+        if duplicate is not None:
+            check.fail(duplicate[0], f"duplicate key (line {duplicate[1]}); YAML would keep only the last one")
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
+def _duplicate(node: yaml.Node, path: str, visited: set[int]) -> tuple[str, int] | None:
+    if id(node) in visited:  # an alias: checked where it was defined
+        return None
+    visited.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key_node, value_node in node.value:
+            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if name in seen:
+                    return f"{path}{name}", key_node.start_mark.line + 1
+                seen.add(name)
+            found = _duplicate(value_node, f"{path}{name}.", visited)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _duplicate(item, f"{path.rstrip('.')}[{i}].", visited)
+            if found:
+                return found
+    return None
 
 
 class _FileReader:
@@ -256,7 +292,7 @@ class _FileReader:
             if name not in MODEL_KEYS:
                 check.unknown(f"{key}.{name}", name, MODEL_KEYS)
         family = check.choice(block.get("family"), f"{key}.family", FAMILY_NAMES)
-        profile = self._known_profile(block["profile"], f"{key}.profile") if block.get("profile") else None
+        profile = self._known_profile(block["profile"], f"{key}.profile") if block.get("profile") is not None else None
         changes = {}
         for name, change in check.mapping(block.get("profiles"), f"{key}.profiles").items():
             name = self._known_profile(name, f"{key}.profiles.{name}")

@@ -87,7 +87,7 @@ class Checker:
             self.fail(key, f"must be a mapping, not {_kind(value)}")
         for name in value:
             if not isinstance(name, str):
-                self.fail(f"{key}.{name}", "keys must be strings")
+                self.fail(f"{key}.{name}" if key else str(name), "keys must be strings")
         return value
 
     def string(self, value: Any, key: str, *, optional: bool = True) -> str | None:

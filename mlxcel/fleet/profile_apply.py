@@ -15,8 +15,8 @@ that spell the same setting (repeat_penalty / repetition_penalty, repeat_last_n 
 repetition_context_size) count as one: a body that sets either keeps its own. A `-`
 drops the key for that API.
 
-The system prompt fills chat's messages (a leading system message, when none has
-role system or developer), Anthropic's `system` and Responses' `instructions` (when
+The system prompt fills chat's messages (a leading system message, when there are
+messages and none has role system or developer), Anthropic's `system` and Responses' `instructions` (when
 absent and no input item has role system or developer); completions and native have
 none. chat_template_kwargs merge under the request's own (its keys win), on the
 three template APIs."""
@@ -90,7 +90,7 @@ def _has_system(items: Any) -> bool:
 def _fill_system(api: str, body: dict, system: str) -> None:
     if api == "chat":
         messages = body.get("messages")
-        if isinstance(messages, list) and not _has_system(messages):
+        if isinstance(messages, list) and messages and not _has_system(messages):
             body["messages"] = [{"role": "system", "content": system}, *messages]
     elif api == "anthropic":
         if body.get("system") is None:

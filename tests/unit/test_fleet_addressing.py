@@ -208,3 +208,35 @@ def test_families_from_the_gguf_header() -> None:
     assert family_from_metadata({}) == "default"
     assert intent_values("coding", "unknown-family").sampling == {"temperature": 0.3, "top_p": 0.95}
     assert intent_values("reasoning-max", "gemma").sampling == {"temperature": 1.0, "top_p": 0.95, "top_k": 64}
+
+
+def test_a_model_name_that_is_not_a_string(config: FleetConfig) -> None:
+    with pytest.raises(ModelNotFound):
+        address(config, 5, None, family_of)  # type: ignore[arg-type]
+    with pytest.raises(UnknownProfile):
+        address(config, "smol", 5, family_of)  # type: ignore[arg-type]
+
+
+def test_family_of_reads_the_gguf_header_once(tmp_path: Path) -> None:
+    from mlxcel.fleet import model_files
+    from mlxcel.models.catalog import CATALOG
+    from mlxcel.models.store import model_path
+
+    for name in (SMOL, QWEN, "gemma-3-270m"):
+        if not model_path(CATALOG[name]).is_file():
+            pytest.skip(f"{name} is not pulled")
+    config = _config(tmp_path, f"""
+        models:
+          smol: {{path: {SMOL}}}
+          qwen: {{path: {QWEN}}}
+          gem: {{path: gemma-3-270m}}
+          forced: {{path: {QWEN}, family: gemma}}
+    """)
+    got = {model_id: model_files.family_of(entry) for model_id, entry in config.models.items()}
+    assert got == {"smol": "smollm", "qwen": "qwen2.5", "gem": "gemma", "forced": "gemma"}
+    model_files.family_of(config.models["qwen"])
+    assert model_files._read.cache_info().hits >= 1
+    assert model_files.metadata(str(tmp_path / "absent.gguf")) is None
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf at all, not at all")
+    entry = ModelEntry(id="bad", path=str(tmp_path / "bad.gguf"))
+    assert model_files.family_of(entry) == "default"

@@ -212,6 +212,12 @@ ERRORS = [
     ("models: []", "models", "must be a mapping"),
     ("- a\n- b", "", "must be a mapping"),
     ("models: {a: {path: SMOL}\n", "", "not valid YAML at line"),
+    ("models: {a: {path: SMOL}}\n---\nmodels: {}", "", "not valid YAML"),
+    ("models:\n  a: {path: SMOL, pin: true, pin: false}", "models.a.pin", "duplicate key (line 2)"),
+    ("models: {a: {path: SMOL}}\nmodels: {b: {path: SMOL}}", "models", "duplicate key (line 2)"),
+    ("models: {a: {path: SMOL}}\nrules:\n  - {match: a, match: b, profile: coding}", "rules[0].match",
+     "duplicate key"),
+    ("1: x\nmodels: {a: {path: SMOL}}", "1", "keys must be strings"),
     ("models: {a: {path: SMOL}}\naliases: {b@x: a}", "aliases.b@x", "cannot contain `@`"),
     ("models: {a: {path: SMOL}}\naliases: {a: a}", "aliases.a", "cannot be a model id"),
     ("models: {a: {path: SMOL}}\naliases: {b: c}", "aliases.b", "unknown model `c`"),
@@ -273,3 +279,13 @@ def test_the_cache_types_are_llama_cpps() -> None:
     from mlxcel.engine.llama_runtime import CACHE_TYPES as RUNTIME_TYPES
 
     assert set(CACHE_TYPES) == set(RUNTIME_TYPES)
+
+
+def test_yaml_anchors_and_merge_keys(tmp_path: Path) -> None:
+    config = _load(tmp_path, f"""
+        models:
+          a: &common {{path: {SMOL}, ctx_size: 1024}}
+          b: {{<<: *common, ctx_size: 2048}}
+          c: *common
+    """)
+    assert [config.models[m].load.ctx_size for m in "abc"] == [1024, 2048, 1024]

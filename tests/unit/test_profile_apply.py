@@ -143,3 +143,7 @@ def test_empty_defaults_change_nothing() -> None:
 def test_an_unknown_api() -> None:
     with pytest.raises(ValueError, match="unknown API"):
         apply_defaults("grpc", {}, DEFAULTS)
+
+
+def test_no_system_message_into_an_empty_conversation() -> None:
+    assert apply_defaults("chat", {"messages": []}, DEFAULTS)["messages"] == []
