@@ -75,6 +75,8 @@ class FleetConfig:
     host: str | None = None  # server.host / server.port / server.api_key (flags win)
     port: int | None = None
     api_key: str | None = None
+    no_auth: bool = False  # server.no_auth: a non-loopback host without api_key
+    family_defaults: bool = True  # server.family_defaults: false turns the intents off
     cache_enabled: bool | None = None  # server.cache.enabled (the prompt cache)
     embeddings: str | None = None  # service roles: a catalog name or a GGUF path
     rerank: str | None = None

@@ -1,0 +1,442 @@
+"""`mlxcel serve --config FILE`: read and check the YAML, build a FleetConfig.
+
+gmlx's format (docs/config.md of asher/gmlx) for every key that applies to
+llama.cpp; docs/config.md here lists where ours differs. Unknown keys and bad values
+raise ConfigError, one line naming the file, the key path and the reason. gmlx keys
+that cannot apply here fail the same way ("not supported by mlxcel: ..."), except
+the client-side cosmetic blocks (theme, themes, talk, assistant), which only warn.
+An entry whose GGUF is missing is dropped with a warning, as gmlx does."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlxcel.fleet.config_values import CHANGE_KEYS, Checker
+from mlxcel.fleet.entries import DEFAULT_TTL_S, FleetConfig, LoadSettings, ModelEntry, Profile
+from mlxcel.fleet.intents import FAMILY_NAMES, INTENTS
+from mlxcel.models.catalog import CATALOG, KIND_CHAT, KIND_EMBEDDING
+
+TOP_KEYS = ("models", "aliases", "profiles", "rules", "server")
+COSMETIC = {"theme": "the terminal chat's colors", "themes": "the terminal chat's colors",
+            "talk": "the voice client", "assistant": "the assistant's tools and memory"}
+UNSUPPORTED_TOP = {"discover": "list each model under `models` (no folder scan at start)"}
+MODEL_KEYS = ("path", "profile", "profiles", "overrides", "family", "draft_gguf", "speculative", "pin", "ttl_s",
+              "ctx_size", "parallel")
+_STREAMING = "streaming weights from disk is MLX-only; llama.cpp maps the GGUF (offload with -ngl)"
+UNSUPPORTED_MODEL = {
+    "mmproj": "multimodal projectors are not loaded yet (issue 20)",
+    "adapter": "LoRA adapters are not loaded (llama-server's --lora is not supported either)",
+    "native_mtp": "llama.cpp's MTP heads are not used; set `draft_gguf`",
+    "speculative_width_cap": "the drafter runs at every batch width",
+    "stream": _STREAMING, "cpu_moe": _STREAMING, "moe_experts": _STREAMING, "moe_expert_mass": _STREAMING,
+    "moe_miss_shed": _STREAMING, "moe_layer_shed": _STREAMING, "moe_prestage": _STREAMING,
+    "prefill_feeder": _STREAMING, "decode_feeder": _STREAMING, "stream_fast_disk": _STREAMING,
+}
+SERVER_KEYS = ("host", "port", "api_key", "no_auth", "model_dirs", "budget_gb", "max_models", "cache", "defaults",
+               "family_defaults", "embeddings", "rerank", "stt", "tts")
+UNSUPPORTED_SERVER = {
+    "hf_cache": "models come from the catalog or a GGUF path, never the Hugging Face cache",
+    "systemone": "structured decisions need a DiffusionGemma model (MLX-only)",
+    "assistants": "served assistants are not implemented",
+    "assistant_allow_remote": "served assistants are not implemented",
+    "cache_limit_gb": "MLX's buffer cache has no llama.cpp counterpart",
+    "prefill_step_size": "use --batch-size / --ubatch-size",
+    "dtype": "llama.cpp computes in the GGUF's types",
+    "decode_prefill_ratio": "the engine's scheduler is not tunable here",
+    "prefill_tick_ms": "the engine's scheduler is not tunable here",
+    "token_queue_timeout_s": "not implemented",
+    "stochastic_mtp": "llama.cpp's MTP heads are not used",
+    "gpu_keepwarm": "MLX-only",
+}
+COSMETIC_SERVER = {"menubar": "the macOS menu bar app"}
+DEFAULTS_KEYS = ("model", "ttl_s", "preload", "profile")
+SERVICES_NOT_YET = {"stt": "speech-to-text is not served yet", "tts": "text-to-speech is not served yet"}
+GB = 10**9
+
+
+def load_fleet_config(path: Path) -> FleetConfig:
+    """The checked configuration of `path`; ConfigError (one line) when it cannot be served."""
+    path = Path(path)
+    check = Checker(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        check.fail("", f"cannot read the file: {exc.__class__.__name__}: {exc}")
+    try:
+        data = _parse(text, check)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        check.fail("", f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}")
+    return _FileReader(check, path).read(check.mapping(data, "") if data is not None else {})
+
+
+def _parse(text: str, check: Checker) -> Any:
+    """safe_load, refusing a key written twice in one mapping (YAML would keep the last)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        duplicate = _duplicate(node, "", set()) if node is not None else None
+        if duplicate is not None:
+            check.fail(duplicate[0], f"duplicate key (line {duplicate[1]}); YAML would keep only the last one")
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+
+
+def _duplicate(node: yaml.Node, path: str, visited: set[int]) -> tuple[str, int] | None:
+    if id(node) in visited:  # an alias: checked where it was defined
+        return None
+    visited.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key_node, value_node in node.value:
+            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if name in seen:
+                    return f"{path}{name}", key_node.start_mark.line + 1
+                seen.add(name)
+            found = _duplicate(value_node, f"{path}{name}.", visited)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _duplicate(item, f"{path.rstrip('.')}[{i}].", visited)
+            if found:
+                return found
+    return None
+
+
+class _FileReader:
+    def __init__(self, check: Checker, path: Path) -> None:
+        self.check = check
+        self.folder = path.resolve().parent
+        self.path = path
+
+    def read(self, data: dict) -> FleetConfig:
+        check = self.check
+        for key in data:
+            if key in COSMETIC:
+                check.warn(key, f"ignored by mlxcel: it configures {COSMETIC[key]}, a gmlx client feature")
+            elif key in UNSUPPORTED_TOP:
+                check.fail(key, f"not supported by mlxcel: {UNSUPPORTED_TOP[key]}")
+            elif key not in TOP_KEYS:
+                check.unknown(key, key, TOP_KEYS)
+        server = self._server(check.mapping(data.get("server"), "server"))
+        profiles = self._profiles(check.mapping(data.get("profiles"), "profiles"))
+        self.known = set(profiles) | (set(INTENTS) if server["family_defaults"] else set())
+        self.profiles = profiles
+        self._check_extends(profiles)
+        if server["default_profile"] is not None:
+            server["default_profile"] = self._known_profile(server["default_profile"], "server.defaults.profile")
+        rules = self._rules(data.get("rules"))
+        raw_models = check.mapping(data.get("models"), "models")
+        if not raw_models:
+            check.fail("models", "the file declares no model")
+        models = {}
+        for model_id, block in raw_models.items():
+            entry = self._model(model_id, block, server, rules, profiles)
+            if entry is not None:
+                models[model_id] = entry
+        aliases = self._aliases(check.mapping(data.get("aliases"), "aliases"), raw_models, models)
+        default_model = self._default_model(server["defaults"].get("model"), raw_models, models, aliases)
+        if not models:
+            check.fail("models", "no model can be served: every entry's file is missing")
+        return FleetConfig(
+            path=self.path, models=models, aliases=aliases, profiles=profiles, rules=tuple(rules),
+            default_model=default_model, default_profile=server["default_profile"], ttl_s=server["ttl_s"],
+            preload=self._preload(server["defaults"].get("preload"), raw_models, models),
+            budget_bytes=server["budget_bytes"], max_models=server["max_models"], model_dirs=server["model_dirs"],
+            host=server["host"], port=server["port"], api_key=server["api_key"], no_auth=server["no_auth"],
+            cache_enabled=server["cache_enabled"], family_defaults=server["family_defaults"],
+            embeddings=server["embeddings"], rerank=server["rerank"], stt=None, tts=None,
+        )
+
+    # server
+    def _server(self, block: dict) -> dict[str, Any]:
+        check = self.check
+        for key in block:
+            where = f"server.{key}"
+            if key in UNSUPPORTED_SERVER:
+                check.fail(where, f"not supported by mlxcel: {UNSUPPORTED_SERVER[key]}")
+            elif key in COSMETIC_SERVER:
+                check.warn(where, f"ignored by mlxcel: it configures {COSMETIC_SERVER[key]}")
+            elif key not in SERVER_KEYS:
+                check.unknown(where, key, SERVER_KEYS)
+        defaults = check.mapping(block.get("defaults"), "server.defaults")
+        for key in defaults:
+            if key not in DEFAULTS_KEYS:
+                check.unknown(f"server.defaults.{key}", key, DEFAULTS_KEYS)
+        cache = block.get("cache")
+        cache = check.mapping(cache, "server.cache")
+        for key in cache:
+            if key != "enabled":
+                check.warn(f"server.cache.{key}", "not applied by mlxcel: llama.cpp's prompt cache has no such "
+                                                  "setting (ignored)")
+        budget = check.number(block.get("budget_gb"), "server.budget_gb", positive=True)
+        for key, reason in SERVICES_NOT_YET.items():
+            if block.get(key) not in (None, False):
+                check.fail(f"server.{key}", f"not supported by mlxcel yet: {reason}")
+        dirs = self._model_dirs(block.get("model_dirs"))
+        self.model_dirs = dirs
+        ttl = defaults.get("ttl_s", DEFAULT_TTL_S)
+        default_profile = check.string(defaults.get("profile"), "server.defaults.profile")
+        return {
+            "host": check.string(block.get("host"), "server.host"),
+            "port": check.integer(block.get("port"), "server.port", low=1, high=65535),
+            "api_key": check.string(block.get("api_key"), "server.api_key"),
+            "no_auth": check.boolean(block.get("no_auth", False), "server.no_auth"),
+            "model_dirs": dirs,
+            "budget_bytes": int(budget * GB) if budget is not None else None,
+            "max_models": check.integer(block.get("max_models"), "server.max_models", low=1),
+            "cache_enabled": (check.boolean(cache["enabled"], "server.cache.enabled")
+                              if cache.get("enabled") is not None else None),
+            "family_defaults": check.boolean(block.get("family_defaults", True), "server.family_defaults"),
+            "defaults": defaults,
+            "ttl_s": check.number(ttl, "server.defaults.ttl_s"),
+            "default_profile": default_profile,
+            "embeddings": self._service(block.get("embeddings"), "server.embeddings", KIND_EMBEDDING),
+            "rerank": self._service(block.get("rerank"), "server.rerank", None),
+        }
+
+    def _model_dirs(self, value: Any) -> tuple[Path, ...]:
+        if value is None:
+            return ()
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            self.check.fail("server.model_dirs", f"must be a list of folders, not {type(value).__name__}")
+        dirs = []
+        for i, item in enumerate(items):
+            folder = self.check.string(item, f"server.model_dirs[{i}]", optional=False)
+            path = _expand(folder)
+            dirs.append(path if path.is_absolute() else self.folder / path)
+        return tuple(dirs)
+
+    def _service(self, value: Any, key: str, kind: str | None) -> str | None:
+        if value is None or value is False:
+            return None
+        if value is True:
+            names = [name for name, entry in CATALOG.items() if kind and entry.kind == kind]
+            if not names:
+                self.check.fail(key, "the catalog has no default model for this service; name a GGUF")
+            return names[0]
+        name = self.check.string(value, key)
+        if name in CATALOG:
+            if kind and CATALOG[name].kind != kind:
+                self.check.fail(key, f"`{name}` is a {CATALOG[name].kind} model, not an {kind} model")
+            return name
+        found = self._find_file(name)
+        if found is None:
+            self.check.warn(key, f"the file {name} is missing ({self._searched()}): the service is off")
+            return None
+        return str(found)
+
+    # profiles and rules
+    def _profiles(self, block: dict) -> dict[str, Profile]:
+        profiles = {}
+        for name, value in block.items():
+            self._name(name, f"profiles.{name}", "a profile name")
+            profiles[name] = self.check.profile(value, f"profiles.{name}", name, base=self.folder)
+        return profiles
+
+    def _check_extends(self, profiles: dict[str, Profile]) -> None:
+        for name, profile in profiles.items():
+            if profile.extends is not None:
+                self._known_profile(profile.extends, f"profiles.{name}.extends")
+            chain, current = [name], profile
+            while current is not None and current.extends is not None:
+                if current.extends == current.name and current.name in INTENTS:
+                    break  # a user profile that changes the built-in intent of its name
+                if current.extends in chain:
+                    self.check.fail(f"profiles.{name}.extends", f"cycle: {' -> '.join(chain + [current.extends])}")
+                chain.append(current.extends)
+                current = profiles.get(current.extends)
+
+    def _known_profile(self, name: Any, key: str) -> str:
+        name = self.check.string(name, key, optional=False)
+        name = name.removeprefix("@")  # gmlx writes intents without the @; accept it with one too
+        if name not in self.known:
+            self.check.fail(key, f"unknown profile `{name}`; valid profiles: {', '.join(sorted(self.known))}")
+        return name
+
+    def _rules(self, value: Any) -> list[tuple[str, str]]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.check.fail("rules", "must be a list of {match, profile} mappings")
+        rules = []
+        for i, item in enumerate(value):
+            key = f"rules[{i}]"
+            block = self.check.mapping(item, key)
+            for name in block:
+                if name not in ("match", "profile"):
+                    self.check.unknown(f"{key}.{name}", name, ("match", "profile"))
+            pattern = self.check.string(block.get("match"), f"{key}.match", optional=False)
+            rules.append((pattern, self._known_profile(block.get("profile"), f"{key}.profile")))
+        return rules
+
+    # models
+    def _model(self, model_id: str, value: Any, server: dict, rules: list, profiles: dict) -> ModelEntry | None:
+        check, key = self.check, f"models.{model_id}"
+        self._name(model_id, key, "a model id")
+        block = check.mapping(value, key) if value is not None else check.fail(key, "needs at least `path`")
+        for name in block:
+            if name in UNSUPPORTED_MODEL:
+                check.fail(f"{key}.{name}", f"not supported by mlxcel: {UNSUPPORTED_MODEL[name]}")
+            if name not in MODEL_KEYS:
+                check.unknown(f"{key}.{name}", name, MODEL_KEYS)
+        family = check.choice(block.get("family"), f"{key}.family", FAMILY_NAMES)
+        profile = self._known_profile(block["profile"], f"{key}.profile") if block.get("profile") is not None else None
+        changes = {}
+        for name, change in check.mapping(block.get("profiles"), f"{key}.profiles").items():
+            name = self._known_profile(name, f"{key}.profiles.{name}")
+            changes[name] = check.profile(change, f"{key}.profiles.{name}", name, allowed=CHANGE_KEYS,
+                                          base=self.folder)
+        overrides = None
+        if block.get("overrides") is not None:
+            overrides = check.profile(block["overrides"], f"{key}.overrides", "overrides", allowed=CHANGE_KEYS,
+                                      base=self.folder)
+        draft = check.string(block.get("draft_gguf"), f"{key}.draft_gguf")
+        speculative = check.boolean(block.get("speculative", False), f"{key}.speculative") or draft is not None
+        if speculative and draft is None:
+            check.fail(f"{key}.speculative", "not supported by mlxcel: speculative decoding needs `draft_gguf` "
+                                             "(llama.cpp's MTP heads are not used)")
+        # an explicit null or 0 turns the idle timeout off; absent: the server's
+        ttl = (check.number(block["ttl_s"], f"{key}.ttl_s") or 0.0) if "ttl_s" in block else None
+        own = LoadSettings(ctx_size=check.integer(block.get("ctx_size"), f"{key}.ctx_size", low=0),
+                           parallel=check.integer(block.get("parallel"), f"{key}.parallel", low=1, high=256))
+        path = self._model_path(block.get("path"), f"{key}.path", KIND_CHAT)
+        draft_path = self._model_path(draft, f"{key}.draft_gguf", KIND_CHAT) if draft else None
+        if path is None or (draft and draft_path is None):
+            check.warn(key, "dropped: its file is missing; a request for it gets 404")
+            return None
+        entry = ModelEntry(id=model_id, path=path, profile=profile, profiles=changes, overrides=overrides,
+                           family=family, draft=draft_path, speculative=speculative,
+                           pin=check.boolean(block.get("pin", False), f"{key}.pin"),
+                           ttl_s=ttl)
+        return _with_load(entry, server, rules, profiles, own)
+
+    def _model_path(self, value: Any, key: str, kind: str) -> str | None:
+        name = self.check.string(value, key, optional=False)
+        if name in CATALOG:
+            if CATALOG[name].kind != kind:
+                self.check.fail(key, f"`{name}` is an {CATALOG[name].kind} model; name it under server.embeddings")
+            return name
+        found = self._find_file(name)
+        if found is None:
+            self.check.warn(key, f"the file {name} is missing ({self._searched()})")
+            return None
+        return str(found)
+
+    def _find_file(self, name: str) -> Path | None:
+        path = _expand(name)
+        if path.is_absolute():
+            return path if path.is_file() else None
+        for folder in (*self.model_dirs, self.folder):
+            if (folder / path).is_file():
+                return (folder / path).resolve()
+        return None
+
+    def _searched(self) -> str:
+        return "searched: " + ", ".join(str(f) for f in (*self.model_dirs, self.folder))
+
+    def _name(self, name: Any, key: str, what: str) -> None:
+        if not isinstance(name, str) or not name.strip():
+            self.check.fail(key, f"{what} must be a non-empty string")
+        if "@" in name:
+            self.check.fail(key, f"{what} cannot contain `@` (it separates an id from a profile)")
+
+    # aliases, the default, preloads
+    def _aliases(self, block: dict, raw_models: dict, models: dict) -> dict[str, str]:
+        self.raw_aliases = {k: v for k, v in block.items() if isinstance(v, str)}
+        aliases = {}
+        for alias, target in block.items():
+            key = f"aliases.{alias}"
+            self._name(alias, key, "an alias")
+            if alias in raw_models:
+                self.check.fail(key, "an alias cannot be a model id")
+            target = self.check.string(target, key, optional=False)
+            model_id, _, profile = target.rpartition("@") if "@" in target else (target, "", "")
+            if profile:
+                self._known_profile(profile, key)
+            if model_id not in raw_models:
+                self.check.fail(key, f"unknown model `{model_id}`; ids: {', '.join(sorted(raw_models))}")
+            if model_id not in models:
+                self.check.warn(key, f"dropped: its model `{model_id}` is missing")
+                continue
+            aliases[alias] = target
+        return aliases
+
+    def _default_model(self, value: Any, raw_models: dict, models: dict, aliases: dict) -> str | None:
+        name = self.check.string(value, "server.defaults.model")
+        if name is None:
+            return None
+        target = self.raw_aliases.get(name, name)
+        model_id = target.rpartition("@")[0] if "@" in target else target
+        if name not in raw_models and name not in self.raw_aliases:
+            self.check.fail("server.defaults.model", f"unknown model `{name}`; ids: {', '.join(sorted(raw_models))}")
+        if model_id not in models:
+            self.check.fail("server.defaults.model", f"the default model `{name}` is missing (its file is not found)")
+        return name
+
+    def _preload(self, value: Any, raw_models: dict, models: dict) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            self.check.fail("server.defaults.preload", "must be a list of model ids, or `all`")
+        if "all" in items:
+            return tuple(models)
+        preload = []
+        for i, item in enumerate(items):
+            name = self.check.string(item, f"server.defaults.preload[{i}]", optional=False)
+            if name not in raw_models:
+                self.check.fail(f"server.defaults.preload[{i}]",
+                                f"unknown model `{name}`; ids: {', '.join(sorted(raw_models))}")
+            if name in models:
+                preload.append(name)
+        return tuple(preload)
+
+
+def _expand(name: str) -> Path:
+    return Path(os.path.expandvars(os.path.expanduser(name)))
+
+
+def _with_load(entry: ModelEntry, server: dict, rules: list, profiles: dict, own: LoadSettings) -> ModelEntry:
+    """The entry with its effective load keys and template: the profile it runs under
+    when a request names none (server default < rule < model profile), that profile's
+    per-model change, the overrides, then the entry's own ctx_size / parallel."""
+    layers: list[Profile] = []
+    rule = next((p for pattern, p in rules if fnmatch.fnmatchcase(entry.id, pattern)), None)
+    for name in (server["default_profile"], rule, entry.profile):
+        layers.extend(_chain(name, profiles))
+    effective = entry.profile or rule or server["default_profile"]
+    if effective in entry.profiles:
+        layers.append(entry.profiles[effective])
+    if entry.overrides is not None:
+        layers.append(entry.overrides)
+    load, template = LoadSettings(), None
+    for profile in layers:
+        load = _merge_load(load, profile.load)
+        template = profile.chat_template or template
+    return replace(entry, load=_merge_load(load, own), chat_template=template)
+
+
+def _chain(name: str | None, profiles: dict[str, Profile]) -> list[Profile]:
+    """The user profiles of `name`'s extends chain, base first (intents carry no load keys)."""
+    chain: list[Profile] = []
+    while name and name in profiles and profiles[name] not in chain:
+        chain.insert(0, profiles[name])
+        name = profiles[name].extends
+    return chain
+
+
+def _merge_load(base: LoadSettings, top: LoadSettings) -> LoadSettings:
+    return LoadSettings(**{k: getattr(top, k) if getattr(top, k) is not None else getattr(base, k)
+                           for k in LoadSettings.__dataclass_fields__})
