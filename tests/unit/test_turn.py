@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from mlxcel.config import ServerConfig
+from mlxcel.engine.snapshot import EngineSnapshot
 from mlxcel.engine.engine import QueueFullError
 from mlxcel.engine.faults import EngineFailedError, Fault
 from mlxcel.engine.request import FinishEvent, FinishReason, Priority, Timings, TokenEvent
@@ -39,6 +40,7 @@ class FakeEngine:
     def __init__(self, refuse_at: int | None = None, error: Exception | None = None) -> None:
         self.submitted, self.cancelled = [], []
         self.refuse_at, self.error = refuse_at, error
+        self.snapshot = EngineSnapshot()  # what a queue-full answer's Retry-After is estimated from
 
     def submit(self, request) -> None:
         if self.refuse_at is not None and len(self.submitted) == self.refuse_at:
