@@ -9,9 +9,7 @@ An entry whose GGUF is missing is dropped with a warning, as gmlx does."""
 
 from __future__ import annotations
 
-import fnmatch
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,9 @@ import yaml
 
 from mlxcel.fleet.config_values import CHANGE_KEYS, Checker
 from mlxcel.fleet.entries import DEFAULT_TTL_S, FleetConfig, LoadSettings, ModelEntry, Profile
+from mlxcel.fleet.entry_load import with_effective_load
 from mlxcel.fleet.intents import FAMILY_NAMES, INTENTS
+from mlxcel.fleet.yaml_file import parse_yaml
 from mlxcel.models.catalog import CATALOG, KIND_CHAT, KIND_EMBEDDING
 
 TOP_KEYS = ("models", "aliases", "profiles", "rules", "server")
@@ -69,48 +69,12 @@ def load_fleet_config(path: Path) -> FleetConfig:
     except (OSError, UnicodeDecodeError) as exc:
         check.fail("", f"cannot read the file: {exc.__class__.__name__}: {exc}")
     try:
-        data = _parse(text, check)
+        data = parse_yaml(text, check)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         check.fail("", f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}")
     return _FileReader(check, path).read(check.mapping(data, "") if data is not None else {})
-
-
-def _parse(text: str, check: Checker) -> Any:
-    """safe_load, refusing a key written twice in one mapping (YAML would keep the last)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        duplicate = _duplicate(node, "", set()) if node is not None else None
-        if duplicate is not None:
-            check.fail(duplicate[0], f"duplicate key (line {duplicate[1]}); YAML would keep only the last one")
-        return loader.construct_document(node) if node is not None else None
-    finally:
-        loader.dispose()
-
-
-def _duplicate(node: yaml.Node, path: str, visited: set[int]) -> tuple[str, int] | None:
-    if id(node) in visited:  # an alias: checked where it was defined
-        return None
-    visited.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        seen = set()
-        for key_node, value_node in node.value:
-            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                if name in seen:
-                    return f"{path}{name}", key_node.start_mark.line + 1
-                seen.add(name)
-            found = _duplicate(value_node, f"{path}{name}.", visited)
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            found = _duplicate(item, f"{path.rstrip('.')}[{i}].", visited)
-            if found:
-                return found
-    return None
 
 
 class _FileReader:
@@ -320,7 +284,7 @@ class _FileReader:
                            family=family, draft=draft_path, speculative=speculative,
                            pin=check.boolean(block.get("pin", False), f"{key}.pin"),
                            ttl_s=ttl)
-        return _with_load(entry, server, rules, profiles, own)
+        return with_effective_load(entry, server["default_profile"], rules, profiles, own)
 
     def _model_path(self, value: Any, key: str, kind: str) -> str | None:
         name = self.check.string(value, key, optional=False)
@@ -406,37 +370,3 @@ class _FileReader:
 
 def _expand(name: str) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(name)))
-
-
-def _with_load(entry: ModelEntry, server: dict, rules: list, profiles: dict, own: LoadSettings) -> ModelEntry:
-    """The entry with its effective load keys and template: the profile it runs under
-    when a request names none (server default < rule < model profile), that profile's
-    per-model change, the overrides, then the entry's own ctx_size / parallel."""
-    layers: list[Profile] = []
-    rule = next((p for pattern, p in rules if fnmatch.fnmatchcase(entry.id, pattern)), None)
-    for name in (server["default_profile"], rule, entry.profile):
-        layers.extend(_chain(name, profiles))
-    effective = entry.profile or rule or server["default_profile"]
-    if effective in entry.profiles:
-        layers.append(entry.profiles[effective])
-    if entry.overrides is not None:
-        layers.append(entry.overrides)
-    load, template = LoadSettings(), None
-    for profile in layers:
-        load = _merge_load(load, profile.load)
-        template = profile.chat_template or template
-    return replace(entry, load=_merge_load(load, own), chat_template=template)
-
-
-def _chain(name: str | None, profiles: dict[str, Profile]) -> list[Profile]:
-    """The user profiles of `name`'s extends chain, base first (intents carry no load keys)."""
-    chain: list[Profile] = []
-    while name and name in profiles and profiles[name] not in chain:
-        chain.insert(0, profiles[name])
-        name = profiles[name].extends
-    return chain
-
-
-def _merge_load(base: LoadSettings, top: LoadSettings) -> LoadSettings:
-    return LoadSettings(**{k: getattr(top, k) if getattr(top, k) is not None else getattr(base, k)
-                           for k in LoadSettings.__dataclass_fields__})

@@ -11,7 +11,6 @@ a model served here answers as it does served alone."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 INTENTS = ("coding", "instruct", "creative", "reasoning-low", "reasoning-medium", "reasoning-high",
@@ -112,4 +111,3 @@ def intent_values(intent: str, family_name: str | None) -> IntentValues:
 
 
 FAMILY_NAMES = tuple(sorted(FAMILIES))
-ARCH_FAMILIES = MappingProxyType(_BY_ARCH)
