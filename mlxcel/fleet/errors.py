@@ -5,9 +5,19 @@ from __future__ import annotations
 
 from mlxcel.turn.errors import RequestShed, TurnError
 
-__all__ = ["ConfigError", "ModelBusy", "ModelLoadDeferred", "ModelNotFound", "ModelRequired", "RequestShed",
-           "ServerOverloaded", "UnknownProfile", "PromptTooLong", "PromptExceedsContext",
-           "PromptExceedsMemory"]
+__all__ = [
+    "ConfigError",
+    "ModelBusy",
+    "ModelLoadDeferred",
+    "ModelNotFound",
+    "ModelRequired",
+    "PromptExceedsContext",
+    "PromptExceedsMemory",
+    "PromptTooLong",
+    "RequestShed",
+    "ServerOverloaded",
+    "UnknownProfile",
+]
 
 
 class ConfigError(Exception):

@@ -6,16 +6,13 @@ replaced by what llama.cpp reports."""
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.entries import ModelEntry
+from mlxcel.fleet.model_files import gguf_path, metadata
 from mlxcel.models.catalog import CATALOG
-from mlxcel.models.gguf_header import Skipped, kv_bytes, kv_bytes_per_token, model_geometry, read_gguf_metadata
-from mlxcel.models.store import model_path
+from mlxcel.models.gguf_header import Skipped, kv_bytes, kv_bytes_per_token, model_geometry
 
 # compute buffers: llama.cpp sizes them for one ubatch; the logits rows dominate
 # with a large vocabulary (n_vocab x n_ubatch floats), the activations otherwise
@@ -49,14 +46,6 @@ class Footprint:
                        family=host.model_family or self.family)
 
 
-def gguf_path(source: str) -> Path | None:
-    """The file a model entry names, without downloading anything: a catalog model
-    not yet stored has no path yet."""
-    entry = CATALOG.get(source)
-    path = model_path(entry) if entry is not None else Path(os.path.expanduser(source))
-    return path if path.is_file() else None
-
-
 def estimate_footprint(entry: ModelEntry, base: ServerConfig) -> Footprint:
     ctx = entry.load.ctx_size if entry.load.ctx_size is not None else base.ctx_size
     type_k = entry.load.cache_type_k or base.cache_type_k
@@ -64,18 +53,16 @@ def estimate_footprint(entry: ModelEntry, base: ServerConfig) -> Footprint:
     return _estimate(entry.path, ctx, type_k, type_v, base.ubatch_size)
 
 
-@functools.lru_cache(maxsize=256)
 def _estimate(source: str, ctx: int, type_k: str, type_v: str, n_ubatch: int) -> Footprint:
-    path = gguf_path(source)
-    if path is None:  # not stored yet: the catalog's size, no geometry
+    meta = metadata(source)
+    if meta is None:  # not stored yet: the catalog's size, no geometry
         catalog = CATALOG.get(source)
         size = catalog.size if catalog is not None else 0
         return Footprint(None, size, 0, ctx, COMPUTE_FLOOR_BYTES)
-    meta = read_gguf_metadata(path)
     geometry = model_geometry(meta)
     n_ctx = ctx if ctx > 0 else geometry.n_ctx_train
     tokens = meta.get("tokenizer.ggml.tokens", ())
     n_vocab = tokens.length if isinstance(tokens, Skipped) else len(tokens or ())
     compute = max(COMPUTE_FLOOR_BYTES, 4 * n_vocab * min(n_ubatch, 512))
-    return Footprint(geometry.arch, path.stat().st_size, kv_bytes_per_token(geometry, type_k, type_v), n_ctx,
+    return Footprint(geometry.arch, gguf_path(source).stat().st_size, kv_bytes_per_token(geometry, type_k, type_v), n_ctx,
                      compute, geometry.n_ctx_train, kv_bytes(geometry, n_ctx, type_k, type_v))

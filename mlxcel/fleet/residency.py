@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mlxcel.config import ServerConfig
+from mlxcel.fleet.addressing import default_name
 from mlxcel.fleet.entries import FleetConfig, ModelEntry
 from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred, ModelNotFound
 from mlxcel.fleet.footprint import Footprint, estimate_footprint
+from mlxcel.fleet.model_files import family_of
 from mlxcel.turn.errors import EngineUnavailable
 from mlxcel.turn.model_host import HostState, ModelHost
 
@@ -105,6 +107,7 @@ class Fleet:
         self.pinned: set[str] = {e.id for e in config.models.values() if e.pin}
         self._lock = threading.RLock()
         self._loading = threading.Lock()  # one load at a time: loads compete for the same cores
+        self.governor = None  # the MemoryGovernor (mlxcel.fleet.monitor sets it): loads defer under pressure
         self.load_rejections = 0
         self.last_load_rejection: str | None = None
         self._closed = False
@@ -120,13 +123,14 @@ class Fleet:
             raise ModelNotFound(model_id, sorted([*self.config.models, *self.config.aliases]))
         return entry
 
-    def family_of(self, entry: ModelEntry) -> str | None:
-        if entry.family:
-            return entry.family
-        resident = self.residents.get(entry.id)
-        if resident is not None and resident.host.model_family:
-            return resident.host.model_family
-        return estimate_footprint(entry, self.base).family
+    def family_of(self, entry: ModelEntry) -> str:
+        return family_of(entry)
+
+    @property
+    def default_id(self) -> str | None:
+        """The model an empty `model` field gets (the configured default may be an alias)."""
+        name = default_name(self.config)
+        return self.entry(name).id if name else None
 
     # -- acquiring a model for a request -------------------------------------------
 
@@ -191,6 +195,7 @@ class Fleet:
         def fits(resident_bytes: int, count: int) -> bool:
             return (budget is None or resident_bytes + need <= budget) and (max_models is None or count < max_models)
 
+        self._check_governor(entry, need, [*others, *self.retiring])
         if fits(held, len(others)):
             return
         evictable = sorted((r for r in others if not r.busy and r.id not in self.pinned),
@@ -214,6 +219,18 @@ class Fleet:
             log.info("unloading %s (least recently used) to make room for %s", resident.id, entry.id)
             self._retire(resident)
         self.close_retired()
+
+    def _check_governor(self, entry: ModelEntry, need: int, held: list[Resident]) -> None:
+        if self.governor is None:
+            return
+        from mlxcel.fleet.monitor import read_memory
+
+        fixed = sum(r.footprint.total_bytes for r in held if r.busy or r.id in self.pinned)
+        reason = self.governor.should_defer_load(need, fixed, read_memory())
+        if reason is not None:
+            self.load_rejections += 1
+            self.last_load_rejection = f"model `{entry.id}` cannot load now: {reason}"
+            raise ModelLoadDeferred(self.last_load_rejection, DEFERRED_RETRY_S)
 
     def _start_load(self, entry: ModelEntry, footprint: Footprint) -> Resident:
         host = ModelHost(host_config(self.base, entry))
@@ -333,7 +350,7 @@ class Fleet:
 
     def start(self) -> None:
         """Load the pinned models, else the default one, then the preload list, in order."""
-        first = sorted(self.pinned) or ([self.config.default_model] if self.config.default_model else [])
+        first = sorted(self.pinned) or ([self.default_id] if self.default_id else [])
         for model_id in [*first, *[m for m in self.config.preload if m not in first]]:
             self.preload(model_id)
 
@@ -357,7 +374,7 @@ class Fleet:
 
     def any_host(self, prefer: str | None = None) -> ModelHost | None:
         """A ready host for the info routes: `prefer`'s, else the default model's, else any."""
-        for model_id in (prefer, self.config.default_model):
+        for model_id in (prefer, self.default_id):
             resident = self.residents.get(model_id) if model_id else None
             if resident is not None and resident.ready:
                 return resident.host

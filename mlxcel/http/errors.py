@@ -167,8 +167,12 @@ def render_error(request: Request, exc: Exception) -> JSONResponse:
     if is_responses_path(path) and isinstance(exc, ContextOverflow):  # OpenAI's Responses shape there
         return invalid_request(exc.message, exc.code, **exc.extra).response()
     error = as_api_error(exc)
-    if error.type == "server_busy" and getattr(request.app.state, "fleet", None) is not None:
-        error.type = "server_overloaded"  # 003's name for a queue-cap rejection; -m keeps 001's
+    if error.code == "queue_full":
+        monitor = getattr(request.app.state, "monitor", None)
+        if monitor is not None:
+            monitor.queue.reject(error.message)
+        if getattr(request.app.state, "fleet", None) is not None:
+            error.type = "server_overloaded"  # 003's name for a queue-cap rejection; -m keeps 001's
     return error.anthropic_response() if is_anthropic_path(path) else error.response()
 
 

@@ -24,6 +24,7 @@ from mlxcel.turn.model_host import ModelHost
 Model = TypeVar("Model", bound=BaseModel)
 LEASE_KEY = "fleet_lease"
 EARLY_KEY = "fleet_early_stream"
+MODEL_KEY = "fleet_model_id"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                (b"x-accel-buffering", b"no")]
 
@@ -37,7 +38,10 @@ def _name_field(data: dict, key: str) -> str | None:
     return value
 
 
-async def open_in_fleet(request: Request, model: type[Model], api: str | None) -> tuple[ModelHost, dict, Model]:
+async def open_in_fleet(request: Request, model: type[Model], api: str | None) -> tuple[ModelHost | None, dict, Model]:
+    """The addressed model's host (None only for a chat dry run of a model that is not
+    resident: a dry run never loads one), the body with the profile's defaults, and
+    the body validated."""
     fleet: Fleet = request.app.state.fleet
     data = await read_json_object(request)
     addressed = address(fleet.config, _name_field(data, "model"), _name_field(data, "profile"), fleet.family_of)
@@ -46,6 +50,9 @@ async def open_in_fleet(request: Request, model: type[Model], api: str | None) -
         data = apply_defaults(api, data, addressed.defaults)
     body = validate(model, data)
     resident = fleet.resident(addressed.entry.id)
+    request.scope.setdefault("state", {})[MODEL_KEY] = addressed.entry.id
+    if data.get("dry_run") is True and api == "chat":
+        return (resident.host if resident is not None and resident.ready else None), data, body
     if data.get("stream") is True and (resident is None or not resident.ready):
         async with _keepalives(request.scope, fleet.base.sse_ping_interval):
             lease = await fleet.acquire(addressed.entry)

@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 from fastapi import Request
 from pydantic import BaseModel
 
-from mlxcel.http.fleet_opening import open_in_fleet
+from mlxcel.http.fleet_opening import MODEL_KEY, open_in_fleet
 from mlxcel.http.ignored_fields import warn_ignored_fields
 from mlxcel.http.json_body import read_model
 from mlxcel.http.request_context import request_context
@@ -29,6 +29,7 @@ class Opened(Generic[Model]):
     data: dict  # the body as sent (checked at the edge)
     body: Model  # validated
     context: RequestContext
+    model_id: str = ""  # the model the request addressed (its host's, with one model)
 
     @property
     def id(self) -> str:
@@ -53,13 +54,16 @@ def opening(
     async def open_request(request: Request) -> Opened[Model]:
         if request.app.state.fleet is not None:
             host, data, body = await open_in_fleet(request, model, api)
+            model_id = request.scope["state"][MODEL_KEY]
         else:
             host: ModelHost = request.app.state.host
             data, body = await read_model(request, model)
-        host.require_ready()
+            model_id = host.model_id
+        if host is not None:  # None: a dry run of a model that is not loaded
+            host.require_ready()
         context = request_context(request, f"{id_prefix}{uuid.uuid4().hex}")
         if honored is not None:
             warn_ignored_fields(data, honored, context.request_id, ignored, notes(body))
-        return Opened(host, data, body, context)
+        return Opened(host, data, body, context, model_id)
 
     return open_request

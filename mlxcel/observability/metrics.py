@@ -16,6 +16,7 @@ from prometheus_client.utils import floatToGoString
 from mlxcel.engine.snapshot import EngineSnapshot
 from mlxcel.http.errors import APIError
 from mlxcel.http.header_case import cased
+from mlxcel.observability.metrics_view import snapshot_response
 from mlxcel.turn.model_host import ModelHost
 
 router = APIRouter()
@@ -138,9 +139,18 @@ def render(host: ModelHost, window: ScrapeWindow) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _wants_json(request: Request) -> bool:
+    return (request.query_params.get("format") == "json"
+            or request.headers.get("accept", "").split(";")[0].strip() == "application/json")
+
+
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    host: ModelHost = request.app.state.host
+    host: ModelHost | None = request.app.state.host
+    if _wants_json(request):
+        return snapshot_response(request, "json")
+    if host is None:  # many models: the snapshot's gauges, per model
+        return snapshot_response(request, "prometheus")
     if not host.config.metrics:
         raise APIError(501, DISABLED, "not_supported_error", 501)
     window = getattr(request.app.state, "metrics_window", None)

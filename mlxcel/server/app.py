@@ -16,11 +16,13 @@ from mlxcel.api.native import infill
 from mlxcel.api.native import routes as native
 from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
+from mlxcel.api.openai import estimate
 from mlxcel.api.rerank import routes as rerank
 from mlxcel.api.responses import routes as responses
 from mlxcel.api.responses.state import ResponsesState
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.entries import FleetConfig
+from mlxcel.fleet.monitor import ServerMonitor
 from mlxcel.fleet.residency import Fleet, idle_sweeper
 from mlxcel.http.api_prefix import ApiPrefixMiddleware
 from mlxcel.http.auth import APIKeyMiddleware
@@ -28,7 +30,7 @@ from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.observability import metrics
-from mlxcel.server.routes import cache, info, llama_admin, residency
+from mlxcel.server.routes import cache, capacity, info, llama_admin, residency
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import rerank_host_for
@@ -50,6 +52,7 @@ def create_app(
         embedding_id = main_id if config.embedding_only else model_id_of(config.embedding_source)
         embedding_host = EmbeddingHost(config, config.embedding_source, embedding_id)
     reranker = rerank_host_for(config, main_id)
+    monitor = ServerMonitor(config, host, fleet)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -63,7 +66,9 @@ def create_app(
         for service in (embedding_host, reranker):
             if service is not None:
                 service.start_loading(on_failure)
+        governor = asyncio.get_running_loop().create_task(monitor.run())
         yield
+        governor.cancel()
         if sweeper is not None:
             sweeper.cancel()
         if host is not None:
@@ -77,6 +82,7 @@ def create_app(
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.host = host  # None with many models: routes reach theirs through app.state.fleet
     app.state.fleet = fleet
+    app.state.monitor = monitor
     app.state.embedding_host = embedding_host
     app.state.config = config
     app.state.rerank = reranker
@@ -92,6 +98,8 @@ def create_app(
     app.include_router(responses.router)
     app.include_router(llama_admin.router)
     app.include_router(residency.router)
+    app.include_router(capacity.router)
+    app.include_router(estimate.router)
     app.include_router(rerank.router)
     app.include_router(embeddings.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from mlxcel.api.openai.chat_stream import StreamOptions, chat_stream, tool_call_json
 from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message
 from mlxcel.api.openai.completions_wire import usage_body
+from mlxcel.api.openai.estimate import estimate_for
 from mlxcel.chat.continuation import resolve_ending
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.http.opening import Opened, opening
@@ -29,7 +30,7 @@ router = APIRouter()
 # fields a chat request may carry that change nothing here (named in one warning line)
 IGNORED_FIELDS = {"user", "metadata", "parallel_tool_calls", "service_tier", "store", "prediction", "modalities",
                   "audio", "web_search_options", "function_call", "functions"}
-HONORED_FIELDS = set(ChatCompletionRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt"}
+HONORED_FIELDS = set(ChatCompletionRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt", "dry_run"}
 OPENING = opening(ChatCompletionRequest, "chatcmpl-", HONORED_FIELDS, IGNORED_FIELDS, api="chat")
 APPLY_TEMPLATE = opening(ChatCompletionRequest, "tmpl-", api="chat")
 COUNT_TOKENS = opening(ChatCompletionRequest, "tok-", api="chat")
@@ -94,6 +95,8 @@ async def count_input_tokens(opened: Opened[ChatCompletionRequest] = Depends(COU
 @router.post("/chat/completions")
 async def chat_completions(request: Request, opened: Opened[ChatCompletionRequest] = Depends(OPENING)):
     host, data, body, completion_id = opened.host, opened.data, opened.body, opened.id
+    if data.get("dry_run") is True:  # 003: the admission estimate instead of a generation
+        return JSONResponse(await estimate_for(request, data, body, host, opened.model_id))
     spec = turn_spec(data, body, host)
     turn = await ChatTurn.start(host, spec, opened.context)
     created = int(time.time())

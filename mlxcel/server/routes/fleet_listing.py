@@ -36,7 +36,7 @@ def _entry(fleet: Fleet, model_id: str, profile: str | None, created: int) -> di
         "speculative": entry.speculative or entry.draft is not None,
         "vlm": False,
         "profile": profile,
-        "default": model_id == fleet.config.default_model,
+        "default": model_id == fleet.default_id,
         "context_length": _context_length(fleet, model_id),
         "max_context_at_width_1": capacity(model_id) if capacity is not None else None,
     }

@@ -1,18 +1,20 @@
-"""GET /health?ready=1: a coarse verdict for load balancers. 200 `ready: true`, or 503
-with one word and Retry-After: `pressure` (the memory governor is orange or red),
-`queue` (requests wait for a slot), `busy` (every engine is at its decode width),
-`loading` (no model can answer yet)."""
+"""GET /health?ready=1: a coarse verdict for load balancers (mlxcel.fleet.readiness):
+200 `ready: true`, or 503 with one word and Retry-After: `pressure`, `queue`,
+`busy`, or `loading` while no model can answer yet."""
 
 from __future__ import annotations
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from mlxcel.engine.drain import drain_eta_s
 from mlxcel.engine.snapshot import EngineSnapshot
+from mlxcel.fleet.estimate import drain_eta_s
+from mlxcel.fleet.rates import combine, rates_of
+from mlxcel.fleet.readiness import readiness as verdict
 
 
 def _engines(request: Request) -> list[EngineSnapshot] | None:
+    """The resident engines' snapshots; None while the first models still load."""
     fleet = request.app.state.fleet
     if fleet is None:
         host = request.app.state.host
@@ -22,25 +24,22 @@ def _engines(request: Request) -> list[EngineSnapshot] | None:
     residents = fleet.resident_list()
     ready = [r.host.engine.snapshot for r in residents if r.ready and r.host.engine is not None]
     if not ready and any(not r.ready for r in residents):
-        return None  # the first models are still loading
+        return None
     return ready
 
 
 def readiness(request: Request) -> JSONResponse:
     snapshots = _engines(request)
-    governor = getattr(request.app.state, "governor", None)
-    band = governor.band() if governor is not None else "green"
-    reason = None
+    band = request.app.state.monitor.governor.band.value
     if snapshots is None:
-        reason = "loading"
-    elif band in ("orange", "red"):
-        reason = "pressure"
-    elif any(s.queue_depth for s in snapshots):
-        reason = "queue"
-    elif snapshots and all(s.n_idle == 0 for s in snapshots):
-        reason = "busy"
-    if reason is None:
-        return JSONResponse({"status": "healthy", "ready": True, "band": band})
-    eta = drain_eta_s(snapshots or [])
-    return JSONResponse({"status": "unavailable", "ready": False, "reason": reason, "band": band},
-                        status_code=503, headers={"Retry-After": str(eta)})
+        return JSONResponse({"status": "loading model", "ready": False, "reason": "loading", "band": band},
+                            status_code=503, headers={"Retry-After": "2"})
+    rates = combine(rates_of(s) for s in snapshots)
+    waiting = sum(s.queue_depth for s in snapshots)
+    eta = drain_eta_s(waiting, sum(s.n_busy for s in snapshots), rates.decode_tok_s_recent,
+                      rates.mean_generated_recent)
+    answer = verdict(band, waiting, [s.n_idle for s in snapshots], eta)
+    if answer.ready:
+        return JSONResponse({"status": "healthy", **answer.to_dict(), "band": band})
+    return JSONResponse({"status": "unavailable", **answer.to_dict(), "band": band}, status_code=503,
+                        headers={"Retry-After": str(answer.retry_after)})
