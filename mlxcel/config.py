@@ -45,6 +45,7 @@ class RequestLimits:
 class ServerConfig:
     model: str
     config_file: str | None = None  # --config: many models from a YAML file (mlxcel.fleet)
+    context_budget: bool = False  # 003 (many models): prompt + max_tokens beyond the slot's context is a 400
     explicit_flags: frozenset[str] = frozenset()  # flags given on the command line (they win over the file)
     alias: str | None = None  # the model id; the first of `aliases` in sorted order
     aliases: list[str] = field(default_factory=list)  # --alias, all listed by /v1/models
@@ -65,7 +66,7 @@ class ServerConfig:
     batch_size: int = 2048
     ubatch_size: int = 512
     n_predict: int = -1
-    sse_ping_interval: int = 30  # seconds of silence before an SSE comment ping (<= 0: none)
+    sse_ping_interval: float = 30  # seconds of silence before an SSE comment ping (<= 0: none; MLXCEL_SSE_KEEPALIVE_S)
     ignore_eos: bool = False  # --ignore-eos: every request bans end-of-generation tokens
     default_stop: list[str] = field(default_factory=list)  # --reverse-prompt: stops when a request has none
     context_shift: bool = False  # at the slot context's end, drop old tokens and go on (else stop)

@@ -4,6 +4,7 @@ environment variable, validated up front so a bad value fails in one line."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -416,15 +417,18 @@ def _check_rerank(args: argparse.Namespace) -> None:
                          "use one of them")
 
 
-def _keepalive_interval(args: argparse.Namespace) -> int:
+def _keepalive_interval(args: argparse.Namespace) -> float:
     """--sse-ping-interval (or LLAMA_ARG_SSE_PING_INTERVAL); else MLXCEL_SSE_KEEPALIVE_S; else 30 s."""
     env = os.environ.get("MLXCEL_SSE_KEEPALIVE_S")
     if env is None or "LLAMA_ARG_SSE_PING_INTERVAL" in os.environ or args.sse_ping_interval != 30:
         return args.sse_ping_interval
     try:
-        return int(float(env))
+        seconds = float(env)
     except ValueError:
-        raise UsageError(f"environment variable MLXCEL_SSE_KEEPALIVE_S: not a number: {env!r}") from None
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise UsageError(f"environment variable MLXCEL_SSE_KEEPALIVE_S: not a number: {env!r}")
+    return seconds
 
 
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:

@@ -3,7 +3,7 @@ statuses and types once, for every API."""
 
 from __future__ import annotations
 
-from mlxcel.turn.errors import RequestShed, TurnError
+from mlxcel.turn.errors import PromptTooLong, RequestShed, TurnError
 
 __all__ = [
     "ConfigError",
@@ -11,8 +11,6 @@ __all__ = [
     "ModelLoadDeferred",
     "ModelNotFound",
     "ModelRequired",
-    "PromptExceedsContext",
-    "PromptExceedsMemory",
     "PromptTooLong",
     "RequestShed",
     "ServerOverloaded",
@@ -64,25 +62,3 @@ class ServerOverloaded(TurnError):
 
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message, code="server_overloaded", retry_after=retry_after)
-
-
-class PromptTooLong(TurnError):
-    """400: the request does not fit (config mode's preflight); the message starts with
-    `prompt is too long` (mlxcel.fleet.estimate builds it), which agent clients look
-    for before compacting and retrying."""
-
-
-class PromptExceedsContext(PromptTooLong):
-    """The prompt plus max_tokens exceeds the context budget: both counts and the budget."""
-
-    def __init__(self, message: str, prompt_tokens: int, max_tokens: int | None, context_limit: int) -> None:
-        super().__init__(message, code="context_length_exceeded", n_prompt_tokens=prompt_tokens,
-                         max_tokens=max_tokens, n_ctx=context_limit)
-
-
-class PromptExceedsMemory(PromptTooLong):
-    """The request cannot fit in memory: the estimated need and the available budget."""
-
-    def __init__(self, message: str, need_bytes: int, available_bytes: int) -> None:
-        super().__init__(message, code="insufficient_memory", need_bytes=need_bytes,
-                         available_bytes=available_bytes)

@@ -46,6 +46,11 @@ class Footprint:
                        family=host.model_family or self.family)
 
 
+def compute_bytes(n_vocab: int, n_ubatch: int) -> int:
+    """llama.cpp's compute buffer, roughly: one ubatch of logits rows, or the floor."""
+    return max(COMPUTE_FLOOR_BYTES, 4 * n_vocab * min(n_ubatch, 512))
+
+
 def estimate_footprint(entry: ModelEntry, base: ServerConfig) -> Footprint:
     ctx = entry.load.ctx_size if entry.load.ctx_size is not None else base.ctx_size
     type_k = entry.load.cache_type_k or base.cache_type_k
@@ -63,6 +68,6 @@ def _estimate(source: str, ctx: int, type_k: str, type_v: str, n_ubatch: int) ->
     n_ctx = ctx if ctx > 0 else geometry.n_ctx_train
     tokens = meta.get("tokenizer.ggml.tokens", ())
     n_vocab = tokens.length if isinstance(tokens, Skipped) else len(tokens or ())
-    compute = max(COMPUTE_FLOOR_BYTES, 4 * n_vocab * min(n_ubatch, 512))
+    compute = compute_bytes(n_vocab, n_ubatch)
     return Footprint(geometry.arch, gguf_path(source).stat().st_size, kv_bytes_per_token(geometry, type_k, type_v), n_ctx,
                      compute, geometry.n_ctx_train, kv_bytes(geometry, n_ctx, type_k, type_v))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.capacity import CapacityTable, build_table
-from mlxcel.fleet.footprint import COMPUTE_FLOOR_BYTES
+from mlxcel.fleet.footprint import compute_bytes
 from mlxcel.fleet.governor import MemoryGovernor, held_bytes, live_requests
 from mlxcel.fleet.memory import HostMemory, MemoryProbeError, read_host_memory
 from mlxcel.fleet.readiness import QueueCounters
@@ -70,6 +70,12 @@ class ServerMonitor:
         return [Served(r.id, r.host, r.id in self.fleet.pinned, r.kept, r.entry.profile)
                 for r in self.fleet.resident_list() if r.ready and r.host.engine is not None]
 
+    @staticmethod
+    def fixed_bytes(host: ModelHost) -> int:
+        """What a loaded model holds whatever its requests: weights and compute buffers."""
+        n_vocab = host.tokenizer.n_vocab if host.tokenizer is not None else 0
+        return host.runtime.model_size() + compute_bytes(n_vocab, host.config.ubatch_size)
+
     def kv_bytes_per_token(self, host: ModelHost) -> int | None:
         key = id(host)
         if key not in self._kv_per_token:
@@ -89,6 +95,7 @@ class ServerMonitor:
         if not per_token or runtime is None:
             return None
         weights = runtime.model_size()
+        compute = self.fixed_bytes(host) - weights
         memory = self.governor.budget_bytes
         if memory is None:
             reading = read_memory()
@@ -96,10 +103,9 @@ class ServerMonitor:
         if memory is None:
             return None
         if self.fleet is not None:  # what the other resident models hold is not this one's
-            memory -= sum(held_bytes(s.host.runtime.model_size(), self.kv_bytes_per_token(s.host) or 0, None)
-                          for s in self.served() if s.host is not host)
+            memory -= sum(self.fixed_bytes(s.host) for s in self.served() if s.host is not host)
         return build_table(host.model_id, kv_bytes_per_token=per_token, weights_bytes=weights,
-                           compute_bytes=COMPUTE_FLOOR_BYTES, memory_bytes=max(0, memory),
+                           compute_bytes=compute, memory_bytes=max(0, memory),
                            decode_batch=len(host.engine.slots) if host.engine else host.config.parallel,
                            slot_ctx=host.slot_context, n_ctx_train=runtime.n_ctx_train)
 
@@ -111,7 +117,7 @@ class ServerMonitor:
         candidates = []
         for s in served:
             snapshot = s.host.engine.snapshot
-            used += held_bytes(s.host.runtime.model_size(), self.kv_bytes_per_token(s.host) or 0, snapshot)
+            used += held_bytes(self.fixed_bytes(s.host), self.kv_bytes_per_token(s.host) or 0, snapshot)
             candidates += [(request, s.host) for request in live_requests(s.id, snapshot)]
         victim = self.governor.check(read_memory(), used, [request for request, _ in candidates])
         if victim is None:

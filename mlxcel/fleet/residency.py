@@ -33,7 +33,7 @@ def host_config(base: ServerConfig, entry: ModelEntry) -> ServerConfig:
     """The single-model settings one entry runs with: the server's, changed by its load keys."""
     load = entry.load
     changes: dict = {"model": entry.path, "alias": entry.id, "aliases": [], "embedding_model": None,
-                     "embedding_only": False, "rerank_model": None, "rerank_only": False}
+                     "embedding_only": False, "rerank_model": None, "rerank_only": False, "context_budget": True}
     if load.ctx_size is not None:
         changes["ctx_size"] = load.ctx_size
     if load.parallel is not None:

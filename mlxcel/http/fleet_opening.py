@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.fleet.addressing import address
+from mlxcel.fleet.errors import ModelNotFound
 from mlxcel.fleet.profile_apply import apply_defaults
 from mlxcel.fleet.residency import Fleet
 from mlxcel.http.errors import invalid_request, is_anthropic_path
@@ -147,3 +148,14 @@ class LeaseMiddleware:
             lease = lease_of(scope)
             if lease is not None:
                 lease.release()
+
+
+def check_service_model(request: Request, name, service_id: str, *also: str | None) -> None:
+    """With many models, an embeddings or rerank body's `model` must name that service's
+    model (or be empty): anything else is 404 model_not_found, as on generation routes."""
+    if request.app.state.fleet is None or name is None or name == "":
+        return
+    if not isinstance(name, str):
+        raise invalid_request("`model` must be a string")
+    if name not in {service_id, *(a for a in also if a)}:
+        raise ModelNotFound(name, [service_id])

@@ -33,6 +33,20 @@ class ContextOverflow(InvalidRequest):
         )
 
 
+class PromptTooLong(InvalidRequest):
+    """003's context budget (with many models): the prompt plus max_tokens must fit the
+    slot's context. The message starts with "prompt is too long", which agent clients
+    look for before compacting the conversation and retrying."""
+
+    def __init__(self, n_prompt_tokens: int, max_tokens: int | None, n_ctx: int) -> None:
+        asked = f"{n_prompt_tokens} prompt tokens"
+        if max_tokens:
+            asked += f" + {max_tokens} max_tokens = {n_prompt_tokens + max_tokens} tokens"
+        super().__init__(f"prompt is too long: the request needs {asked}, which exceeds the context window "
+                         f"of {n_ctx} tokens", code="context_length_exceeded", n_prompt_tokens=n_prompt_tokens,
+                         max_tokens=max_tokens, n_ctx=n_ctx)
+
+
 class NotSupported(TurnError):
     """The loaded model cannot do what the route asks, e.g. /infill without FIM tokens (501)."""
 

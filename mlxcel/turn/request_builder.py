@@ -16,7 +16,7 @@ from mlxcel.engine.sampler_order import parse_sampler_order
 from mlxcel.engine.sampling import SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.turn.context import RequestContext
-from mlxcel.turn.errors import ContextOverflow, InvalidRequest
+from mlxcel.turn.errors import ContextOverflow, InvalidRequest, PromptTooLong
 from mlxcel.turn.logit_bias import parse_logit_bias
 from mlxcel.turn.sampling_fields import SamplingFields
 
@@ -144,6 +144,10 @@ def build_requests(
     limit = clamp_max_tokens(config.n_predict if max_tokens is None else max_tokens, n_ctx_slot, config.context_shift)
     requests = []
     for index, tokens in enumerate(prompts):
+        if config.context_budget:  # 003 (many models): prompt + max_tokens within the window
+            budget = max_tokens if max_tokens is not None and max_tokens > 0 else 0
+            if len(tokens) + max(budget, 1) > n_ctx_slot:
+                raise PromptTooLong(len(tokens), budget or None, n_ctx_slot)
         check_fits(tokens, n_ctx_slot)
         requests.append(
             GenerationRequest(

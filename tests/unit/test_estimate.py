@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from mlxcel.fleet.errors import PromptExceedsContext, PromptExceedsMemory, PromptTooLong
 from mlxcel.fleet.estimate import (
     context_too_long,
     drain_eta_s,
@@ -14,6 +13,7 @@ from mlxcel.fleet.estimate import (
     queue_wait_s,
     warm_prefix,
 )
+from mlxcel.turn.errors import PromptTooLong
 
 FIELDS = {"prompt_tokens", "warm_tokens", "cache_tier", "max_tokens", "need_bytes", "fits_now", "fits_drained",
           "context_ok", "context_limit", "est_ttft_s", "resident"}
@@ -82,12 +82,11 @@ def test_both_too_long_messages_start_alike_and_carry_the_numbers():
     assert str(5 * 2**30) in memory and str(2**30) in memory
 
 
-def test_the_typed_errors_carry_the_numbers():
-    error = PromptExceedsContext(context_too_long(3000, 500, 2048), 3000, 500, 2048)
-    assert isinstance(error, PromptTooLong) and error.extra == {"n_prompt_tokens": 3000, "max_tokens": 500,
-                                                                "n_ctx": 2048}
-    error = PromptExceedsMemory(memory_too_long(10, 5), 10, 5)
-    assert error.code == "insufficient_memory" and error.extra["need_bytes"] == 10
+def test_the_typed_error_carries_the_numbers_and_the_same_message():
+    error = PromptTooLong(3000, 500, 2048)
+    assert error.message == context_too_long(3000, 500, 2048)
+    assert error.code == "context_length_exceeded"
+    assert error.extra == {"n_prompt_tokens": 3000, "max_tokens": 500, "n_ctx": 2048}
 
 
 def test_drain_eta_divides_the_queued_work_by_the_decode_rate():

@@ -13,6 +13,7 @@ from starlette.requests import ClientDisconnect
 
 from mlxcel.api.embeddings.wire import EmbeddingsRequest
 from mlxcel.http.errors import invalid_request, not_supported
+from mlxcel.http.fleet_opening import check_service_model
 from mlxcel.http.json_body import read_model
 from mlxcel.http.request_context import cancel_on_disconnect, request_context
 from mlxcel.turn.embedding_host import EmbeddingHost
@@ -28,6 +29,7 @@ async def _open(request: Request) -> tuple[EmbeddingHost, EmbeddingsRequest]:
         raise not_supported("This server does not support embeddings. Start it with `--embeddings` "
                             "or `--embedding-model`")
     _, body = await read_model(request, EmbeddingsRequest)
+    check_service_model(request, body.model, host.model_id, host.config.embedding_model)
     host.require_ready()
     return host, body
 

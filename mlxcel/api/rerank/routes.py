@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect
 from mlxcel.api.rerank.shaping import jina_envelope, tei_array
 from mlxcel.api.rerank.wire import RerankRequest
 from mlxcel.http.errors import not_supported
+from mlxcel.http.fleet_opening import check_service_model
 from mlxcel.http.json_body import read_model
 from mlxcel.http.request_context import cancel_on_disconnect, request_context
 from mlxcel.turn.rerank_host import RerankHost, RerankScoring
@@ -34,6 +35,7 @@ def rerank_host(request: Request) -> RerankHost:
 async def rerank(request: Request):
     host = rerank_host(request)
     _, body = await read_model(request, RerankRequest)
+    check_service_model(request, body.model, host.model_id, host.config.rerank_model)
     query, documents, top_n = body.checked_query(), body.checked_documents(), body.checked_top_n()
     return_documents, return_text, truncate = body.flag("return_documents"), body.flag("return_text"), \
         body.flag("truncate")
