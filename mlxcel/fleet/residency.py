@@ -20,7 +20,7 @@ from mlxcel.fleet.addressing import default_name
 from mlxcel.fleet.entries import FleetConfig, ModelEntry
 from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred, ModelNotFound
 from mlxcel.fleet.footprint import Footprint, estimate_footprint
-from mlxcel.fleet.model_files import family_of
+from mlxcel.fleet.model_files import family_of, metadata
 from mlxcel.turn.errors import EngineUnavailable
 from mlxcel.turn.model_host import HostState, ModelHost
 
@@ -349,10 +349,24 @@ class Fleet:
             log.warning("not preloading %s: %s", model_id, exc.message)
 
     def start(self) -> None:
-        """Load the pinned models, else the default one, then the preload list, in order."""
+        """Load the pinned models, else the default one, then the preload list, in order;
+        pull the configured catalog models not stored yet, in the background (a request
+        never names what to download: only the file does)."""
         first = sorted(self.pinned) or ([self.default_id] if self.default_id else [])
         for model_id in [*first, *[m for m in self.config.preload if m not in first]]:
             self.preload(model_id)
+        threading.Thread(target=self._pull_missing, name="mlxcel-pull", daemon=True).start()
+
+    def _pull_missing(self) -> None:
+        from mlxcel.models.catalog import CATALOG
+        from mlxcel.models.pull import PullError, pull
+
+        for entry in list(self.config.models.values()):
+            if entry.path in CATALOG and metadata(entry.path) is None and not self._closed:
+                try:
+                    pull(entry.path, log=lambda line: log.info("%s", line))
+                except (PullError, OSError) as exc:
+                    log.warning("could not pull %s for %s: %s", entry.path, entry.id, exc)
 
     def shutdown(self) -> None:
         with self._lock:

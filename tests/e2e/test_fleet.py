@@ -279,3 +279,28 @@ def test_hostile_model_fields_are_400(client):
                                                      "messages": QUESTION}).status_code == 400
     assert client.post("/unload", content=b"{not json").status_code == 400
     assert client.post("/unload", json=[1]).status_code == 400
+
+
+def test_the_shipped_example_config_serves(tmp_path):
+    """examples/mlxcel.yaml, as the README shows it: every id and alias listed, the
+    embeddings role beside them, a preloaded model and an alias with a profile answering."""
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "mlxcel.yaml"
+    proc = ServerProcess("--config", str(example), model=None)
+    try:
+        proc.wait_ready(health_path="/health?ready=1")
+        with proc.client() as c:
+            rows = {row["id"]: row for row in c.get("/v1/models").json()["data"]}
+            assert {"smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct", "gemma-3-270m", "coder", "reviewer",
+                    "small", "tiny"} <= set(rows)
+            assert rows["smollm2-135m-instruct"]["default"] and rows["smollm2-135m-instruct"]["pinned"]
+            assert rows["coder"]["alias_of"] == "qwen2.5-coder-0.5b-instruct@coding"
+            deadline = time.monotonic() + 120  # the preload runs after the pinned model
+            while not models(c)["qwen2.5-coder-0.5b-instruct"]["resident"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            answer = c.post("/v1/chat/completions", json={"model": "coder", "messages": QUESTION, "max_tokens": 4})
+            assert answer.status_code == 200 and answer.json()["model"] == "qwen2.5-coder-0.5b-instruct"
+            assert c.post("/v1/embeddings", json={"input": "hi"}).status_code == 200
+    finally:
+        proc.stop()

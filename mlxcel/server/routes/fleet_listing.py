@@ -4,8 +4,11 @@ profile, default) and its two context figures."""
 
 from __future__ import annotations
 
+from mlxcel.fleet.capacity import max_context_at_width_1 as table_width_1
 from mlxcel.fleet.footprint import estimate_footprint
+from mlxcel.fleet.monitor import ServerMonitor
 from mlxcel.fleet.residency import Fleet
+from mlxcel.turn.model_host import ModelHost
 
 OWNER = "mlxcel"
 
@@ -24,10 +27,17 @@ def _context_length(fleet: Fleet, model_id: str) -> int | None:
     return min(per_slot, footprint.n_ctx_train) if footprint.n_ctx_train else per_slot
 
 
-def _entry(fleet: Fleet, model_id: str, profile: str | None, created: int) -> dict:
+def max_context_at_width_1(monitor: ServerMonitor, host: ModelHost | None) -> int | None:
+    """How much of the window one stream can use in memory: from the model's capacity
+    table, so null for a model that is not resident (no table yet)."""
+    if host is None or not host.ready:
+        return None
+    return table_width_1(monitor.table(host))
+
+
+def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | None, created: int) -> dict:
     entry = fleet.config.models[model_id]
     resident = fleet.resident(model_id)
-    capacity = getattr(fleet, "capacity_for", None)
     return {
         "id": model_id, "object": "model", "created": created, "owned_by": OWNER,
         "resident": resident is not None and resident.ready,
@@ -38,17 +48,18 @@ def _entry(fleet: Fleet, model_id: str, profile: str | None, created: int) -> di
         "profile": profile,
         "default": model_id == fleet.default_id,
         "context_length": _context_length(fleet, model_id),
-        "max_context_at_width_1": capacity(model_id) if capacity is not None else None,
+        "max_context_at_width_1": max_context_at_width_1(monitor, resident.host if resident is not None else None),
     }
 
 
-def fleet_listing(fleet: Fleet) -> list[dict]:
+def fleet_listing(fleet: Fleet, monitor: ServerMonitor) -> list[dict]:
     config = fleet.config
     created = int(config.path.stat().st_mtime) if config.path.exists() else 0
-    rows = [_entry(fleet, model_id, config.models[model_id].profile, created) for model_id in sorted(config.models)]
+    rows = [_entry(fleet, monitor, model_id, config.models[model_id].profile, created)
+            for model_id in sorted(config.models)]
     for alias in sorted(config.aliases):
         target = config.aliases[alias]
         model_id, _, profile = target.partition("@")
-        row = _entry(fleet, model_id, profile or config.models[model_id].profile, created)
+        row = _entry(fleet, monitor, model_id, profile or config.models[model_id].profile, created)
         rows.append({**row, "id": alias, "alias_of": target, "default": False})
     return rows

@@ -13,7 +13,7 @@ from mlxcel import __version__
 from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
-from mlxcel.server.routes.fleet_listing import fleet_listing
+from mlxcel.server.routes.fleet_listing import fleet_listing, max_context_at_width_1
 from mlxcel.server.routes.readiness import readiness
 from mlxcel.turn.embedding_host import EmbeddingHost
 from mlxcel.turn.errors import ServerBusy
@@ -143,6 +143,14 @@ def _model_entry(host: ModelHost) -> dict:
     return entry
 
 
+def _markers(host: ModelHost, monitor) -> dict:
+    """003's markers on the one model of a -m server: resident and pinned while loaded."""
+    config = host.config
+    return {"resident": host.ready, "pinned": True, "speculative": config.spec_type != "none", "vlm": False,
+            "profile": None, "default": True, "context_length": host.slot_context if host.ready else None,
+            "max_context_at_width_1": max_context_at_width_1(monitor, host)}
+
+
 def _ollama_entry(host: ModelHost | EmbeddingHost, capability: str = "completion") -> dict:
     """llama-server's `models` list, in Ollama's shape with its placeholder values."""
     details = {"parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "",
@@ -158,13 +166,13 @@ async def list_models(request: Request):
     embedding = _embedding_host(request)
     fleet = request.app.state.fleet
     if fleet is not None:
-        models, data = [], fleet_listing(fleet)
+        models, data = [], fleet_listing(fleet, request.app.state.monitor)
     else:
         models, data = [], []
     host = request.app.state.host
     if host is not None and not host.absent:
         models.append(_ollama_entry(host))
-        data.append(_model_entry(host))
+        data.append({**_model_entry(host), **_markers(host, request.app.state.monitor)})
     if embedding is not None:
         models.append(_ollama_entry(embedding, "embedding"))
         data.append(_embedding_entry(embedding))
