@@ -10,7 +10,7 @@ import pytest
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlxcel", "serve", *args, "--port", "0"], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "mlxcel", "serve", *args, "--port", "0"], capture_output=True, check=False,
                           text=True, timeout=60)
 
 
