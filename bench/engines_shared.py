@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/engines_shared.py [--a smollm2-135m-instruct]
         [--b qwen2.5-coder-0.5b-instruct] [--streams 2] [--tokens 160] [--repeats 3]
-        [--no-gate] [--threads 2]
+        [--prefill] [--gate auto|on|off] [--threads 2]
 
 Loads model A and model B (each its own LlamaRuntime and Engine thread, as the fleet
 runs them), then measures, each phase `--repeats` times, N greedy streams (N =
@@ -19,9 +19,10 @@ the first of them finishes. It prints per-engine rates and two ratios:
   machine     rate_A(both)/rate_A(alone) + rate_B(both)/rate_B(alone): the share
               of the machine that did useful work (1.0: no loss to sharing)
 
---no-gate runs the engines without the compute gate (mlxcel/engine/compute_gate.py),
-to see what it saves. llama.cpp's OpenMP settings (OMP_WAIT_POLICY, GOMP_SPINCOUNT)
+--gate on|off forces the compute gate (mlxcel/engine/compute_gate.py) either way;
+auto (the default) decides as the server does. llama.cpp's OpenMP settings (OMP_WAIT_POLICY, GOMP_SPINCOUNT)
 are read when llama_cpp loads: set them in the environment of this command.
+Figures and what they decided: bench/README.md, "Two models in one process".
 """
 from __future__ import annotations
 
@@ -37,13 +38,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlxcel.engine.compute_gate import COMPUTE_GATE, gate_by_default  # noqa: E402
-from mlxcel.engine.engine import Engine, EngineConfig  # noqa: E402
-from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig  # noqa: E402
-from mlxcel.engine.request import FinishEvent, GenerationRequest, TokenEvent  # noqa: E402
-from mlxcel.engine.sampling import SamplingParams  # noqa: E402
-from mlxcel.engine.tokenizer import Tokenizer  # noqa: E402
-from mlxcel.models.pull import resolve_model  # noqa: E402
+from mlxcel.engine.compute_gate import COMPUTE_GATE, gate_by_default
+from mlxcel.engine.engine import Engine, EngineConfig
+from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
+from mlxcel.engine.request import FinishEvent, GenerationRequest, TokenEvent
+from mlxcel.engine.sampling import SamplingParams
+from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.models.pull import resolve_model
 
 PROMPTS = ["Write a long story about a lighthouse keeper.", "Explain how rivers shape valleys, in detail.",
            "List many facts about the planets of the solar system.", "Describe a walk through an old city.",

@@ -5,16 +5,16 @@ llama contexts computing at once on a machine with as many cores as one context 
 threads leave each thread waiting for a peer that is not running. Two model servers
 (two processes) on the 2 cores here made each 4x slower.
 
-When it gates (measured with bench/engines_shared.py; figures in its docstring): not
-when llama.cpp's CPU backend runs on OpenMP, as the wheel built here does. libgomp
-sees every thread of its process and, once they outnumber the cores, waits at its
-barriers by sleeping instead of spinning: two contexts in one process computing at
-once then do not thrash, and they overlap one's Python with the other's compute (both
-busy: 1.08-1.15x the machine's single-model rate; gated: 0.97x). Gating by steps also
-stalls one model for a whole prefill step of the other (0.7 tok/s during an
-800-token prefill, against 87 ungated). A build with ggml's own thread pool spins at
-its barriers whatever else runs: there the gate is on. MLXCEL_COMPUTE_GATE=1 or 0
-forces it either way.
+When it gates (measured with bench/engines_shared.py; figures in bench/README.md):
+not when llama.cpp's CPU backend runs on OpenMP, as the wheel built here does.
+libgomp sees every thread of its process and, once they outnumber the cores, waits at
+its barriers by sleeping instead of spinning: two contexts in one process computing
+at once then do not thrash, and one's Python work overlaps the other's compute (both
+busy, the machine did 1.10-1.15x the useful work of one model alone; gated
+0.98-1.01x). Gating by steps also stalls one model for a whole prefill step of the
+other (1 tok/s during an 870-token prefill, against 87 ungated). A build with ggml's
+own thread pool spins at its barriers whatever else runs: there the gate is on.
+MLXCEL_COMPUTE_GATE=1 or 0 forces it either way.
 
 How it gates: each engine holds the gate around one step's compute (admission, which
 may restore a saved state, its decodes and the drafter's, and the logits reads and

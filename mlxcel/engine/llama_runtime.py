@@ -17,6 +17,7 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.compute_gate import COMPUTE_GATE
+
 log = logging.getLogger("mlxcel.llama")
 
 _BYTE_P = ctypes.POINTER(ctypes.c_uint8)

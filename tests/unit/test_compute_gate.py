@@ -55,14 +55,15 @@ def test_waiters_are_served_in_arrival_order():
     order: list[int] = []
     gate.acquire()
     threads = []
+    def work(i: int) -> None:
+        with gate.hold():
+            order.append(i)
+
     for i in range(5):
-        def work(i=i):
-            with gate.hold():
-                order.append(i)
-        t = threading.Thread(target=work)
+        t = threading.Thread(target=work, args=(i,))
         t.start()
         threads.append(t)
-        wait_until(lambda: gate.waiting() == i + 1)  # queued before the next one starts
+        wait_until(lambda n=i + 1: gate.waiting() == n)  # queued before the next one starts
     gate.release()
     for t in threads:
         t.join()
@@ -132,10 +133,14 @@ def test_no_gating_below_two_participants_or_when_disabled():
     disabled = ComputeGate(enabled=False)
     disabled.join()
     disabled.join()
+    def enter(gate: ComputeGate, entered: threading.Event) -> None:
+        with gate.hold():
+            entered.set()
+
     for gate in (gate_with(1), disabled):
         gate.acquire()  # another thread holds it ...
         entered = threading.Event()
-        t = threading.Thread(target=lambda: (gate.hold().__enter__(), entered.set()))
+        t = threading.Thread(target=enter, args=(gate, entered))
         t.start()
         assert entered.wait(2), "hold() waited although the gate is not active"
         gate.release()
