@@ -9,10 +9,11 @@ Loads model A and model B (each its own LlamaRuntime and Engine thread, as the f
 runs them), then measures, each phase `--repeats` times, N greedy streams (N =
 --streams, ignore_eos, --tokens each) on A alone, on B alone, and on both at once
 (N streams each); and first, before B is loaded, A as the process's only context
-(a single-model server). With --prefill, also A's decode rate while B prefills a
-~800-token prompt (a step of B then takes far longer than one of A's). A phase's decode rate counts the tokens emitted between the moment
-every stream of the phase has its first token (prefill is left out) and the moment
-the first of them finishes. It prints per-engine rates and two ratios:
+(a single-model server). With --prefill, also A's decode rate while B prefills an
+~870-token prompt (a step of B then takes far longer than one of A's). A phase's
+decode rate counts the tokens emitted between the moment every stream of the phase
+has its first token (prefill is left out) and the moment the first of them finishes.
+It prints per-engine rates and two ratios:
 
   ratio       both-busy aggregate / A-alone aggregate (what the issue names; with
               A = B the plain figure, with models of unequal speed it mixes speeds)
@@ -20,8 +21,9 @@ the first of them finishes. It prints per-engine rates and two ratios:
               of the machine that did useful work (1.0: no loss to sharing)
 
 --gate on|off forces the compute gate (mlxcel/engine/compute_gate.py) either way;
-auto (the default) decides as the server does. llama.cpp's OpenMP settings (OMP_WAIT_POLICY, GOMP_SPINCOUNT)
-are read when llama_cpp loads: set them in the environment of this command.
+auto (the default) decides as the server does. llama.cpp's OpenMP settings
+(OMP_WAIT_POLICY, GOMP_SPINCOUNT) are read when llama_cpp loads: set them in the
+environment of this command.
 Figures and what they decided: bench/README.md, "Two models in one process".
 """
 from __future__ import annotations
@@ -139,7 +141,7 @@ def _run_phase(models: list[Model], streams: int, tokens: int) -> list[float]:
     return [sum(1 for s in group for t in s.times if begin <= t <= end) / (end - begin) for group in runs]
 
 
-LONG_PROMPT = " ".join(f"Paragraph {i} of a long document about rivers." for i in range(80))  # ~800 tokens
+LONG_PROMPT = " ".join(f"Paragraph {i} of a long document about rivers." for i in range(80))  # ~870 tokens
 PREFILL_SLOT = 1280  # each slot's context holds the long prompt
 
 
