@@ -18,6 +18,7 @@ import time
 import llama_cpp
 
 from mlxcel.engine.batch import TokenBatch
+from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.llama_runtime import LlamaRuntime
 
 
@@ -48,7 +49,13 @@ class DecodeCosts:
     @classmethod
     def measure(cls, runtime: LlamaRuntime, max_tokens: int, seq_id: int = 0, repeats: int = 2) -> DecodeCosts:
         """Time batches of up to max_tokens tokens (after a short prefix) on an empty
-        sequence that is cleared again afterwards; the fastest of `repeats` runs."""
+        sequence that is cleared again afterwards; the fastest of `repeats` runs.
+        Other models' engines wait meanwhile (they would skew the timings)."""
+        with COMPUTE_GATE.hold(guest=True):
+            return cls._measure(runtime, max_tokens, seq_id, repeats)
+
+    @classmethod
+    def _measure(cls, runtime: LlamaRuntime, max_tokens: int, seq_id: int, repeats: int) -> DecodeCosts:
         prefix = max(1, min(32, runtime.n_ctx_seq // 4))
         max_tokens = min(max_tokens, runtime.n_batch, runtime.n_ctx_seq - prefix - 1)
         if max_tokens < 1:

@@ -28,6 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
+from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.engine import EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.request import Priority
@@ -91,8 +92,10 @@ INTERACTIVE_WINDOW_S = 2.0  # how long after one arrives decodes stay short
 
 
 class EmbeddingEngine:
-    def __init__(self, runtime: EmbeddingModel, queue_cap: int = 64, step_tokens: int = STEP_TOKENS) -> None:
+    def __init__(self, runtime: EmbeddingModel, queue_cap: int = 64, step_tokens: int = STEP_TOKENS,
+                 gate: ComputeGate = COMPUTE_GATE) -> None:
         self.runtime = runtime
+        self.gate = gate  # shared with the process's other engines: one computes at a time
         self.queue_cap = queue_cap
         self.step_tokens = max(1, min(step_tokens, runtime.n_ubatch))
         self._interactive_at = -1e9  # when the last interactive job was queued
@@ -150,6 +153,7 @@ class EmbeddingEngine:
 
     def _run(self) -> None:
         failure = None
+        self.gate.join()
         try:
             while self._drain_inbox(block=not self._pending):
                 if self._pending:
@@ -158,6 +162,7 @@ class EmbeddingEngine:
             log.exception("embedding engine crashed")
             failure = f"the embedding engine crashed: {type(exc).__name__}: {exc}"
         finally:
+            self.gate.leave()
             self._shut_down(failure)
 
     def _drain_inbox(self, block: bool) -> bool:
@@ -216,7 +221,8 @@ class EmbeddingEngine:
             return
         inputs = [job.inputs[index] for job, index in chosen]
         try:
-            rows = self.runtime.embed(inputs)
+            with self.gate.hold():  # the decode and the reads of its embeddings
+                rows = self.runtime.embed(inputs)
         except Exception as exc:  # noqa: BLE001 - these inputs fail, the engine goes on
             log.error("embedding decode of %d inputs failed", len(inputs), exc_info=exc)
             for job, _ in chosen:

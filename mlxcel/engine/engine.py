@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxcel.engine.batch import TokenBatch
+from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import AcceptanceStats, DecodeCosts, best_draft_length
@@ -93,6 +94,7 @@ class EngineConfig:
     on_failure: Callable[[str], None] | None = None  # told once when the engine itself fails
     masker: MaskerFactory | None = None  # builds the structured-output masker; None: no constrained requests
     sampler: Callable[..., SamplerChain] = SamplerChain  # builds a slot's sampler (SamplerChain's arguments)
+    gate: ComputeGate = COMPUTE_GATE  # the engines of one process take turns computing through it
 
 
 @dataclass
@@ -197,6 +199,8 @@ class Engine:
 
     def _run(self) -> None:
         failure = None
+        gate = self.config.gate
+        gate.join()
         try:
             while True:
                 idle = not self._has_work()
@@ -207,19 +211,26 @@ class Engine:
                     if not self._drain_inbox(block=True, timeout=IDLE_SAVE_DELAY_S):
                         break
                     if not self._has_work():
-                        self._memory.save_one_idle(self.slots)
+                        with gate.hold():
+                            self._memory.save_one_idle(self.slots)
                         continue
                 elif not self._drain_inbox(block=idle):
                     break
-                self._admit()
-                if self.slots.busy():
-                    self._step()
+                if not self._has_work():
+                    continue
+                # one turn of the process's engines: admission (which may restore a saved
+                # state), the drafter's and the batch's decodes, and sampling from the logits
+                with gate.hold():
+                    self._admit()
+                    if self.slots.busy():
+                        self._step()
         except ContextFailed as exc:
             failure = f"the llama context failed: {exc}"
         except Exception as exc:  # the thread itself broke: nothing it holds can be trusted
             log.exception("engine thread crashed")
             failure = f"the engine thread crashed: {type(exc).__name__}: {exc}"
         finally:
+            gate.leave()
             self._shut_down(failure)
 
     def _shut_down(self, failure: str | None) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from mlxcel.engine.compute_gate import COMPUTE_GATE
+
 log = logging.getLogger("mlxcel.llama")
 
 _BYTE_P = ctypes.POINTER(ctypes.c_uint8)
@@ -140,7 +142,8 @@ class LlamaRuntime:
     def warm_up(self, token: int) -> None:
         """Decode one token once so the first request does not pay for lazy set-up."""
         batch = llama_cpp.llama_batch_get_one((llama_cpp.llama_token * 1)(token), 1)
-        llama_cpp.llama_decode(self.ctx, batch)
+        with COMPUTE_GATE.hold(guest=True):  # other models may be decoding meanwhile
+            llama_cpp.llama_decode(self.ctx, batch)
         llama_cpp.llama_memory_clear(self.memory, True)
 
     # -- metadata -------------------------------------------------------------------
