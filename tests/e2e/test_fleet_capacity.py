@@ -193,6 +193,21 @@ def test_keepalives_flow_while_a_model_loads(fleet, client):
     assert _data(lines)[-1]["choices"][0]["finish_reason"] is not None
 
 
+@pytest.mark.parametrize("route, body", [
+    ("/v1/messages", {"max_tokens": 2}),
+    ("/v1/responses", {"max_output_tokens": 2}),
+    ("/v1/chat/completions", {"max_tokens": 2}),
+])
+def test_every_stream_sends_keepalives_while_silent(fleet, client, route, body):
+    """A long prefill keeps each API's stream silent for a while: comments flow meanwhile."""
+    prompt = route + " " + _prompt_of(client, 900)  # its own prompt: none of it is in the cache
+    content = {"input": prompt} if route == "/v1/responses" else {"messages": [{"role": "user", "content": prompt}]}
+    thread, lines = _stream(fleet, {"model": "smol", **body, **content}, route)
+    thread.join()
+    assert any(line.startswith(":") for line in lines), lines[:5]
+    assert any(line.startswith("data: ") for line in lines)
+
+
 def test_embeddings_role_is_addressed_like_a_model(client):
     ok = client.post("/v1/embeddings", json={"model": "all-minilm-l6-v2", "input": "hello"})
     assert ok.status_code == 200 and len(ok.json()["data"][0]["embedding"]) == 384
