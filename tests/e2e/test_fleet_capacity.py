@@ -125,6 +125,7 @@ def test_estimate_matches_what_the_request_then_does(client):
     assert too_long["context_ok"] is False
     refused = client.post("/v1/chat/completions", json={**body, "max_tokens": 5000})
     assert refused.status_code == 400
+    assert refused.json()["error"]["message"].startswith("prompt is too long")  # what agent clients look for
 
 
 def test_dry_run_and_estimate_never_load_a_model(client):
@@ -269,5 +270,48 @@ def test_the_governor_sheds_the_largest_request_under_a_small_budget(tmp_path):
             assert governor["sheds"] >= 1
             _wait(lambda: client.get("/health?ready=1").status_code == 200, timeout=10)
             assert client.post("/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 2}).status_code == 200
+    finally:
+        proc.stop()
+
+
+NO_DEFAULT_CONFIG = """
+models:
+  smol: {path: smollm2-135m-instruct, ctx_size: 1024, parallel: 1, ttl_s: 1}
+  coder: {path: qwen2.5-coder-0.5b-instruct, ctx_size: 1024, parallel: 1}
+"""
+
+
+def test_no_default_idle_timeout_and_queue_cap(tmp_path):
+    """Two models and no default: an empty `model` is 400; an idle model unloads after
+    its ttl_s; past the queue cap, 503 server_overloaded with Retry-After."""
+    path = tmp_path / "two.yaml"
+    path.write_text(NO_DEFAULT_CONFIG)
+    proc = ServerProcess("--config", str(path), "--queue-cap", "1", model=None)
+    try:
+        proc.wait_ready(health_path="/health?ready=1")
+        with proc.client() as client:
+            empty = client.post("/v1/chat/completions", json={"messages": QUESTION, "max_tokens": 2})
+            assert empty.status_code == 400 and set(empty.json()["error"]["available_models"]) == {"smol", "coder"}
+            assert client.post("/v1/chat/completions", json={"model": "smol", "messages": QUESTION,
+                                                             "max_tokens": 2}).status_code == 200
+            resident = {row["id"]: row["resident"] for row in client.get("/v1/models").json()["data"]}
+            assert resident["smol"] and not resident["coder"]
+            _wait(lambda: not {r["id"]: r["resident"] for r in client.get("/v1/models").json()["data"]}["smol"],
+                  timeout=15)
+            body = {"model": "smol", "messages": QUESTION, "max_tokens": 300, "ignore_eos": True}
+            first, first_lines = _stream(proc, body)
+            _wait(lambda: len(_data(first_lines)) >= 2)
+            second, _ = _stream(proc, body)
+            _wait(lambda: client.get("/v1/metrics").json()["server"]["queue"]["waiting"] == 1)
+            refused = client.post("/v1/chat/completions", json={**body, "max_tokens": 2})
+            assert refused.status_code == 503
+            assert refused.json()["error"]["type"] == "server_overloaded"
+            assert 2 <= int(refused.headers["retry-after"]) <= 60
+            queue = client.get("/v1/metrics").json()["server"]["queue"]
+            assert queue["rejections"] >= 1 and queue["last_reject_reason"]
+            ready = client.get("/health?ready=1")
+            assert ready.status_code == 503 and ready.json()["reason"] == "queue" and ready.headers["retry-after"]
+            first.join()
+            second.join()
     finally:
         proc.stop()
