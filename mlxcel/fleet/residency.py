@@ -362,6 +362,8 @@ class Fleet:
         from mlxcel.models.pull import PullError, pull
 
         for entry in list(self.config.models.values()):
+            metadata(entry.path)  # read each header once here, not on the event loop at a first request
+        for entry in list(self.config.models.values()):
             if entry.path in CATALOG and metadata(entry.path) is None and not self._closed:
                 try:
                     pull(entry.path, log=lambda line: log.info("%s", line))
