@@ -29,7 +29,11 @@ WHISPER_ALIAS = "whisper-1"  # OpenAI's model name, which clients send unchanged
 
 def whisper_threads(config: ServerConfig) -> int:
     """CTranslate2's threads: half the cores (at least one), so a transcription leaves the
-    chat engine the other half instead of both fighting over every core."""
+    chat engine the other half instead of both fighting over every core (bench/audio.py
+    measures the choice; MLXCEL_STT_THREADS overrides it)."""
+    given = os.environ.get("MLXCEL_STT_THREADS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
     return max(1, (os.cpu_count() or 2) // 2)
 
 

@@ -309,3 +309,20 @@ def test_a_request_past_the_timeout_is_504(wav):
             assert client.get("/health").status_code == 200
     finally:
         proc.stop()
+
+
+def test_with_config_the_stt_role_serves_and_other_model_names_are_404(tmp_path, wav):
+    config = tmp_path / "fleet.yaml"
+    config.write_text("models:\n  smol:\n    path: smollm2-135m-instruct\nserver:\n  stt: whisper-tiny.en\n")
+    proc = ServerProcess("--config", str(config), model=None)
+    try:
+        proc.wait_ready()
+        _wait_for_audio(proc, wav)
+        with proc.client(timeout=300) as client:
+            for name in ("whisper-1", "whisper-tiny.en", ""):
+                r = _post(client, wav, model=name)
+                assert r.status_code == 200 and word_error_rate(REFERENCE, r.json()["text"]) <= 0.15, r.text
+            error = _error(_post(client, wav, model="smol"), 404, "model_not_found")
+            assert "smol" in error["message"]
+    finally:
+        proc.stop()
