@@ -18,6 +18,7 @@ import numpy as np
 from mlxcel.config import ServerConfig
 from mlxcel.models.catalog import CATALOG
 from mlxcel.speech.errors import AudioTimedOut
+from mlxcel.speech.priority import lower_thread_priority
 from mlxcel.speech.stt_worker import TranscriptionJob, WhisperWorker
 from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions
 from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy
@@ -65,6 +66,7 @@ class SttHost:
                 raise RuntimeError(f"speech to text needs the audio extra (pip install 'mlxcel[audio]'): {exc}") \
                     from None
             threads = whisper_threads(self.config)
+            lower_thread_priority()  # before the model starts its threads: they inherit it
             model = WhisperModel(str(self.model_path), device="cpu", compute_type="int8", cpu_threads=threads,
                                  num_workers=1, local_files_only=True)
             worker = WhisperWorker(model, self.config.audio_queue_depth)

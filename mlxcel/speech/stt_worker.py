@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mlxcel.speech.priority import lower_thread_priority
 from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions, Word
 from mlxcel.turn.errors import ServerBusy
 
@@ -71,6 +72,7 @@ class WhisperWorker:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        lower_thread_priority()  # the VAD's and the features' work here yields to the chat engine too
         while not self._stopping.is_set():
             job = self._queue.get()
             if job is None:
