@@ -23,7 +23,10 @@ ENCODINGS = {"mp3": ("mp3", "libmp3lame", 22050), "flac": ("flac", "flac", 22050
 
 
 class Speaker:
-    def __init__(self) -> None:
+    """The piper-joe voice; `espeak_voice` "es" makes it read Spanish with Spanish
+    phonemes (an American accent, but whisper-base hears Spanish)."""
+
+    def __init__(self, espeak_voice: str | None = None) -> None:
         from piper import PiperVoice
 
         from mlxcel.models.pull import pull
@@ -31,6 +34,8 @@ class Speaker:
         folder = pull("piper-joe", progress=False, log=lambda line: None)
         self.voice = PiperVoice.load(str(folder / "en_US-joe-medium.onnx"))
         self.rate = self.voice.config.sample_rate
+        if espeak_voice is not None:
+            self.voice.config.espeak_voice = espeak_voice
 
     def samples(self, text: str) -> np.ndarray:
         """int16 mono samples at the voice's rate."""
