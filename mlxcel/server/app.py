@@ -31,8 +31,8 @@ from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.observability import metrics
-from mlxcel.speech.stt_host import SttHost
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency
+from mlxcel.speech.stt_host import SttHost
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import rerank_host_for
