@@ -3,13 +3,25 @@ WAV, MP3, FLAC, OGG/Opus, M4A, WebM and whatever else FFmpeg reads."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from mlxcel.speech.errors import AudioDecodeFailed
+from mlxcel.speech.priority import lower_thread_priority
 
 SAMPLE_RATE = 16_000
+
+# uploads decode one at a time on a low-priority thread: a long MP3 takes seconds of CPU
+# that the chat engine's streams should not lose
+_DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlxcel-audio-decode",
+                              initializer=lower_thread_priority)
+
+
+async def decode_in_background(data: bytes) -> np.ndarray:
+    return await asyncio.get_running_loop().run_in_executor(_DECODER, decode_upload, data)
 
 
 def decode_upload(data: bytes) -> np.ndarray:

@@ -20,7 +20,7 @@ from mlxcel.http.fleet_opening import check_service_model
 from mlxcel.http.ignored_fields import warn_ignored_fields
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse, sse_data
-from mlxcel.speech.decode import decode_upload
+from mlxcel.speech.decode import decode_in_background
 from mlxcel.speech.errors import AudioModelMissing
 from mlxcel.speech.stt_host import WHISPER_ALIAS, SttHost, Transcription
 from mlxcel.speech.transcript import AudioInfo, TranscribeOptions, Transcript
@@ -36,7 +36,7 @@ async def _transcribe(request: Request, task: str) -> Response:
     host: SttHost | None = getattr(request.app.state, "stt_host", None)
     if host is not None:
         check_service_model(request, fields.model, host.model_id, WHISPER_ALIAS, host.model)
-    samples = await asyncio.to_thread(decode_upload, fields.data)  # not audio: 400 even without a model
+    samples = await decode_in_background(fields.data)  # not audio: 400 even without a model
     if host is None:
         raise AudioModelMissing("stt", "--stt-model", ROUTES)
     host.require_ready()
