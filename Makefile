@@ -1,5 +1,6 @@
 # Two commands do all set-up on a fresh machine:
-#   make serve   create .venv, install (llama-cpp-python compiles), pull the default model, serve it on :8080
+#   make serve   create .venv, install (llama-cpp-python compiles; the audio extra too), pull the default model,
+#                serve it on :8080
 #   make test    the same set-up, then the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,7 +14,7 @@ ARGS ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install -e '.[test]'
+	$(BIN)/python -m pip install -e '.[test,audio]'
 	touch $(STAMP)
 
 setup: $(STAMP)

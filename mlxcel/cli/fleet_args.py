@@ -34,8 +34,9 @@ def fleet_settings(config: ServerConfig) -> tuple[ServerConfig, FleetConfig]:
         changes["embedding_model"] = fleet.embeddings
     if fleet.rerank is not None and config.rerank_model is None:
         changes["rerank_model"] = fleet.rerank
-    for role in ("stt", "tts"):
-        if getattr(fleet, role) is not None:
-            raise UsageError(f"{fleet.path}: server.{role}: speech models are not served yet (no audio runtime)")
+    if fleet.stt is not None and config.stt_model is None:
+        changes["stt_model"] = fleet.stt
+    if fleet.tts is not None and config.tts_model is None:
+        changes["tts_model"] = fleet.tts
     changes["model"] = str(fleet.path)  # what the start-up log names
     return dataclasses.replace(config, **changes), fleet

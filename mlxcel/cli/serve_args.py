@@ -207,6 +207,16 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "seconds the final object of a background request with store: false can be polled"),
     (("--embedding-model",), "embedding_model", str, None, "MLXCEL_EMBEDDING_MODEL",
      "embedding model served on /v1/embeddings and /embedding beside the chat model (catalog name or .gguf path)"),
+    (("--stt-model",), "stt_model", str, None, "MLXCEL_STT_MODEL",
+     "speech-to-text model served on /v1/audio/transcriptions and /v1/audio/translations beside the chat model "
+     "(catalog name such as whisper-tiny.en or whisper-base, or a CTranslate2 Whisper folder)"),
+    (("--tts-model",), "tts_model", str, None, "MLXCEL_TTS_MODEL",
+     "text-to-speech model served on /v1/audio/speech beside the chat model (catalog name such as piper-joe, "
+     "or a piper voice)"),
+    (("--audio-queue-depth",), "audio_queue_depth", _ranged(int, 1), 8, "MLXCEL_AUDIO_QUEUE_DEPTH",
+     "audio requests that may wait per audio model; beyond it 503"),
+    (("--audio-request-timeout-secs",), "audio_request_timeout_secs", _ranged(float, 0.001), 300.0,
+     "MLXCEL_AUDIO_REQUEST_TIMEOUT_SECS", "an audio request still running after this many seconds answers 504"),
     (("--pooling",), "pooling", _pooling, "unspecified", "LLAMA_ARG_POOLING",
      "pooling type for embeddings: none, mean, cls, last or rank (default: the model's)"),
     (("--embd-normalize",), "embd_normalize", int, 2, "LLAMA_ARG_EMBD_NORMALIZE",
@@ -340,6 +350,18 @@ def _check_model(model: str, flag: str = "--model") -> None:
         raise UsageError(f"{flag}: {model} is neither a file nor a catalog name ({', '.join(CATALOG)})")
 
 
+def _check_audio_model(model: str, flag: str) -> None:
+    kind = flag[2:5]
+    if model in CATALOG:
+        if CATALOG[model].kind != kind:
+            names = ", ".join(n for n, e in CATALOG.items() if e.kind == kind)
+            raise UsageError(f"{flag}: {model} is a {CATALOG[model].kind} model, not an {kind} model ({names})")
+        return
+    if not Path(model).expanduser().exists():
+        names = ", ".join(n for n, e in CATALOG.items() if e.kind == kind)
+        raise UsageError(f"{flag}: {model} is neither a folder, a file nor a catalog name ({names})")
+
+
 def _chat_template_setting(args: argparse.Namespace) -> str | None:
     source = args.chat_template_file or args.chat_template
     if args.chat_template_file and not Path(args.chat_template_file).is_file():
@@ -443,6 +465,9 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
                          "use one of them")
     _check_loop_env()
     _check_rerank(args)
+    for model, flag in ((args.stt_model, "--stt-model"), (args.tts_model, "--tts-model")):
+        if model:
+            _check_audio_model(model, flag)
     if args.port == 0 and sum(1 for host in args.host if not host.endswith(".sock")) > 1:
         raise UsageError("--port 0 is not supported with multiple TCP addresses")
     args.ubatch_size = min(args.ubatch_size, args.batch_size)
@@ -516,6 +541,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         embedding_only=args.embedding,
         pooling=args.pooling,
         embd_normalize=args.embd_normalize,
+        stt_model=args.stt_model,
+        tts_model=args.tts_model,
+        audio_queue_depth=args.audio_queue_depth,
+        audio_request_timeout_secs=args.audio_request_timeout_secs,
     )
 
 

@@ -20,7 +20,7 @@ from mlxcel.fleet.entries import DEFAULT_TTL_S, FleetConfig, LoadSettings, Model
 from mlxcel.fleet.entry_load import with_effective_load
 from mlxcel.fleet.intents import FAMILY_NAMES, INTENTS
 from mlxcel.fleet.yaml_file import parse_yaml
-from mlxcel.models.catalog import CATALOG, KIND_CHAT, KIND_EMBEDDING
+from mlxcel.models.catalog import CATALOG, KIND_CHAT, KIND_EMBEDDING, KIND_STT, KIND_TTS
 
 TOP_KEYS = ("models", "aliases", "profiles", "rules", "server")
 COSMETIC = {"theme": "the terminal chat's colors", "themes": "the terminal chat's colors",
@@ -56,7 +56,6 @@ UNSUPPORTED_SERVER = {
 }
 COSMETIC_SERVER = {"menubar": "the macOS menu bar app"}
 DEFAULTS_KEYS = ("model", "ttl_s", "preload", "profile")
-SERVICES_NOT_YET = {"stt": "speech-to-text is not served yet", "tts": "text-to-speech is not served yet"}
 GB = 10**9
 
 
@@ -119,7 +118,7 @@ class _FileReader:
             budget_bytes=server["budget_bytes"], max_models=server["max_models"], model_dirs=server["model_dirs"],
             host=server["host"], port=server["port"], api_key=server["api_key"], no_auth=server["no_auth"],
             cache_enabled=server["cache_enabled"], family_defaults=server["family_defaults"],
-            embeddings=server["embeddings"], rerank=server["rerank"], stt=None, tts=None,
+            embeddings=server["embeddings"], rerank=server["rerank"], stt=server["stt"], tts=server["tts"],
         )
 
     # server
@@ -144,9 +143,6 @@ class _FileReader:
                 check.warn(f"server.cache.{key}", "not applied by mlxcel: llama.cpp's prompt cache has no such "
                                                   "setting (ignored)")
         budget = check.number(block.get("budget_gb"), "server.budget_gb", positive=True)
-        for key, reason in SERVICES_NOT_YET.items():
-            if block.get(key) not in (None, False):
-                check.fail(f"server.{key}", f"not supported by mlxcel yet: {reason}")
         dirs = self._model_dirs(block.get("model_dirs"))
         self.model_dirs = dirs
         ttl = defaults.get("ttl_s", DEFAULT_TTL_S)
@@ -167,6 +163,8 @@ class _FileReader:
             "default_profile": default_profile,
             "embeddings": self._service(block.get("embeddings"), "server.embeddings", KIND_EMBEDDING),
             "rerank": self._service(block.get("rerank"), "server.rerank", None),
+            "stt": self._service(block.get("stt"), "server.stt", KIND_STT, folders=True),
+            "tts": self._service(block.get("tts"), "server.tts", KIND_TTS, folders=True),
         }
 
     def _model_dirs(self, value: Any) -> tuple[Path, ...]:
@@ -182,7 +180,7 @@ class _FileReader:
             dirs.append(path if path.is_absolute() else self.folder / path)
         return tuple(dirs)
 
-    def _service(self, value: Any, key: str, kind: str | None) -> str | None:
+    def _service(self, value: Any, key: str, kind: str | None, folders: bool = False) -> str | None:
         if value is None or value is False:
             return None
         if value is True:
@@ -193,9 +191,9 @@ class _FileReader:
         name = self.check.string(value, key)
         if name in CATALOG:
             if kind and CATALOG[name].kind != kind:
-                self.check.fail(key, f"`{name}` is a {CATALOG[name].kind} model, not an {kind} model")
+                self.check.fail(key, f"`{name}` is a {CATALOG[name].kind} model, not {'a' if kind == KIND_TTS else 'an'} {kind} model")
             return name
-        found = self._find_file(name)
+        found = self._find_file(name, folders)
         if found is None:
             self.check.warn(key, f"the file {name} is missing ({self._searched()}): the service is off")
             return None
@@ -290,7 +288,9 @@ class _FileReader:
         name = self.check.string(value, key, optional=False)
         if name in CATALOG:
             if CATALOG[name].kind != kind:
-                self.check.fail(key, f"`{name}` is an {CATALOG[name].kind} model; name it under server.embeddings")
+                other = CATALOG[name].kind
+                home = {KIND_STT: "server.stt", KIND_TTS: "server.tts"}.get(other, "server.embeddings")
+                self.check.fail(key, f"`{name}` is an {other} model; name it under {home}")
             return name
         found = self._find_file(name)
         if found is None:
@@ -298,12 +298,15 @@ class _FileReader:
             return None
         return str(found)
 
-    def _find_file(self, name: str) -> Path | None:
+    def _find_file(self, name: str, folders: bool = False) -> Path | None:
+        """The file (or, for the audio models, the folder) `name` names, absolute or
+        under the model folders or the config file's own folder."""
         path = _expand(name)
+        found = (lambda p: p.exists()) if folders else (lambda p: p.is_file())
         if path.is_absolute():
-            return path if path.is_file() else None
+            return path if found(path) else None
         for folder in (*self.model_dirs, self.folder):
-            if (folder / path).is_file():
+            if found(folder / path):
                 return (folder / path).resolve()
         return None
 

@@ -23,6 +23,7 @@ from mlxcel.fleet.errors import (
     ServerOverloaded,
     UnknownProfile,
 )
+from mlxcel.speech.errors import AudioModelMissing, AudioTimedOut
 from mlxcel.structured.errors import GrammarError, StructuredOutputError
 from mlxcel.turn.errors import (
     ContextOverflow,
@@ -118,6 +119,8 @@ def describe_validation_errors(errors: list[dict]) -> str:
 
 # each typed error of the layers below, as (status, OpenAI error type)
 TURN_ERRORS: dict[type[TurnError], tuple[int, str]] = {
+    AudioModelMissing: (501, "not_implemented"),
+    AudioTimedOut: (504, "timeout_error"),
     InvalidRequest: (400, "invalid_request_error"),
     NotFound: (404, "invalid_request_error"),
     NotSupported: (501, "not_supported_error"),

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from mlxcel.models import converted, verify, wheels
+from mlxcel.models import bundle, converted, verify, wheels
 from mlxcel.models.catalog import CATALOG, CatalogEntry
 from mlxcel.models.errors import PullError
 from mlxcel.models.progress import Reporter, make_reporter
@@ -55,7 +55,7 @@ def pull(
     """
     entry = get_entry(name)
     dest = model_path(entry)
-    if not force and verify.stamp_vouches(dest, entry.sha256):
+    if not force and _stamp_vouches(dest, entry):
         return _already(entry, dest, log)
     reporter = make_reporter(progress, log)
     try:
@@ -67,8 +67,12 @@ def pull(
                     return _already(entry, dest, log)
                 _discard_damaged(dest, reporter)
             _remove_leftovers(entry)
-            _assemble(entry, dest, reporter)
-            verify.write_stamp(dest, entry.sha256)
+            if entry.is_directory:
+                _assemble_directory(entry, dest, reporter)
+                bundle.write_stamp(dest, entry)
+            else:
+                _assemble(entry, dest, reporter)
+                verify.write_stamp(dest, entry.sha256)
     finally:
         reporter.close()
     log(f"stored at {dest}")
@@ -95,8 +99,16 @@ def _locked(entry: CatalogEntry, reporter: Reporter) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+def _stamp_vouches(dest: Path, entry: CatalogEntry) -> bool:
+    if entry.is_directory:
+        return bundle.stamp_vouches(dest, entry)
+    return verify.stamp_vouches(dest, entry.sha256)
+
+
 def _is_intact(dest: Path, entry: CatalogEntry, reporter: Reporter) -> bool:
     """True if ``dest`` has the entry's size and sha256 (hashing only without a valid stamp)."""
+    if entry.is_directory:
+        return bundle.is_intact(dest, entry, reporter)
     if not dest.is_file() or dest.stat().st_size != entry.size:
         return False
     if verify.stamp_vouches(dest, entry.sha256):
@@ -111,8 +123,16 @@ def _is_intact(dest: Path, entry: CatalogEntry, reporter: Reporter) -> bool:
 def _discard_damaged(dest: Path, reporter: Reporter) -> None:
     if dest.exists() or dest.is_symlink():
         reporter.phase(f"removing damaged {dest}")
-        dest.unlink()
-    verify.remove_stamp(dest)
+    bundle.discard(dest)
+
+
+def _assemble_directory(entry: CatalogEntry, dest: Path, reporter: Reporter) -> None:
+    workdir = Path(tempfile.mkdtemp(dir=dest.parent, prefix=download_prefix(entry)))
+    try:
+        bundle.assemble(entry, dest, workdir, reporter)
+        _fsync_dir(dest.parent)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _remove_leftovers(entry: CatalogEntry) -> None:
@@ -200,9 +220,10 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def resolve_model(name_or_path: str | os.PathLike[str], *, log: Log = print) -> Path:
-    """An existing file → its path; a catalog name → ``pull(name)``; else PullError."""
+    """An existing file or folder → its path; a catalog name → ``pull(name)`` (a folder
+    for the audio models); else PullError."""
     path = Path(name_or_path).expanduser()
-    if path.exists() and not path.is_dir():
+    if path.exists():
         return path
     name = os.fspath(name_or_path)
     if name in CATALOG:
@@ -221,7 +242,10 @@ def list_models() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for entry in CATALOG.values():
         path = model_path(entry)
-        pulled = path.is_file() and path.stat().st_size == entry.size
+        if entry.is_directory:
+            pulled = bundle.sizes_match(path, entry)
+        else:
+            pulled = path.is_file() and path.stat().st_size == entry.size
         rows.append(
             {
                 "name": entry.name,

@@ -180,7 +180,9 @@ ERRORS = [
     ("models: {a: {path: SMOL}}\nserver: {hf_cache: true}", "server.hf_cache", "not supported by mlxcel"),
     ("models: {a: {path: SMOL}}\nserver: {systemone: {canvas: 64}}", "server.systemone", "not supported"),
     ("models: {a: {path: SMOL}}\nserver: {assistants: {}}", "server.assistants", "not supported by mlxcel"),
-    ("models: {a: {path: SMOL}}\nserver: {stt: whisper-turbo}", "server.stt", "not supported by mlxcel yet"),
+    ("models: {a: {path: SMOL}}\nserver: {stt: piper-joe}", "server.stt", "not an stt model"),
+    ("models: {a: {path: SMOL}}\nserver: {tts: whisper-base}", "server.tts", "not a tts model"),
+    ("models: {a: {path: whisper-base}}", "models.a.path", "name it under server.stt"),
     ("models: {a: {path: SMOL}}\nserver: {prot: 80}", "server.prot", "did you mean `port`?"),
     ("models: {a: {path: SMOL}}\nserver: {port: 70000}", "server.port", "from 1 to 65535"),
     ("models: {a: {path: SMOL}}\nserver: {port: '8080'}", "server.port", "must be an integer"),
@@ -289,3 +291,22 @@ def test_yaml_anchors_and_merge_keys(tmp_path: Path) -> None:
           c: *common
     """)
     assert [config.models[m].load.ctx_size for m in "abc"] == [1024, 2048, 1024]
+
+
+def test_the_speech_roles_take_a_catalog_name_or_a_folder(tmp_path: Path) -> None:
+    voice = tmp_path / "voices" / "joe"
+    voice.mkdir(parents=True)
+    config = _load(tmp_path, f"models: {{a: {{path: {SMOL}}}}}\nserver: {{stt: whisper-tiny.en, tts: voices/joe}}")
+    assert config.stt == "whisper-tiny.en" and config.tts == str(voice.resolve())
+    assert _load(tmp_path, f"models: {{a: {{path: {SMOL}}}}}\nserver: {{stt: true}}").stt == "whisper-tiny.en"
+
+
+def test_the_speech_roles_reach_the_server_settings_unless_a_flag_set_them(tmp_path: Path) -> None:
+    from mlxcel.cli.fleet_args import fleet_settings
+    from mlxcel.config import ServerConfig
+
+    path = _write(tmp_path, f"models: {{a: {{path: {SMOL}}}}}\nserver: {{stt: whisper-base, tts: piper-joe}}")
+    config, _ = fleet_settings(ServerConfig(model=SMOL, config_file=str(path)))
+    assert (config.stt_model, config.tts_model) == ("whisper-base", "piper-joe")
+    config, _ = fleet_settings(ServerConfig(model=SMOL, config_file=str(path), stt_model="whisper-tiny.en"))
+    assert config.stt_model == "whisper-tiny.en"

@@ -1,0 +1,137 @@
+"""Pure logic of speech to text: subtitle and verbose_json shapes, the language table,
+and the whisper worker's queue, timeout and cancellation (a fake model stands in)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from mlxcel.api.audio.transcript_formats import to_srt, to_verbose, to_vtt
+from mlxcel.config import ServerConfig
+from mlxcel.speech.errors import AudioDecodeFailed, AudioTimedOut
+from mlxcel.speech.languages import LANGUAGE_NAMES
+from mlxcel.speech.stt_host import SttHost
+from mlxcel.speech.stt_worker import WhisperWorker
+from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions, Transcript, Word
+from mlxcel.turn.errors import ServerBusy
+
+
+def _segment(i, start, end, text, words=()):
+    return Segment(id=i, seek=0, start=start, end=end, text=text, tokens=[1, 2], temperature=0.0, avg_logprob=-0.2,
+                   compression_ratio=1.1, no_speech_prob=0.01, words=list(words))
+
+
+TRANSCRIPT = Transcript("transcribe", AudioInfo("en", 3725.5), [
+    _segment(0, 0.0, 1.5, " Hello there.", [Word(0.0, 0.6, " Hello"), Word(0.7, 1.4, " there.")]),
+    _segment(1, 1.5, 1.5, " "),  # an empty segment makes no cue
+    _segment(2, 3723.25, 3725.125, " Goodbye."),
+])
+
+
+def test_srt_numbers_cues_with_comma_millis_and_skips_empty_text():
+    assert to_srt(TRANSCRIPT) == ("1\n00:00:00,000 --> 00:00:01,500\nHello there.\n\n"
+                                  "2\n01:02:03,250 --> 01:02:05,125\nGoodbye.\n")
+
+
+def test_vtt_has_its_header_and_dot_millis():
+    assert to_vtt(TRANSCRIPT) == ("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\nHello there.\n\n"
+                                  "01:02:03.250 --> 01:02:05.125\nGoodbye.\n")
+
+
+def test_verbose_json_names_the_language_and_lists_words_only_when_asked():
+    body = to_verbose(TRANSCRIPT, words=True)
+    assert body["language"] == "english" and body["task"] == "transcribe" and body["duration"] == 3725.5
+    assert body["text"] == "Hello there.  Goodbye."
+    assert body["words"] == [{"word": "Hello", "start": 0.0, "end": 0.6}, {"word": "there.", "start": 0.7, "end": 1.4}]
+    assert "words" not in to_verbose(TRANSCRIPT, words=False)
+
+
+def test_the_language_table_is_whispers():
+    tokenizer = pytest.importorskip("faster_whisper.tokenizer")
+    assert set(LANGUAGE_NAMES) == set(tokenizer._LANGUAGE_CODES)
+
+
+def test_temperature_zero_means_the_fallback_schedule():
+    assert TranscribeOptions().temperatures[0] == 0.0 and len(TranscribeOptions().temperatures) > 1
+    assert TranscribeOptions(temperature=0.4).temperatures == 0.4
+
+
+def test_undecodable_bytes_are_a_clear_400():
+    pytest.importorskip("faster_whisper")
+    from mlxcel.speech.decode import decode_upload
+
+    with pytest.raises(AudioDecodeFailed, match="could not decode the audio file"):
+        decode_upload(b"definitely not audio" * 50)
+    with pytest.raises(AudioDecodeFailed, match="empty"):
+        decode_upload(b"")
+
+
+class SlowModel:
+    """Yields `n` segments, each after the gate opens."""
+
+    def __init__(self, n: int = 3) -> None:
+        self.n = n
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def transcribe(self, samples, **kwargs):
+        self.started.set()
+
+        def segments():
+            for i in range(self.n):
+                self.gate.wait(5)
+                yield SimpleNamespace(seek=0, start=float(i), end=i + 1.0, text=f" s{i}", tokens=[i], temperature=0.0,
+                                      avg_logprob=-0.1, compression_ratio=1.0, no_speech_prob=0.0, words=None)
+
+        return segments(), SimpleNamespace(language="en", duration=float(self.n))
+
+
+def _host(model, depth=1, timeout=5.0) -> SttHost:
+    host = SttHost(ServerConfig(model="x", audio_queue_depth=depth, audio_request_timeout_secs=timeout), "x")
+    host.worker = WhisperWorker(model, depth)
+    host.worker.start()
+    host.ready = True
+    return host
+
+
+async def _all(transcription):
+    return [event async for event in transcription.events()]
+
+
+def test_the_queue_holds_depth_jobs_beyond_the_running_one():
+    model = SlowModel()
+    host = _host(model, depth=1)
+
+    async def run():
+        first = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        await asyncio.to_thread(model.started.wait, 5)
+        second = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        with pytest.raises(ServerBusy, match="--audio-queue-depth"):
+            host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        model.gate.set()
+        return await _all(first), await _all(second)
+
+    first, second = asyncio.run(run())
+    assert isinstance(first[0], AudioInfo) and [s.text for s in first[1:]] == [" s0", " s1", " s2"]
+    assert len(second) == 4
+    host.shutdown()
+
+
+def test_a_slow_job_times_out_and_is_stopped():
+    model = SlowModel()
+    host = _host(model, timeout=0.2)
+
+    async def run():
+        transcription = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        with pytest.raises(AudioTimedOut, match="0.2 s"):
+            await _all(transcription)
+        return transcription
+
+    transcription = asyncio.run(run())
+    assert transcription.job.cancelled.is_set()
+    model.gate.set()
+    host.shutdown()
