@@ -111,6 +111,10 @@ class ServerConfig:
     embedding_only: bool = False  # --embedding: -m is served for embeddings only
     pooling: str = "unspecified"  # --pooling: none | mean | cls | last | rank (unspecified: the GGUF's)
     embd_normalize: int = 2  # the native routes' default normalisation (llama-server's --embd-normalize)
+    stt_model: str | None = None  # --stt-model: a speech-to-text worker beside the chat model
+    tts_model: str | None = None  # --tts-model: a text-to-speech (piper) voice beside the chat model
+    audio_queue_depth: int = 8  # requests an audio worker lets wait; beyond it 503
+    audio_request_timeout_secs: float = 300.0  # an audio request's time limit; past it 504
 
     @property
     def embedding_source(self) -> str | None:

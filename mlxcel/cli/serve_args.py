@@ -211,6 +211,14 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "pooling type for embeddings: none, mean, cls, last or rank (default: the model's)"),
     (("--embd-normalize",), "embd_normalize", int, 2, "LLAMA_ARG_EMBD_NORMALIZE",
      "default normalisation of native embeddings: -1 none, 0 max absolute int16, 1 taxicab, 2 euclidean, >2 p-norm"),
+    (("--stt-model",), "stt_model", str, None, "MLXCEL_STT_MODEL",
+     "speech-to-text model served on /v1/audio/transcriptions and /v1/audio/translations (catalog name or path)"),
+    (("--tts-model",), "tts_model", str, None, "MLXCEL_TTS_MODEL",
+     "text-to-speech piper voice served on /v1/audio/speech (catalog name, voice directory or .onnx path)"),
+    (("--audio-queue-depth",), "audio_queue_depth", _ranged(int, 1), 8, "MLXCEL_AUDIO_QUEUE_DEPTH",
+     "audio requests that may wait for an audio worker; beyond it 503"),
+    (("--audio-request-timeout-secs",), "audio_request_timeout_secs", _ranged(float, 0.001), 300.0,
+     "MLXCEL_AUDIO_REQUEST_TIMEOUT_SECS", "seconds an audio request may take; past it 504"),
     (("--conversation-store-max-entries",), "conversation_store_max_entries", _ranged(int, 0), 256,
      "LLAMA_ARG_CONVERSATION_STORE_MAX_ENTRIES", "conversation transcripts kept (0: conversations off)"),
     (("--conversation-store-max-bytes",), "conversation_store_max_bytes", _ranged(int, 0), 64 * 1024 * 1024,
@@ -340,6 +348,12 @@ def _check_model(model: str, flag: str = "--model") -> None:
         raise UsageError(f"{flag}: {model} is neither a file nor a catalog name ({', '.join(CATALOG)})")
 
 
+def _check_audio_model(model: str, flag: str) -> None:
+    """An audio model is a catalog name or an existing path (a file or a directory)."""
+    if model not in CATALOG and not Path(model).expanduser().exists():
+        raise UsageError(f"{flag}: {model} is neither a path nor a catalog name ({', '.join(CATALOG)})")
+
+
 def _chat_template_setting(args: argparse.Namespace) -> str | None:
     source = args.chat_template_file or args.chat_template
     if args.chat_template_file and not Path(args.chat_template_file).is_file():
@@ -438,6 +452,8 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         _check_model(args.model_draft)
     if args.embedding_model:
         _check_model(args.embedding_model, "--embedding-model")
+    if args.tts_model:
+        _check_audio_model(args.tts_model, "--tts-model")
     if args.embedding and args.embedding_model:
         raise UsageError("--embedding serves -m for embeddings; --embedding-model adds one beside a chat model: "
                          "use one of them")
@@ -516,6 +532,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         embedding_only=args.embedding,
         pooling=args.pooling,
         embd_normalize=args.embd_normalize,
+        stt_model=args.stt_model,
+        tts_model=args.tts_model,
+        audio_queue_depth=args.audio_queue_depth,
+        audio_request_timeout_secs=args.audio_request_timeout_secs,
     )
 
 

@@ -19,6 +19,7 @@ LAYERS = [
     {"structured"},
     {"chat"},
     {"turn"},
+    {"speech"},
     {"fleet"},
     {"http"},
     {"api"},
@@ -26,7 +27,7 @@ LAYERS = [
     {"server"},
     {"cli", "__main__"},
 ]
-HTTP_FREE = {"engine", "models", "config", "structured", "chat", "turn", "fleet"}
+HTTP_FREE = {"engine", "models", "config", "structured", "chat", "turn", "speech", "fleet"}
 HTTP_MODULES = ("fastapi", "starlette", "uvicorn")
 
 
