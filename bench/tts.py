@@ -12,6 +12,7 @@ on the 2-core dev machine: see bench/README.md."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -53,7 +54,7 @@ def chat_gaps(client: httpx.Client, out: dict) -> None:
             if line.startswith("data: {"):
                 times.append(time.perf_counter())
     times = times[1:]  # the first chunk (the role) comes before the prompt is read
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     out["max_gap"] = max(gaps) if gaps else float("nan")
     out["tps"] = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
 

