@@ -352,3 +352,24 @@ def test_whisper_hears_what_was_spoken(client, fmt):
     said = _words(text)
     missing = [w for w in said if w not in heard]
     assert len(missing) <= 2, (heard, said)
+
+
+def test_with_config_only_the_voice_and_openai_names_are_served(voice, tmp_path):
+    path = tmp_path / "mlxcel.yaml"
+    path.write_text("server:\n  defaults:\n    model: smol\nmodels:\n  smol:\n    path: smollm2-135m-instruct\n"
+                    "    ctx_size: 1024\n    parallel: 1\n")
+    proc = ServerProcess("--config", str(path), "--tts-model", str(voice), model=None)
+    try:
+        proc.wait_ready(health_path="/health?ready=1")
+        with proc.client() as client:
+            deadline = time.monotonic() + 60
+            while speak(client, "Hi.", response_format="pcm").status_code == 503 and time.monotonic() < deadline:
+                time.sleep(0.2)  # the voice is still loading
+            for model in ("tts-1", "gpt-4o-mini-tts", "en_US-joe-medium"):
+                assert speak(client, "Hi.", model=model, response_format="pcm").status_code == 200, model
+            for model in ("smol", "whisper-1"):
+                response = speak(client, "Hi.", model=model, response_format="pcm")
+                assert response.status_code == 404
+                assert response.json()["error"]["type"] == "model_not_found"
+    finally:
+        proc.stop()
