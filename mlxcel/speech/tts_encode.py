@@ -5,6 +5,7 @@ A streamed WAV's header cannot know the length: it says 0xFFFFFFFF, as OpenAI's 
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ def audio_format(name: str) -> AudioFormat:
     return fmt
 
 
+@functools.cache
 def _can_encode(fmt: AudioFormat) -> bool:
     try:
         import av

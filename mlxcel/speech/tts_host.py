@@ -164,11 +164,11 @@ class SpeechHost:
                     self._running = None
 
     def _speak(self, job: SpeechJob) -> None:
-        speaker = self.speaker
-        encoder = encoder_for(job.fmt, speaker.sample_rate)
+        speaker, encoder = self.speaker, None
         pause = np.zeros(int(speaker.sample_rate * SENTENCE_PAUSE_SECS / job.settings.speed), dtype=np.int16)
         started, n_samples = time.monotonic(), 0
         try:
+            encoder = encoder_for(job.fmt, speaker.sample_rate)
             for index, sentence in enumerate(job.sentences):
                 if job.cancelled.is_set() or time.monotonic() >= job.deadline:
                     return
@@ -189,7 +189,8 @@ class SpeechHost:
             log.exception("speech synthesis failed")
             job.post(GenerationFailed(f"speech synthesis failed: {type(exc).__name__}: {exc}"))
         finally:
-            encoder.close()
+            if encoder is not None:
+                encoder.close()
 
 
 def _stem(path: Path) -> str:

@@ -110,9 +110,27 @@ class PiperSpeaker:
                              f"{', '.join(self.voices)}", param="voice", code="invalid_voice")
 
     def synthesize(self, sentence: str, settings: SpeechSettings) -> np.ndarray:
-        """16-bit samples at `sample_rate` for one sentence (empty if it has nothing to say)."""
+        """16-bit samples at `sample_rate` for one sentence (empty if it has nothing to
+        say). Another speed than 1: piper's length scale divided by it, then the tempo
+        corrected so that the sentence lasts its natural length divided by the speed
+        (the length scale alone gives 0.65 of the length at 2.0, and never under 0.5)."""
+        audio = self._synthesize(sentence, settings.speaker_id, self.length_scale / settings.speed)
+        if settings.speed == 1.0 or not len(audio):
+            return audio
+        natural = len(self._synthesize(sentence, settings.speaker_id, self.length_scale))
+        tempo = len(audio) * settings.speed / natural if natural else 1.0
+        if abs(tempo - 1.0) < 0.03:
+            return audio
+        try:
+            from mlxcel.speech.tempo import stretch
+
+            return stretch(audio, self.sample_rate, tempo)
+        except ImportError:  # no PyAV: the length scale alone
+            return audio
+
+    def _synthesize(self, sentence: str, speaker_id: int | None, length_scale: float) -> np.ndarray:
         from piper.config import SynthesisConfig
 
-        config = SynthesisConfig(speaker_id=settings.speaker_id, length_scale=self.length_scale / settings.speed)
+        config = SynthesisConfig(speaker_id=speaker_id, length_scale=length_scale)
         parts = [chunk.audio_int16_array for chunk in self.voice.synthesize(sentence, syn_config=config)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)

@@ -53,3 +53,14 @@ def test_unknown_format_is_invalid():
     with pytest.raises(InvalidRequest, match="ogg"):
         audio_format("ogg")
     assert set(FORMATS) == {"wav", "pcm", "flac", "mp3", "opus", "aac"}
+
+
+@pytest.mark.parametrize("tempo", [0.6, 1.27, 2.0])
+def test_stretch_changes_the_length_by_the_tempo(tempo):
+    pytest.importorskip("av")
+    from mlxcel.speech.tempo import stretch
+
+    samples = tone(2.0)
+    out = stretch(samples, RATE, tempo)
+    assert out.dtype == np.int16
+    assert abs(len(samples) / len(out) - tempo) < 0.02
