@@ -6,8 +6,16 @@ speech is synthesised beside it (against the same stream alone).
     python bench/tts.py --tts-model DIR_OR_NAME [--runs 5] [--chat]
     python bench/tts.py --url http://127.0.0.1:8080 [--chat]   # a server already running
 
-The onnxruntime thread count (MLXCEL_TTS_THREADS, default 1) was chosen with --chat
-on the 2-core dev machine: see bench/README.md."""
+The onnxruntime thread count (MLXCEL_TTS_THREADS, default 1) and the worker's nice
+(MLXCEL_TTS_NICE, default 10) were chosen with --chat on the 2-core dev machine
+(SmolLM2 chat, `-t 2`); medians of 3 alternated rounds:
+
+    threads nice | speech alone: TTFB  total  RTF  | chat alone  | chat beside speech | speech beside chat
+    1       0    |               0.19 s 0.89 s .056 | 145 t/s 17ms | 48 t/s, gap 175 ms | 0.98 s
+    1       5    |               0.17 s 0.70 s .043 | 155 t/s 12ms | 121 t/s, gap 72 ms | 1.72 s
+    1       10   |               0.18 s 0.72 s .044 | 154 t/s 12ms | 142 t/s, gap 17 ms | 1.72 s
+    2       0    |               0.11 s 0.42 s .026 | 151 t/s 13ms | 18 t/s, gap 1.9 s  | 0.74 s
+"""
 
 from __future__ import annotations
 
@@ -65,6 +73,7 @@ def main() -> None:
     parser.add_argument("--tts-model")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--chat", action="store_true")
+    parser.add_argument("--chat-rounds", type=int, default=3)
     args = parser.parse_args()
     server = None
     if args.url is None:
@@ -86,17 +95,23 @@ def main() -> None:
             results["rtf"] = round(results["pcm"]["total_s"] / audio_s, 3)
             if args.chat:
                 chat_gaps(client, {})  # warm-up: the first chat request pays one-time costs
-                alone: dict = {}
-                chat_gaps(client, alone)
-                beside: dict = {}
-                thread = threading.Thread(target=chat_gaps, args=(client, beside))
-                thread.start()
-                time.sleep(0.5)
-                while thread.is_alive():
-                    speak(client, TEXT_300, "pcm")
-                thread.join()
-                results["chat_alone"] = {k: round(v, 3) for k, v in alone.items()}
-                results["chat_with_speech"] = {k: round(v, 3) for k, v in beside.items()}
+                rounds: dict = {"chat_alone": [], "chat_with_speech": [], "speech_beside_chat_s": []}
+                for _ in range(args.chat_rounds):  # alternated, so a neighbour's load hits both alike
+                    alone: dict = {}
+                    chat_gaps(client, alone)
+                    rounds["chat_alone"].append(alone)
+                    beside: dict = {}
+                    thread = threading.Thread(target=chat_gaps, args=(client, beside))
+                    thread.start()
+                    time.sleep(0.3)
+                    while thread.is_alive():
+                        rounds["speech_beside_chat_s"].append(speak(client, TEXT_300, "pcm")[1])
+                    thread.join()
+                    rounds["chat_with_speech"].append(beside)
+                for key in ("chat_alone", "chat_with_speech"):
+                    results[key] = {k: round(statistics.median(r[k] for r in rounds[key]), 3)
+                                    for k in ("max_gap", "tps")}
+                results["speech_beside_chat_total_s"] = round(statistics.median(rounds["speech_beside_chat_s"]), 3)
             print(json.dumps({"input_chars": len(TEXT_300), **results}, indent=1))
     finally:
         if server is not None:

@@ -16,8 +16,9 @@ from mlxcel.turn.errors import InvalidRequest
 # OpenAI's voice names: a client written for OpenAI asks for one of these; each speaks
 # with the voice's default speaker
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer", "verse")
-# onnxruntime threads per synthesis: one core, so the chat engine keeps the rest (bench/tts.py
-# measured 1 against 2 on two cores: see its docstring); MLXCEL_TTS_THREADS overrides it
+# onnxruntime threads per synthesis: one core, so the chat engine keeps the rest. bench/tts.py
+# --chat on 2 cores: 2 threads speak 1.7x faster alone (real-time factor 0.026 against 0.044)
+# but stall a running chat stream for up to 1.9 s (17 tokens/s instead of 150); MLXCEL_TTS_THREADS
 ORT_THREADS = 1
 
 
