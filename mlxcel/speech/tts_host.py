@@ -177,6 +177,8 @@ class SpeechHost:
             encoder = encoder_for(job.fmt, speaker.sample_rate)
             for index, sentence in enumerate(job.sentences):
                 if job.cancelled.is_set() or time.monotonic() >= job.deadline:
+                    why = "its time ran out" if time.monotonic() >= job.deadline else "cancelled: the client left"
+                    log.info("speech stopped after %d of %d sentences (%s)", index, len(job.sentences), why)
                     return
                 samples = speaker.synthesize(sentence, job.settings)
                 if index and len(samples):

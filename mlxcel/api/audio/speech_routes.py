@@ -80,7 +80,8 @@ async def speech(request: Request):
     if stream_kind == "sse":
         return EventStreamResponse(_events(head, chunks, len(text)), on_close=job.cancel,
                                    ping_seconds=keepalive_seconds(host.config.sse_ping_interval))
-    return ByteStreamResponse(_bytes(head, chunks), fmt.content_type, {"X-Sample-Rate": str(speaker.sample_rate)},
+    rate = fmt.rate or speaker.sample_rate  # what the encoded audio carries (Opus: 48 kHz)
+    return ByteStreamResponse(_bytes(head, chunks), fmt.content_type, {"X-Sample-Rate": str(rate)},
                               on_close=job.cancel)
 
 
