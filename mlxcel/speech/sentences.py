@@ -31,6 +31,7 @@ BEFORE_NUMBERS = frozenset({
 
 _END = re.compile(r"([.!?\u2026\u3002\uff01\uff1f]+)([\"'\u201d\u2019)\]\u00bb]*)(\s+|$)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022\u2013]|\d+[.)])\s")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _CUT_AT = re.compile(r"[,;:\u2014\u2013]\s|\s[-\u2013\u2014]\s")
 
 
@@ -38,6 +39,7 @@ def split_sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[str]
     """The sentences of `text`, in order, each stripped, none empty, none longer than
     `max_chars`."""
     out: list[str] = []
+    text = _CONTROL.sub(" ", text)  # espeak stops at a NUL; no control character is speech
     for block in _blocks(text):
         for sentence in _sentences(block):
             out.extend(_cut(sentence, max_chars))
@@ -83,11 +85,11 @@ def _sentences(block: str) -> list[str]:
         end = match.end()
         if end < len(block) and not _is_boundary(block, match):
             continue
-        piece = block[start:end].strip()
+        piece = " ".join(block[start:end].split())
         if piece:
             out.append(piece)
         start = end
-    rest = block[start:].strip()
+    rest = " ".join(block[start:].split())
     if rest:
         out.append(rest)
     return out

@@ -71,9 +71,12 @@ class PiperSpeaker:
     """One loaded voice. `synthesize` runs on the speech worker thread only."""
 
     def __init__(self, model_path: Path, threads: int | None = None) -> None:
-        import onnxruntime
-        from piper.config import PiperConfig
-        from piper.voice import PiperVoice
+        try:
+            import onnxruntime
+            from piper.config import PiperConfig
+            from piper.voice import PiperVoice
+        except ImportError as exc:
+            raise VoiceFilesError(f"text to speech needs piper-tts ({exc}): pip install 'mlxcel[audio]'") from None
 
         _, config_path = voice_files(model_path)
         try:

@@ -210,6 +210,12 @@ def test_bad_bodies_are_400_at_the_edge(client, raw, words):
     assert words.lower() in response.json()["error"]["message"].lower()
 
 
+def test_control_characters_are_not_spoken_and_break_nothing(client):
+    response = speak(client, "Hello\u0000 there.\u0007 Bye\u001b.", response_format="pcm")
+    assert response.status_code == 200
+    assert pcm_seconds(response.content) > 0.5
+
+
 def test_input_of_4096_characters_is_accepted(client):
     text = ("A short line of speech. " * 200)[:4096]
     with client.stream("POST", "/v1/audio/speech", json={"input": text, "response_format": "pcm"}) as response:

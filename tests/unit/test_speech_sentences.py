@@ -20,6 +20,7 @@ from mlxcel.speech.sentences import split_sentences
     ("It ends at 5 p.m. Then we eat.", ["It ends at 5 p.m.", "Then we eat."]),
     ("No punctuation at the end", ["No punctuation at the end"]),
     ("   ", []),
+    ("Null\x00 bytes\x07 go. Away\x1b.", ["Null bytes go.", "Away ."]),
 ])
 def test_sentences(text, expected):
     assert split_sentences(text) == expected
