@@ -34,6 +34,7 @@ from mlxcel.turn.errors import (
     NotSupported,
     RateLimited,
     ServerBusy,
+    TimedOut,
     TurnError,
 )
 
@@ -126,6 +127,7 @@ TURN_ERRORS: dict[type[TurnError], tuple[int, str]] = {
     NotSupported: (501, "not_supported_error"),
     RateLimited: (429, "rate_limit_error"),
     ServerBusy: (503, "server_busy"),
+    TimedOut: (504, "timeout_error"),
     EngineUnavailable: (503, "unavailable_error"),
     GenerationFailed: (500, "server_error"),
     ModelNotFound: (404, "model_not_found"),

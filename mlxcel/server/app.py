@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from mlxcel import __version__
 from mlxcel.api.anthropic import routes as anthropic
 from mlxcel.api.audio import transcription_routes as transcriptions
+from mlxcel.api.audio import speech_routes
 from mlxcel.api.embeddings import routes as embeddings
 from mlxcel.api.native import infill
 from mlxcel.api.native import routes as native
@@ -33,6 +34,7 @@ from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency
 from mlxcel.speech.stt_host import SttHost
+from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import rerank_host_for
@@ -55,6 +57,7 @@ def create_app(
         embedding_host = EmbeddingHost(config, config.embedding_source, embedding_id)
     reranker = rerank_host_for(config, main_id)
     stt_host = SttHost(config, config.stt_model) if config.stt_model else None
+    tts_host = SpeechHost(config, config.tts_model) if config.tts_model else None
     monitor = ServerMonitor(config, host, fleet)
 
     @asynccontextmanager
@@ -66,7 +69,7 @@ def create_app(
         else:
             await asyncio.to_thread(fleet.start)
             sweeper = idle_sweeper(fleet)()
-        for service in (embedding_host, reranker, stt_host):
+        for service in (embedding_host, reranker, stt_host, tts_host):
             if service is not None:
                 service.start_loading(on_failure)
         governor = asyncio.get_running_loop().create_task(monitor.run())
@@ -78,7 +81,7 @@ def create_app(
             host.shutdown()
         else:
             await asyncio.to_thread(fleet.shutdown)
-        for service in (embedding_host, reranker, stt_host):
+        for service in (embedding_host, reranker, stt_host, tts_host):
             if service is not None:
                 service.shutdown()
 
@@ -90,6 +93,7 @@ def create_app(
     app.state.config = config
     app.state.rerank = reranker
     app.state.stt_host = stt_host  # None without --stt-model: the audio routes answer 501
+    app.state.tts_host = tts_host
     app.state.responses = ResponsesState(config.responses, config.cache_prompt)
     install_error_handlers(app)
     app.include_router(info.router)
@@ -107,6 +111,7 @@ def create_app(
     app.include_router(rerank.router)
     app.include_router(embeddings.router)
     app.include_router(transcriptions.router)
+    app.include_router(speech_routes.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key
     if config.api_keys:

@@ -63,6 +63,10 @@ class ServerBusy(TurnError):
     """No capacity now: the queue is full or the model is still loading (503, retry)."""
 
 
+class TimedOut(TurnError):
+    """The request ran past its time limit, e.g. --audio-request-timeout-secs (504)."""
+
+
 class EngineUnavailable(TurnError):
     """The engine failed: nothing is served until the server restarts (503)."""
 

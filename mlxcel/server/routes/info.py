@@ -63,9 +63,12 @@ async def health(request: Request):
             return JSONResponse({"status": "loading model"}, status_code=503)
         if host.absent:
             return JSONResponse(rerank_listing.health(reranker), status_code=200 if reranker.engine.alive else 503)
+    tts = getattr(request.app.state, "tts_host", None)  # the speech voice loads beside the chat model
+    if tts is not None and tts.error is not None:
+        return JSONResponse({"status": "error", "error": tts.error}, status_code=503)
     if host.failed:
         return JSONResponse({"status": "error", "error": host.error}, status_code=503)
-    if not host.ready:
+    if not host.ready or (tts is not None and not tts.ready):
         return JSONResponse({"status": "loading model"}, status_code=503)
     snapshot = host.engine.snapshot
     stats = snapshot.stats
