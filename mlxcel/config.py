@@ -79,6 +79,9 @@ class ServerConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     flash_attn: str = "auto"  # on | off | auto
     n_gpu_layers: int = 0
+    split_mode: str = "layer"  # -sm: none | layer | row (a GPU build of llama.cpp)
+    main_gpu: int = 0  # -mg
+    tensor_split: tuple[float, ...] = ()  # -ts: each GPU's share of the model
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     cache_type_k_draft: str = "f16"

@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import llama_cpp
 
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.flag_policy import REFUSED, refusal
@@ -21,7 +24,7 @@ from mlxcel.cli.sampling_args import (
     sampling_defaults,
 )
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
-from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES
+from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 
 _TRUE = {"1", "true", "yes", "on", "enabled"}
@@ -47,6 +50,27 @@ def _cache_type(text: str) -> str:
     if text.lower() not in CACHE_TYPES:
         raise argparse.ArgumentTypeError(f"invalid KV cache type {text!r} (expected one of {', '.join(CACHE_TYPES)})")
     return text.lower()
+
+
+def _split_mode(text: str) -> str:
+    if text.lower() not in SPLIT_MODES:
+        raise argparse.ArgumentTypeError(f"invalid split mode {text!r} (expected one of {', '.join(SPLIT_MODES)})")
+    return text.lower()
+
+
+def _tensor_split(text: str) -> tuple[float, ...]:
+    """llama-server's -ts: proportions separated by commas or slashes, one per GPU."""
+    parts = [p for p in re.split(r"[,/]+", text.strip()) if p.strip()]
+    most = llama_cpp.llama_max_devices()
+    if not parts or len(parts) > most:
+        raise argparse.ArgumentTypeError(f"invalid tensor split {text!r}: 1 to {most} proportions, e.g. 3,1")
+    try:
+        shares = tuple(float(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid tensor split {text!r}: proportions are numbers") from None
+    if not all(math.isfinite(v) and v >= 0 for v in shares) or not any(shares):
+        raise argparse.ArgumentTypeError(f"invalid tensor split {text!r}: finite, non-negative, not all zero")
+    return shares
 
 
 def _flash_attn(text: str) -> str:
@@ -147,6 +171,12 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "LLAMA_ARG_CACHE_TYPE_V_DRAFT", "KV cache type for V of the draft model"),
     (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1), 0, "LLAMA_ARG_N_GPU_LAYERS",
      "layers to offload to a GPU, where llama.cpp was built with one"),
+    (("-sm", "--split-mode"), "split_mode", _split_mode, "layer", "LLAMA_ARG_SPLIT_MODE",
+     "how the model spans several GPUs: none, layer or row (a GPU build of llama.cpp)"),
+    (("-mg", "--main-gpu"), "main_gpu", _ranged(int, 0), 0, "LLAMA_ARG_MAIN_GPU",
+     "the GPU for the model (split none) or for intermediate results and KV (split row)"),
+    (("-ts", "--tensor-split"), "tensor_split", _tensor_split, (), "LLAMA_ARG_TENSOR_SPLIT",
+     "the share of the model each GPU takes, e.g. 3,1"),
     (("--chat-template",), "chat_template", str, None, "LLAMA_ARG_CHAT_TEMPLATE",
      "chat template overriding the model's: a file path, a Jinja template string, or 'chatml'"),
     (("--chat-template-file",), "chat_template_file", str, None, "LLAMA_ARG_CHAT_TEMPLATE_FILE",
@@ -507,6 +537,9 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         sampling=sampling,
         flash_attn=args.flash_attn,
         n_gpu_layers=args.n_gpu_layers,
+        split_mode=args.split_mode,
+        main_gpu=args.main_gpu,
+        tensor_split=tuple(args.tensor_split),
         cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v,
         cache_type_k_draft=args.cache_type_k_draft,

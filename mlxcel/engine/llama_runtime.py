@@ -40,6 +40,9 @@ class RuntimeConfig:
     n_threads_batch: int = 2
     flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
     n_gpu_layers: int = 0
+    split_mode: str = "layer"  # -sm: how a model spans GPUs (none, layer, row)
+    main_gpu: int = 0  # -mg: the GPU for the model (split none) or for intermediate results (split row)
+    tensor_split: tuple[float, ...] = ()  # -ts: the share of the model each GPU takes
     load_mode: str = "auto"  # llama.cpp's model loading: auto, none, mmap, mlock, mmap+mlock, dio
     swa_full: bool = False  # full-size KV for sliding-window layers (more memory, no SWA eviction)
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
@@ -93,9 +96,23 @@ def _set(params, **values):
     return params
 
 
+SPLIT_MODES = {"none": llama_cpp.LLAMA_SPLIT_MODE_NONE, "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
+               "row": llama_cpp.LLAMA_SPLIT_MODE_ROW}
+
+
 def model_params(config: RuntimeConfig):
-    return _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
-                load_mode=LOAD_MODES[config.load_mode])
+    """llama.cpp's model parameters. The GPU placement (-ngl, -sm, -mg, -ts) takes effect
+    where llama.cpp was built with a GPU backend; a CPU build loads every layer on the CPU
+    (as llama-server there, with a warning at start). The tensor split array is kept on
+    the params object: llama.cpp reads it while the model loads."""
+    params = _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
+                  split_mode=SPLIT_MODES[config.split_mode], main_gpu=config.main_gpu,
+                  load_mode=LOAD_MODES[config.load_mode])
+    if config.tensor_split:
+        shares = (ctypes.c_float * llama_cpp.llama_max_devices())(*config.tensor_split)
+        params.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))
+        params._tensor_split_shares = shares  # alive as long as the params
+    return params
 
 
 def context_params(config: RuntimeConfig):

@@ -26,12 +26,25 @@ def _configure_logging(verbose: bool) -> None:
     )
 
 
+def _warn_gpu_flags(config: ServerConfig) -> None:
+    """As llama-server: GPU placement flags on a llama.cpp built without GPU offload load
+    every layer on the CPU, said once at start."""
+    import llama_cpp
+
+    asked = [flag for flag, given in (("-ngl", config.n_gpu_layers != 0), ("-sm", config.split_mode != "layer"),
+                                      ("-mg", config.main_gpu != 0), ("-ts", bool(config.tensor_split))) if given]
+    if asked and not llama_cpp.llama_supports_gpu_offload():
+        log.warning("llama.cpp was built without GPU offload: %s have no effect (every layer runs on the CPU; "
+                    "README: a GPU build)", " ".join(asked))
+
+
 def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
     _configure_logging(config.verbose)
     if config.ignored_flags:
         log.warning(
             "accepted and ignored llama-server flags (not applicable to mlxcel): %s", " ".join(config.ignored_flags)
         )
+    _warn_gpu_flags(config)
     failure: list[str] = []
     server: uvicorn.Server | None = None
 

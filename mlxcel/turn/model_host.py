@@ -44,6 +44,9 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         n_threads_batch=cfg.threads_batch,
         flash_attn=_FLASH_ATTN[cfg.flash_attn],
         n_gpu_layers=cfg.n_gpu_layers,
+        split_mode=cfg.split_mode,
+        main_gpu=cfg.main_gpu,
+        tensor_split=cfg.tensor_split,
         # --no-mmap is llama-server's older spelling of --load-mode none
         load_mode="none" if not cfg.use_mmap and cfg.load_mode == "auto" else cfg.load_mode,
         swa_full=cfg.swa_full,
