@@ -25,19 +25,18 @@ free_slots + 1 requests to finish before it starts (none: 0 s),
 with decode_tok_s one stream's recent decode rate and mean_generated the recent mean
 output length (DEFAULT_ETA_S a request while nothing has been measured).
 
-drain_eta_s: the seconds until the waiting requests have all started, which is when a
-request rejected at the queue cap would find room: the same formula with `ahead` =
-waiting, clamped to 2..60 s."""
+drain_eta_s (mlxcel.engine.drain, re-exported): the seconds until the waiting
+requests have all started, which is when a request rejected at the queue cap would
+find room: the same formula with `ahead` = waiting, clamped to 2..60 s."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 
-ETA_MIN_S = 2
-ETA_MAX_S = 60
-DEFAULT_ETA_S = 5  # per waiting request, before any rate is measured
+from mlxcel.engine.drain import DEFAULT_ETA_S, ETA_MAX_S, ETA_MIN_S, drain_eta_s, finishing_time
+
 TOO_LONG = "prompt is too long"
+__all__ = ["DEFAULT_ETA_S", "ETA_MAX_S", "ETA_MIN_S", "drain_eta_s", "estimate", "queue_wait_s", "warm_prefix"]
 CACHE_TIERS = ("slot", "exact", "block", "hit", "miss")
 
 
@@ -89,23 +88,9 @@ def memory_too_long(need: int, available: int) -> str:
             f"and {available} bytes ({available / 2**30:.2f} GiB) are available")
 
 
-def _finishing_time(ahead: int, in_flight: int, decode_tok_s: float | None, mean_generated: float | None) -> float:
-    """Seconds for `ahead` requests to finish at the measured rates."""
-    if ahead <= 0:
-        return 0.0
-    if not decode_tok_s or decode_tok_s <= 0 or not mean_generated or mean_generated <= 0:
-        return float(DEFAULT_ETA_S * ahead)
-    return ahead * mean_generated / (decode_tok_s * max(in_flight, 1))
-
-
 def queue_wait_s(waiting: int, free_slots: int, in_flight: int, decode_tok_s: float | None,
                  mean_generated: float | None) -> float:
-    return round(_finishing_time(waiting - free_slots + 1, in_flight, decode_tok_s, mean_generated), 3)
-
-
-def drain_eta_s(waiting: int, in_flight: int, decode_tok_s: float | None, mean_generated: float | None) -> int:
-    eta = _finishing_time(waiting, in_flight, decode_tok_s, mean_generated)
-    return int(min(ETA_MAX_S, max(ETA_MIN_S, math.ceil(eta))))
+    return round(finishing_time(waiting - free_slots + 1, in_flight, decode_tok_s, mean_generated), 3)
 
 
 def warm_prefix(prompt: Sequence[int], slot_tokens: Iterable[Sequence[int]], host_covered: int = 0,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from dataclasses import dataclass
 
 from mlxcel.config import ServerConfig
@@ -58,8 +59,9 @@ class ServerMonitor:
             if fleet.budget_bytes is None:
                 fleet.budget_bytes = self.governor.budget_bytes
         self.queue = QueueCounters()
-        self._tables: dict[int, CapacityTable | None] = {}  # by id(host): built once per loaded copy
-        self._kv_per_token: dict[int, int | None] = {}
+        # built once per loaded copy (weak: an unloaded host takes its entries with it)
+        self._tables: weakref.WeakKeyDictionary[ModelHost, CapacityTable | None] = weakref.WeakKeyDictionary()
+        self._kv_per_token: weakref.WeakKeyDictionary[ModelHost, int | None] = weakref.WeakKeyDictionary()
 
     # -- what is resident ---------------------------------------------------------------
 
@@ -77,17 +79,15 @@ class ServerMonitor:
         return host.runtime.model_size() + compute_bytes(n_vocab, host.config.ubatch_size)
 
     def kv_bytes_per_token(self, host: ModelHost) -> int | None:
-        key = id(host)
-        if key not in self._kv_per_token:
-            self._kv_per_token[key] = _kv_per_token(host)
-        return self._kv_per_token[key]
+        if host not in self._kv_per_token:
+            self._kv_per_token[host] = _kv_per_token(host)
+        return self._kv_per_token[host]
 
     def table(self, host: ModelHost) -> CapacityTable | None:
         """The model's capacity table, built once from its geometry and the memory at hand."""
-        key = id(host)
-        if key not in self._tables:
-            self._tables[key] = self._build_table(host)
-        return self._tables[key]
+        if host not in self._tables:
+            self._tables[host] = self._build_table(host)
+        return self._tables[host]
 
     def _build_table(self, host: ModelHost) -> CapacityTable | None:
         per_token = self.kv_bytes_per_token(host)

@@ -6,7 +6,7 @@ applies of:
 - queue: requests are waiting for a slot;
 - busy: every resident engine is at its decode width (no free slot anywhere; with no
   model resident nothing is busy: a request would load one).
-Retry-After is the drain estimate (mlxcel.fleet.estimate.drain_eta_s, 2..60 s)."""
+Retry-After is the drain estimate (mlxcel.engine.drain.drain_eta_s, 2..60 s)."""
 
 from __future__ import annotations
 

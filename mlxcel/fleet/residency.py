@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mlxcel.config import ServerConfig
-from mlxcel.fleet.addressing import default_name
+from mlxcel.fleet.addressing import default_name, resolve_name
 from mlxcel.fleet.entries import FleetConfig, ModelEntry
-from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred, ModelNotFound
+from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred
 from mlxcel.fleet.footprint import Footprint, estimate_footprint
-from mlxcel.fleet.model_files import family_of, metadata
+from mlxcel.fleet.model_files import metadata
 from mlxcel.turn.errors import EngineUnavailable
 from mlxcel.turn.model_host import HostState, ModelHost
 
@@ -34,18 +34,9 @@ def host_config(base: ServerConfig, entry: ModelEntry) -> ServerConfig:
     load = entry.load
     changes: dict = {"model": entry.path, "alias": entry.id, "aliases": [], "embedding_model": None,
                      "embedding_only": False, "rerank_model": None, "rerank_only": False, "context_budget": True}
-    if load.ctx_size is not None:
-        changes["ctx_size"] = load.ctx_size
-    if load.parallel is not None:
-        changes["parallel"] = load.parallel
-    if load.cache_type_k is not None:
-        changes["cache_type_k"] = load.cache_type_k
-    if load.cache_type_v is not None:
-        changes["cache_type_v"] = load.cache_type_v
-    if load.flash_attn is not None:
-        changes["flash_attn"] = load.flash_attn
-    if entry.chat_template is not None:
-        changes["chat_template"] = entry.chat_template
+    chosen = {"ctx_size": load.ctx_size, "parallel": load.parallel, "cache_type_k": load.cache_type_k,
+              "cache_type_v": load.cache_type_v, "flash_attn": load.flash_attn, "chat_template": entry.chat_template}
+    changes.update({key: value for key, value in chosen.items() if value is not None})
     if entry.draft is not None:
         changes.update(model_draft=entry.draft, spec_type="draft")
     elif entry.speculative and base.spec_type == "none":
@@ -114,17 +105,9 @@ class Fleet:
 
     # -- addressing ---------------------------------------------------------------
 
-    def entry(self, model_id: str) -> ModelEntry:
-        entry = self.config.models.get(model_id)
-        if entry is None:
-            target = self.config.aliases.get(model_id)
-            entry = self.config.models.get(target.rsplit("@", 1)[0]) if target else None
-        if entry is None:
-            raise ModelNotFound(model_id, sorted([*self.config.models, *self.config.aliases]))
-        return entry
-
-    def family_of(self, entry: ModelEntry) -> str:
-        return family_of(entry)
+    def entry(self, name: str) -> ModelEntry:
+        """The entry an id, an alias or either with @profile names (ModelNotFound else)."""
+        return resolve_name(self.config, name)[0]
 
     @property
     def default_id(self) -> str | None:

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.fleet.addressing import address
 from mlxcel.fleet.errors import ModelNotFound
+from mlxcel.fleet.model_files import family_of
 from mlxcel.fleet.profile_apply import apply_defaults
 from mlxcel.fleet.residency import Fleet
 from mlxcel.http.errors import invalid_request, is_anthropic_path
@@ -45,7 +46,7 @@ async def open_in_fleet(request: Request, model: type[Model], api: str | None) -
     the body validated."""
     fleet: Fleet = request.app.state.fleet
     data = await read_json_object(request)
-    addressed = address(fleet.config, _name_field(data, "model"), _name_field(data, "profile"), fleet.family_of)
+    addressed = address(fleet.config, _name_field(data, "model"), _name_field(data, "profile"), family_of)
     data.pop("profile", None)
     if api is not None:
         data = apply_defaults(api, data, addressed.defaults)

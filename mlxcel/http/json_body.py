@@ -24,6 +24,15 @@ async def read_json_object(request: Request, max_bytes: int | None = None) -> di
     return await _off_loop_if_large(raw, _checked, request, raw)
 
 
+async def read_optional_object(request: Request, max_bytes: int = 64 * 1024) -> dict:
+    """A small body that may be empty ({}) or a checked JSON object (the edge's checks:
+    lone surrogates, nesting, sizes), for the routes whose fields are all optional."""
+    raw = await _read_raw(request, max_bytes)
+    if not raw.strip():
+        return {}
+    return await _off_loop_if_large(raw, _checked, request, raw)
+
+
 async def read_small_json(request: Request, max_bytes: int = 64 * 1024):
     """A small body that may be any JSON value (not only an object), size-capped."""
     raw = await _read_raw(request, max_bytes)

@@ -7,7 +7,7 @@ Everything sits under a top-level `server` key (003). Sections:
 - concurrency: decode_batch (slots over the resident models), queue_cap, in_flight
   (requests in a slot), waiting (requests queued for one).
 - queue: waiting, cap, eta_s (the Retry-After a queue-cap rejection would carry now,
-  mlxcel.fleet.estimate.drain_eta_s), rejections, last_reject_reason.
+  mlxcel.engine.drain.drain_eta_s), rejections, last_reject_reason.
 - requests[]: one row per request, queued rows first (by model, in serving order),
   then the running ones; state queued, prefill or decode. position: the place in its
   model's queue (1 = next), null once running; slot: the slot running it. elapsed_s
@@ -24,7 +24,7 @@ Everything sits under a top-level `server` key (003). Sections:
   (= the process RSS: our counterpart of MLX's active memory), headroom_bytes
   (available - the governor's floor), and the sums weights_bytes, kv_bytes, cache_bytes.
 - capacity: {overcommit, models: {id: the boot capacity table or null}}.
-- rates: the server's totals (mlxcel.fleet.rates.combine) plus models: {id: rates}.
+- rates: the server's totals (mlxcel.engine.rates.combine) plus models: {id: rates}.
 
 Each section is built on its own: an exception there leaves that section's fields
 null (with an `error` string) and the rest of the snapshot answers. An unreadable
@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 
 from prometheus_client.utils import floatToGoString
 
+from mlxcel.engine.drain import drain_eta_s
+from mlxcel.engine.rates import Rates, combine, rates_of
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.snapshot import EngineSnapshot, SlotView
 from mlxcel.fleet.capacity import CapacityTable, overcommit
-from mlxcel.fleet.estimate import drain_eta_s
 from mlxcel.fleet.governor import Band, MemoryGovernor
 from mlxcel.fleet.memory import HostMemory, read_host_memory
-from mlxcel.fleet.rates import Rates, combine, rates_of
 from mlxcel.fleet.readiness import QueueCounters
 
 log = logging.getLogger("mlxcel.metrics")

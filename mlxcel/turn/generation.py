@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from mlxcel.engine.drain import drain_eta_s
+from mlxcel.engine.drain import retry_after_s
 from mlxcel.engine.engine import Engine, EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, PromptProgressEvent, TokenEvent
@@ -63,7 +63,7 @@ class GenerationGroup:
                 if isinstance(exc, EngineFailedError):
                     raise EngineUnavailable(str(exc)) from None
                 raise ServerBusy("All slots are busy. Please try again later.", code="queue_full",
-                                 retry_after=drain_eta_s([self._engine.snapshot])) from None
+                                 retry_after=retry_after_s([self._engine.snapshot])) from None
 
     def cancel(self) -> None:
         for index in self._open:

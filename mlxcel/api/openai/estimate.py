@@ -11,12 +11,13 @@ import math
 from fastapi import APIRouter, Request
 
 from mlxcel.api.openai.chat_wire import ChatCompletionRequest
+from mlxcel.engine.rates import rates_of
 from mlxcel.fleet.addressing import address
 from mlxcel.fleet.estimate import estimate, queue_wait_s, warm_prefix
 from mlxcel.fleet.footprint import estimate_footprint
+from mlxcel.fleet.model_files import family_of
 from mlxcel.fleet.monitor import read_memory
 from mlxcel.fleet.profile_apply import apply_defaults
-from mlxcel.fleet.rates import rates_of
 from mlxcel.http.errors import invalid_request
 from mlxcel.http.json_body import read_json_object, validate
 from mlxcel.turn.chat_turn import RenderedTurn
@@ -36,7 +37,7 @@ def _text_chars(value) -> int:
     return 0
 
 
-def _free_bytes(monitor, held: int) -> int | None:
+def _free_bytes(monitor) -> int | None:
     governor = monitor.governor
     reading = read_memory()
     free = reading.available_bytes if reading is not None else None
@@ -61,7 +62,7 @@ async def estimate_for(request: Request, data: dict, body: ChatCompletionRequest
                           kv_bytes_per_token=footprint.kv_bytes_per_token or None,
                           prefill_transient_bytes=footprint.weights_bytes + footprint.compute_bytes,
                           context_limit=footprint.n_ctx // max(1, slots) if footprint.n_ctx else None,
-                          free_bytes=_free_bytes(monitor, 0), drained_bytes=None, resident=False)
+                          free_bytes=_free_bytes(monitor), drained_bytes=None, resident=False)
         return {"model": model_id, **answer, "prompt_tokens_estimated": True}
     spec = turn_spec(data, body, host)
     rendered = await asyncio.to_thread(RenderedTurn.render, host, spec)
@@ -74,7 +75,7 @@ async def estimate_for(request: Request, data: dict, body: ChatCompletionRequest
     rates = rates_of(snapshot)
     per_token = monitor.kv_bytes_per_token(host)
     held_kv = (per_token or 0) * sum(slot.n_cached for slot in snapshot.slots if slot.busy)
-    free = _free_bytes(monitor, held_kv)
+    free = _free_bytes(monitor)
     prefill = rates.prefill_tok_s_recent or _lifetime_prefill(snapshot)
     wait = queue_wait_s(snapshot.queue_depth, snapshot.n_idle, snapshot.n_busy, rates.decode_tok_s_recent,
                         rates.mean_generated_recent)
@@ -102,7 +103,7 @@ async def estimate_route(request: Request):
     model, profile = data.get("model"), data.pop("profile", None)
     if model is not None and not isinstance(model, str) or profile is not None and not isinstance(profile, str):
         raise invalid_request("`model` and `profile` must be strings")
-    addressed = address(fleet.config, model or None, profile or None, fleet.family_of)
+    addressed = address(fleet.config, model or None, profile or None, family_of)
     data = apply_defaults("chat", data, addressed.defaults)
     body = validate(ChatCompletionRequest, data)
     resident = fleet.resident(addressed.entry.id)

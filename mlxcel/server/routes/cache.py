@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 
 from mlxcel.engine.prompt_cache import HostPromptCache, disabled_stats
 from mlxcel.http.errors import invalid_request
-from mlxcel.http.json_body import read_small_json
+from mlxcel.http.json_body import read_optional_object
 
 router = APIRouter()
 
@@ -45,14 +45,9 @@ async def cache_stats(request: Request):
 @router.post("/v1/cache/reset")
 async def cache_reset(request: Request):
     """Clears every entry and reports what was freed; resetting again frees nothing."""
-    model = None
-    if (await request.body()).strip():
-        body = await read_small_json(request)
-        if not isinstance(body, dict):
-            raise invalid_request("the request body must be a JSON object")
-        model = body.get("model")
-        if model is not None and not isinstance(model, str):
-            raise invalid_request("`model` must be a string")
+    model = (await read_optional_object(request)).get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid_request("`model` must be a string")
     caches = _caches(request, model or None)
     if request.app.state.fleet is None:
         return _reset(next(iter(caches.values())))

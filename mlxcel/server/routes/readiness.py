@@ -7,9 +7,8 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from mlxcel.engine.drain import retry_after_s
 from mlxcel.engine.snapshot import EngineSnapshot
-from mlxcel.fleet.estimate import drain_eta_s
-from mlxcel.fleet.rates import combine, rates_of
 from mlxcel.fleet.readiness import readiness as verdict
 
 
@@ -34,11 +33,8 @@ def readiness(request: Request) -> JSONResponse:
     if snapshots is None:
         return JSONResponse({"status": "loading model", "ready": False, "reason": "loading", "band": band},
                             status_code=503, headers={"Retry-After": "2"})
-    rates = combine(rates_of(s) for s in snapshots)
     waiting = sum(s.queue_depth for s in snapshots)
-    eta = drain_eta_s(waiting, sum(s.n_busy for s in snapshots), rates.decode_tok_s_recent,
-                      rates.mean_generated_recent)
-    answer = verdict(band, waiting, [s.n_idle for s in snapshots], eta)
+    answer = verdict(band, waiting, [s.n_idle for s in snapshots], retry_after_s(snapshots))
     if answer.ready:
         return JSONResponse({"status": "healthy", **answer.to_dict(), "band": band})
     return JSONResponse({"status": "unavailable", **answer.to_dict(), "band": band}, status_code=503,

@@ -12,7 +12,7 @@ from mlxcel.fleet.config_file import load_fleet_config
 from mlxcel.fleet.errors import ConfigError
 from mlxcel.fleet.residency import Fleet
 from mlxcel.http.errors import invalid_request, not_supported
-from mlxcel.http.json_body import read_small_json
+from mlxcel.http.json_body import read_optional_object
 
 router = APIRouter()
 
@@ -24,15 +24,6 @@ def _fleet(request: Request) -> Fleet:
     return fleet
 
 
-async def _body(request: Request) -> dict:
-    if not (await request.body()).strip():
-        return {}
-    body = await read_small_json(request)
-    if not isinstance(body, dict):
-        raise invalid_request("the request body must be a JSON object")
-    return body
-
-
 def _model_field(body: dict, required: bool) -> str | None:
     model = body.get("model")
     if model is None or model == "":
@@ -41,7 +32,7 @@ def _model_field(body: dict, required: bool) -> str | None:
         return None
     if not isinstance(model, str):
         raise invalid_request("`model` must be a string")
-    return model.rsplit("@", 1)[0] if "@" in model and model.rsplit("@", 1)[0] else model
+    return model  # an id, an alias, or either with @profile (Fleet.entry resolves it)
 
 
 def _flag(body: dict, key: str, default: bool) -> bool:
@@ -55,7 +46,7 @@ def _flag(body: dict, key: str, default: bool) -> bool:
 async def unload(request: Request):
     """The named model (409 while it streams; a pinned one stays pinned), or every idle model."""
     fleet = _fleet(request)
-    model = _model_field(await _body(request), required=False)
+    model = _model_field(await read_optional_object(request), required=False)
     unloaded = await asyncio.to_thread(fleet.unload, model)
     return {"status": "ok", "unloaded": unloaded}
 
@@ -64,7 +55,7 @@ async def unload(request: Request):
 async def keep(request: Request):
     """Keep a model resident past its idle timeout (loading it unless `warm` is false), or release it."""
     fleet = _fleet(request)
-    body = await _body(request)
+    body = await read_optional_object(request)
     model = _model_field(body, required=True)
     keep_it, warm = _flag(body, "keep", True), _flag(body, "warm", True)
     resident = fleet.keep(model, keep_it, warm)
