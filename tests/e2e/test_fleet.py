@@ -279,6 +279,10 @@ def test_hostile_model_fields_are_400(client):
                                                      "messages": QUESTION}).status_code == 400
     assert client.post("/unload", content=b"{not json").status_code == 400
     assert client.post("/unload", json=[1]).status_code == 400
+    lone = b'{"model": "\\ud800"}'  # a lone surrogate: refused at the edge, never echoed into a 500
+    for route in ("/unload", "/v1/keep", "/v1/cache/reset"):
+        assert client.post(route, content=lone, headers={"content-type": "application/json"}).status_code == 400
+    assert client.post("/unload", content=b"[" * 5000 + b"]" * 5000).status_code in (400, 413)
 
 
 def test_the_shipped_example_config_serves(tmp_path):
