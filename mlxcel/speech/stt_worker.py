@@ -17,7 +17,6 @@ from mlxcel.speech.priority import lower_thread_priority
 from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions, Word
 from mlxcel.turn.errors import ServerBusy
 
-SAMPLING_SEED = 0  # per job: repeatable transcripts
 log = logging.getLogger("mlxcel.server")
 
 Emit = Callable[[str, object], None]  # ("info", AudioInfo) | ("segment", Segment) | ("done", None) | ("error", exc)
@@ -91,12 +90,6 @@ class WhisperWorker:
 
     def _transcribe(self, job: TranscriptionJob) -> None:
         opts = job.options
-        # the fallback schedule samples when temperature 0 fails a window's checks: a fixed
-        # seed per job makes the same audio give the same transcript (this thread is the
-        # only one using CTranslate2's sampler)
-        import ctranslate2  # the audio extra: imported only where a model is served
-
-        ctranslate2.set_random_seed(SAMPLING_SEED)
         segments, info = self.model.transcribe(
             job.samples, language=opts.language, task=opts.task, initial_prompt=opts.prompt,
             temperature=opts.temperatures, word_timestamps=opts.word_timestamps, vad_filter=True,

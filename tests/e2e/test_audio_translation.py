@@ -56,12 +56,3 @@ def test_whisper_base_transcribes_english_too(base):
     with base.client(timeout=300) as client:
         text = client.post("/v1/audio/transcriptions", files={"file": ("en.wav", wav)}).json()["text"]
     assert word_error_rate(SENTENCES[0] + " " + SENTENCES[1], text) <= 0.15, text
-
-
-def test_the_same_audio_gives_the_same_translation(base, spanish_wav):
-    """The fallback schedule samples when temperature 0 fails a window's checks: seeded
-    per request, the same clip translates to the same text every time."""
-    with base.client(timeout=300) as client:
-        texts = {client.post("/v1/audio/translations", files={"file": ("es.wav", spanish_wav)},
-                             data={"model": "whisper-1"}).json()["text"] for _ in range(3)}
-    assert len(texts) == 1, texts
