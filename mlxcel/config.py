@@ -89,6 +89,8 @@ class ServerConfig:
     use_mmap: bool = True
     load_mode: str = "auto"  # --load-mode: auto, none, mmap, mlock, mmap+mlock, dio
     swa_full: bool = False
+    kv_unified: bool = False  # one KV pool shared by every slot (-kvu); else n_ctx / parallel cells each
+    kv_unified_per_slot: int = 0  # cap on a slot's context in a unified pool (0: the whole pool)
     warmup: bool = True
     queue_cap: int = 64
     prefill_chunk: int = 256

@@ -34,8 +34,7 @@ _refuse("changes the model's weights or activations (adapters and control vector
         "--control-vector-layer-range")
 _refuse("changes the model's numerics (RoPE/YaRN scaling and metadata overrides are not implemented)",
         "--rope-scaling", "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "--yarn-orig-ctx",
-        "--yarn-ext-factor", "--yarn-attn-factor", "--yarn-beta-slow", "--yarn-beta-fast", "--override-kv",
-        "--kv-unified-per-slot")
+        "--yarn-ext-factor", "--yarn-attn-factor", "--yarn-beta-slow", "--yarn-beta-fast", "--override-kv")
 _refuse("constrains every generation with a server-wide grammar (send `grammar` / `json_schema` per request)",
         "--grammar", "--grammar-file", "-j", "--json-schema", "-jf", "--json-schema-file")
 _refuse("changes what the chat output contains (not implemented; per-request fields cover some of it)",

@@ -340,6 +340,7 @@ class Engine:
             self._admitting = None
 
     def _admit_one(self, request: GenerationRequest) -> None:
+        admitting = time.monotonic()
         reuse = self.config.cache_prompt and request.cache_prompt
         slot, n_common = self.slots.choose(request.prompt_tokens, reuse, request.id_slot)
         try:
@@ -350,6 +351,9 @@ class Engine:
             if request.constraint is not None and self._masker is None:
                 raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []
+            n_out = request.max_tokens if request.max_tokens >= 0 else self.n_ctx_slot
+            n_final = min(len(request.prompt_tokens) + n_out, self.n_ctx_slot)
+            self._memory.make_room(slot, n_final, self.slots)  # before a restore needs the room
             self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
             sampler = self.config.sampler(
                 request.sampling,
@@ -363,6 +367,8 @@ class Engine:
             raise
         loop = LoopDetector(*request.loop_detection) if request.loop_detection else None
         slot.begin(request, slot.n_past, sampler, loop)
+        slot.wait_s = admitting - request.created
+        slot.restore_s = slot.admitted_at - admitting
         self.stats.prompt_tokens_cached += slot.n_reused
         if request.report_progress:
             self._report_progress(slot)
@@ -679,6 +685,8 @@ class Engine:
         now = time.monotonic()
         if slot.n_generated == 0:
             slot.first_token_at = now
+            self.stats.count_first_token(slot.wait_s, slot.restore_s, now - slot.admitted_at,
+                                         len(request.prompt_tokens) - slot.n_reused)
         slot.n_generated += 1
         if self.tokenizer.is_eog(token) and not request.ignore_eos:
             end = TokenEvent(token=token, text="", **scores) if scores else None
@@ -743,6 +751,8 @@ class Engine:
             cache_n=slot.n_reused,
             prompt_n=prompt_n,
             prompt_ms=(first - slot.admitted_at) * 1e3,
+            wait_ms=slot.wait_s * 1e3,
+            restore_ms=slot.restore_s * 1e3,
             predicted_n=slot.n_generated,
             predicted_ms=(now - first) * 1e3,
             draft_n=slot.draft_n,

@@ -47,6 +47,8 @@ class RuntimeConfig:
     swa_full: bool = False  # full-size KV for sliding-window layers (more memory, no SWA eviction)
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
     type_v: str = "f16"
+    kv_unified: bool = False  # one KV pool for every sequence (a sequence may use all of it)
+    n_ctx_seq_cap: int = 0  # most tokens one sequence may hold (0: what llama.cpp gives it)
 
 
 # llama.cpp's llama_load_mode, by the names llama-server's --load-mode takes
@@ -127,7 +129,7 @@ def context_params(config: RuntimeConfig):
         flash_attn_type=config.flash_attn,
         type_k=CACHE_TYPES[config.type_k],
         type_v=CACHE_TYPES[config.type_v],
-        kv_unified=False,
+        kv_unified=config.kv_unified,
         swa_full=config.swa_full,
         no_perf=True,
     )
@@ -153,6 +155,9 @@ class LlamaRuntime:
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
+        if config.n_ctx_seq_cap > 0:
+            self.n_ctx_seq = min(self.n_ctx_seq, config.n_ctx_seq_cap)
+        self.kv_unified = config.kv_unified
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
 

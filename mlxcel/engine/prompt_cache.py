@@ -55,6 +55,7 @@ class CacheCounters:
     evictions_lru: int = 0
     evictions_ttl: int = 0
     rejections_oversized: int = 0
+    superseded: int = 0  # entries dropped because a longer one holding all their tokens came
 
 
 class HostPromptCache:
@@ -112,6 +113,7 @@ class HostPromptCache:
             key = hashes[-1]
             if key in self._entries:
                 self._drop(key)
+            self._drop_superseded(tokens, hashes)
             self._expire(now)
             while self._entries and (
                 self._bytes + len(state) > self.capacity_bytes or len(self._entries) >= self.max_entries
@@ -124,6 +126,15 @@ class HostPromptCache:
             self._bytes += len(state)
             self.counters.inserts += 1
             return True
+
+    def _drop_superseded(self, tokens: list[int], hashes: list[bytes]) -> None:
+        """Drop the entries whose tokens are a prefix of `tokens`: the new entry serves
+        every lookup they would (a conversation saved turn after turn keeps one entry)."""
+        for digest in hashes[:-1]:
+            entry = self._entries.get(digest)
+            if entry is not None and tokens[: len(entry.tokens)] == entry.tokens:
+                self._drop(digest)
+                self.counters.superseded += 1
 
     def _drop(self, key: bytes) -> None:
         entry = self._entries.pop(key)
@@ -163,6 +174,7 @@ class HostPromptCache:
                 "evictions_lru": c.evictions_lru,
                 "evictions_ttl": c.evictions_ttl,
                 "rejections_oversized": c.rejections_oversized,
+                "superseded": c.superseded,
                 "total_blocks_stored": blocks,
                 "unique_block_hashes": unique,
                 "apc_active_entries": 0,
@@ -182,6 +194,6 @@ def disabled_stats() -> dict:
     return {
         "enabled": False, "apc_enabled": False, "block_size": BLOCK_SIZE, "hash": "sha256", "entries": 0,
         "bytes": 0, "capacity_bytes": 0, "max_entries": 0, "hits": 0, "lookups": 0, "hit_rate": 0.0,
-        "inserts": 0, "evictions_lru": 0, "evictions_ttl": 0, "rejections_oversized": 0,
+        "inserts": 0, "evictions_lru": 0, "evictions_ttl": 0, "rejections_oversized": 0, "superseded": 0,
         "total_blocks_stored": 0, "unique_block_hashes": 0, "apc_active_entries": 0,
     }

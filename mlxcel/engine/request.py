@@ -45,6 +45,8 @@ class Timings:
     draft_rounds: int = 0
     draft_kind: str | None = None
     cache_tier: str = "miss"
+    wait_ms: float = 0.0  # mlxcel: waiting for a slot (queue), before prompt_ms
+    restore_ms: float = 0.0  # mlxcel: admission's copy or restore of the reused prefix, before prompt_ms
 
     def to_dict(self) -> dict:
         def per_token(ms: float, n: int) -> float:
@@ -63,6 +65,8 @@ class Timings:
             "predicted_ms": self.predicted_ms,
             "predicted_per_token_ms": per_token(self.predicted_ms, self.predicted_n),
             "predicted_per_second": per_second(self.predicted_ms, self.predicted_n),
+            "wait_ms": self.wait_ms,
+            "restore_ms": self.restore_ms,
             **self.draft_fields(),
         }
 

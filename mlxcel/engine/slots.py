@@ -82,6 +82,8 @@ class Slot:
     next_token: int = -1  # sampled, not yet decoded
     batch_index: int = -1  # where this slot's logits are in the current batch
     admitted_at: float = 0.0
+    wait_s: float = 0.0  # from the request's submission to its admission into this slot
+    restore_s: float = 0.0  # admission itself: saving, copying or restoring the reused prefix
     first_token_at: float = 0.0
     line_limits: LineLimits | None = None
 

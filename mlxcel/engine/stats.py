@@ -47,6 +47,12 @@ class EngineStats:
     draft_accepted: int = 0
     draft_rounds: int = 0
     context_shifts: int = 0
+    # how each request's time to first token splits, summed over requests that reached it
+    first_tokens: int = 0
+    first_token_wait_seconds: float = 0.0  # waiting for a slot
+    first_token_restore_seconds: float = 0.0  # admission: saving, copying or restoring a cached prefix
+    first_token_prefill_seconds: float = 0.0  # from admission to the first token
+    first_token_prefill_tokens: int = 0  # prompt tokens decoded for them (the rest came from a cache)
     # where the engine thread's time goes, summed over steps (seconds): planning the batch
     # (admission is outside steps; drafting is in it), writing it, llama_decode, sampling
     # (reading logits included: it waits for the decode's last work), and handing events
@@ -71,6 +77,13 @@ class EngineStats:
         if n_prompt:
             self.prefill_tokens += n_prompt
             self.prompt_seconds += seconds
+
+    def count_first_token(self, wait: float, restore: float, prefill: float, n_prefilled: int) -> None:
+        self.first_tokens += 1
+        self.first_token_wait_seconds += wait
+        self.first_token_restore_seconds += restore
+        self.first_token_prefill_seconds += prefill
+        self.first_token_prefill_tokens += n_prefilled
 
     def count_prediction(self, n_generated: int, seconds: float, drafted: int, accepted: int, rounds: int) -> None:
         if n_generated <= 0:

@@ -48,6 +48,18 @@ _SERIES = [
      lambda s: s.stats.decode_tokens),
     ("mlxcel_batch_current_size", "gauge", "Current active batch size", lambda s: s.n_busy),
     ("mlxcel_cache_pool_active", "gauge", "Active cache entries", lambda s: s.n_cached_slots),
+    # how time to first token splits (divide by mlxcel_first_tokens_total for a mean per request)
+    ("mlxcel_first_tokens_total", "counter", "Requests that reached their first token", lambda s: s.stats.first_tokens),
+    ("mlxcel_first_token_wait_seconds_total", "counter", "Time those requests waited for a slot",
+     lambda s: s.stats.first_token_wait_seconds),
+    ("mlxcel_first_token_restore_seconds_total", "counter",
+     "Time their admissions took (saving, copying or restoring a cached prefix)",
+     lambda s: s.stats.first_token_restore_seconds),
+    ("mlxcel_first_token_prefill_seconds_total", "counter", "Time from their admission to their first token",
+     lambda s: s.stats.first_token_prefill_seconds),
+    ("mlxcel_first_token_prefill_tokens_total", "counter",
+     "Prompt tokens they decoded (the rest of their prompts came from a cache)",
+     lambda s: s.stats.first_token_prefill_tokens),
     # where the engine thread's time goes (a profile without a profiler: divide by the steps)
     ("mlxcel_engine_steps_total", "counter", "Engine steps that decoded a batch", lambda s: s.stats.steps),
     ("mlxcel_engine_step_schedule_seconds_total", "counter", "Time planning batches (drafting included)",

@@ -33,6 +33,13 @@ _FLASH_ATTN = {
 }
 
 
+def _pool_size(cfg: ServerConfig) -> int:
+    """-c, or (as llama-server) parallel x --kv-unified-per-slot when -c is unset."""
+    if cfg.ctx_size == 0 and cfg.kv_unified_per_slot > 0:
+        return cfg.parallel * cfg.kv_unified_per_slot
+    return cfg.ctx_size
+
+
 def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = False) -> RuntimeConfig:
     return RuntimeConfig(
         model_path=path,
@@ -50,6 +57,8 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         # --no-mmap is llama-server's older spelling of --load-mode none
         load_mode="none" if not cfg.use_mmap and cfg.load_mode == "auto" else cfg.load_mode,
         swa_full=cfg.swa_full,
+        kv_unified=cfg.kv_unified and not draft,
+        n_ctx_seq_cap=0 if draft else cfg.kv_unified_per_slot,
         type_k=cfg.cache_type_k_draft if draft else cfg.cache_type_k,
         type_v=cfg.cache_type_v_draft if draft else cfg.cache_type_v,
     )
@@ -125,7 +134,7 @@ class ModelHost:
             started = time.monotonic()
             self.model_path = resolve_model(self.config.model, log=lambda line: log.info("%s", line))
             cfg = self.config
-            runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, cfg.ctx_size))
+            runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)))
             tokenizer = Tokenizer(runtime.vocab)
             self._load_chat_support(runtime, tokenizer)
             self._prepare_structured_output(tokenizer)

@@ -59,7 +59,7 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
     port = free_port()
     binary = os.path.join(os.path.dirname(sys.executable), "mlxcel-server")
     process = subprocess.Popen(
-        [binary, "-m", str(fifo), "--port", str(port), "--jinja", "-fa", "on", "-ctk", "q8_0", "--kv-unified",
+        [binary, "-m", str(fifo), "--port", str(port), "--jinja", "-fa", "on", "-ctk", "q8_0", "--no-kv-offload",
          "--cache-reuse", "256", "-cb"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -89,7 +89,7 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
             process.kill()
     warnings = [line for line in output.splitlines() if "ignored llama-server flags" in line]
     assert len(warnings) == 1
-    for flag in ("--jinja", "--kv-unified", "--cache-reuse", "-cb"):
+    for flag in ("--jinja", "--no-kv-offload", "--cache-reuse", "-cb"):
         assert flag in warnings[0]
     assert "-fa" not in warnings[0].split(":")[-1].split()
     assert "could not load the model" in output

@@ -87,10 +87,13 @@ class FakeRuntimeConfig:
 
 
 class FakeRuntime:
-    def __init__(self, n_parallel: int = 2, n_batch: int = 64, n_ctx_seq: int = 256, model: Model = successor):
+    def __init__(self, n_parallel: int = 2, n_batch: int = 64, n_ctx_seq: int = 256, model: Model = successor,
+                 kv_unified: bool = False):
         self.config = FakeRuntimeConfig(n_parallel)
         self.n_batch = n_batch
         self.n_ctx_seq = n_ctx_seq
+        self.kv_unified = kv_unified  # then n_ctx_seq is the whole pool, as llama.cpp gives it
+        self.n_ctx = n_ctx_seq if kv_unified else n_ctx_seq * n_parallel
         self.vocab = object()  # opaque: only handed to the sampler factory
         self.model = model
         self.memory: dict[int, list[int]] = {seq: [] for seq in range(n_parallel)}

@@ -28,9 +28,22 @@ def test_lookup_finds_the_longest_cached_prefix():
     # an entry that goes on past the shared prefix still serves it
     entry, n = cache.lookup(base[:40] + [7] * 30)
     assert n == 32 and entry.tokens[:32] == base[:32]
-    stats = cache.stats()
-    assert (stats["hits"], stats["lookups"], stats["entries"], stats["bytes"]) == (2, 3, 2, 20)
-    assert stats["total_blocks_stored"] == 5 and stats["unique_block_hashes"] == 3
+    stats = cache.stats()  # the 32-token entry was superseded by the 48-token one holding all of it
+    assert (stats["hits"], stats["lookups"], stats["entries"], stats["bytes"]) == (2, 3, 1, 10)
+    assert stats["total_blocks_stored"] == 3 and stats["unique_block_hashes"] == 3 and stats["superseded"] == 1
+
+
+def test_a_longer_entry_supersedes_its_prefixes_but_not_its_siblings():
+    cache = HostPromptCache(capacity_bytes=10_000, max_entries=10, ttl_seconds=0)
+    system = list(range(40))  # two full blocks and a partial one
+    cache.insert(system, b"s" * 10)
+    cache.insert(system + [900] * 30, b"a" * 20)  # conversation A, turn 1: holds all of `system`
+    cache.insert(system[:35] + [901] * 30, b"b" * 20)  # B diverges inside the partial block: a sibling
+    assert cache.stats()["entries"] == 2 and cache.stats()["bytes"] == 40
+    cache.insert(system + [900] * 30 + [902] * 20, b"c" * 30)  # A, turn 2, supersedes A's turn 1 only
+    assert cache.stats()["entries"] == 2 and cache.stats()["bytes"] == 50
+    entry, _ = cache.lookup(system[:35] + [901] * 30)
+    assert entry.state == b"b" * 20
 
 
 def test_covered_counts_whole_blocks_without_touching_counters():

@@ -242,3 +242,25 @@ def test_rerank_flags():
         parse_serve_args(["--reranking", "--embedding"])
     with pytest.raises(UsageError, match="--model"):
         parse_serve_args(["--rerank-model", "/no/such/model.gguf"])
+
+
+def test_a_unified_kv_pool_and_its_per_slot_cap_reach_llama_cpp(tmp_path, monkeypatch):
+    from mlxcel.engine.llama_runtime import context_params
+    from mlxcel.turn.model_host import _pool_size, _runtime_config
+
+    def runtime(argv):
+        config = parse_serve_args(argv)
+        return _runtime_config(config, tmp_path / "m.gguf", _pool_size(config))
+
+    assert context_params(runtime([])).kv_unified is False  # llama-server's default with an explicit -np
+    unified = runtime(["-kvu", "-c", "4096", "--kv-unified-per-slot", "1024"])
+    assert context_params(unified).kv_unified is True and unified.n_ctx == 4096 and unified.n_ctx_seq_cap == 1024
+    assert context_params(runtime(["--kv-unified", "--no-kv-unified"])).kv_unified is False
+    sized = runtime(["-kvu", "-np", "3", "--kv-unified-per-slot", "2000"])  # -c unset: the pool is np x cap
+    assert sized.n_ctx == 6000
+    assert _runtime_config(parse_serve_args(["-kvu"]), tmp_path / "d.gguf", 512, draft=True).kv_unified is False
+    monkeypatch.setenv("LLAMA_ARG_KV_UNIFIED", "1")
+    assert parse_serve_args([]).kv_unified is True
+    assert parse_serve_args(["-kvu"]).ignored_flags == []
+    with pytest.raises(UsageError):
+        parse_serve_args(["--kv-unified-per-slot", "-5"])
