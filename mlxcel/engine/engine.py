@@ -432,6 +432,9 @@ class Engine:
             chunk = slot.request.prompt_tokens[start : start + take]
             spans.append(_Span(slot, chunk, start, prefill=True, last=take == slot.prompt_remaining))
             budget -= take
+        # in sequence order: llama.cpp splits a batch over per-slot KV streams into runs of
+        # consecutive sequence ids, so out of order it computes more, smaller ubatches
+        spans.sort(key=lambda span: span.slot.id)
         return spans
 
     def _shift_context(self, slot: Slot) -> bool:
