@@ -351,9 +351,7 @@ class Engine:
             if request.constraint is not None and self._masker is None:
                 raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []
-            n_out = request.max_tokens if request.max_tokens >= 0 else self.n_ctx_slot
-            n_final = min(len(request.prompt_tokens) + n_out, self.n_ctx_slot)
-            self._memory.make_room(slot, n_final, self.slots)  # before a restore needs the room
+            self._memory.clear_idle(slot, self.slots)  # a unified pool: before a restore needs the room
             self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
             sampler = self.config.sampler(
                 request.sampling,

@@ -1,7 +1,8 @@
 """--kv-unified on a real llama.cpp context: one KV pool every slot draws from, so a
 slot may hold more than -c / -np tokens (up to --kv-unified-per-slot), a prefix held
-by one slot is shared by another, and a pool full of idle slots' tokens makes room
-for new work."""
+by one slot is shared by another, and idle slots are saved to the host cache and
+cleared when another slot takes a request (as llama-server does), so their prefixes
+come back from there."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_idle_slots_give_their_cells_back_and_prefixes_come_back_from_the_host_c
         n_first = len(client.post("/tokenize", json={"content": first}).json()["tokens"])
         assert n_first > 512
         a = _complete(client, first)
-        b = _complete(client, second)  # the pool needs the idle first slot's cells: saved, then cleared
+        b = _complete(client, second)  # the idle first slot is saved, then cleared (two would not fit)
         again = _complete(client, first + " more")
         assert again["timings"]["cache_n"] >= n_first - 16  # the first prompt's prefix came back
         assert again["timings"]["prompt_n"] < 64

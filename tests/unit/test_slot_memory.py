@@ -107,28 +107,25 @@ def test_idle_slots_are_saved_one_at_a_time_while_nothing_else_runs():
     assert runtime.memory[0] == list(range(100, 140))  # saving copies, the slot keeps its tokens
 
 
-def test_a_unified_pool_takes_room_back_from_idle_slots_least_recently_used_first_saving_them():
-    runtime = FakeRuntime(n_parallel=3, n_ctx_seq=128, kv_unified=True)  # one pool of 128 cells
+def test_in_a_unified_pool_the_other_idle_slots_are_saved_and_cleared_before_an_admission():
+    runtime = FakeRuntime(n_parallel=4, n_ctx_seq=512, kv_unified=True)
     cache = HostPromptCache(capacity_bytes=1 << 20, max_entries=8, ttl_seconds=0)
     memory = SlotMemory(runtime, cache)
-    new, older, newer = SlotTable(3).slots
-    holding(runtime, older, SHARED, busy=False).last_used = 1.0
-    holding(runtime, newer, [7] * 40).last_used = 2.0
-    older.unsaved = newer.unsaved = True
-    holding(runtime, new, [9] * 100)  # what the new request's slot holds now does not count: it is cut
-    memory.make_room(new, 40, [new, older, newer])  # 80 held + 40 fit in 128: nothing to give back
-    assert runtime.memory[1] == SHARED and runtime.memory[2] == [7] * 40
-    memory.make_room(new, 60, [new, older, newer])  # 80 + 60 do not: the older idle slot goes first
-    assert runtime.memory[1] == older.cached_tokens == [] and runtime.memory[2] == [7] * 40
+    new, idle, busy, saved = SlotTable(4).slots
+    holding(runtime, new, [9] * 40)  # the admitted slot keeps its own: it may share a prefix with the prompt
+    holding(runtime, idle, SHARED).unsaved = True
+    holding(runtime, busy, [7] * 40, busy=True)
+    holding(runtime, saved, [5] * 40)  # already in the host cache: cleared without another copy
+    memory.clear_idle(new, [new, idle, busy, saved])
+    assert runtime.memory[0] == [9] * 40 and runtime.memory[2] == [7] * 40
+    assert runtime.memory[1] == idle.cached_tokens == [] and runtime.memory[3] == saved.cached_tokens == []
     entry, n = cache.lookup(SHARED + [1])
-    assert entry.tokens == SHARED and n == 32  # saved before it was cleared
-    memory.make_room(new, 200, [new, older, newer])  # more than the pool: every idle slot gives back
-    assert runtime.memory[2] == []
+    assert entry.tokens == SHARED and n == 32 and cache.stats()["inserts"] == 1
 
 
 def test_a_per_slot_pool_never_clears_idle_slots():
     runtime = FakeRuntime(n_parallel=2, n_ctx_seq=64)
     new, idle = SlotTable(2).slots
     holding(runtime, idle, SHARED)
-    SlotMemory(runtime, None).make_room(new, 1000, [new, idle])
+    SlotMemory(runtime, None).clear_idle(new, [new, idle])
     assert runtime.memory[1] == SHARED
