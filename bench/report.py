@@ -35,6 +35,7 @@ class Row:
     verdict: str = ""          # "ok", "MISS" or ""
     bare: dict[str, float] = field(default_factory=dict)         # median loop figure by KV layout
     bare_ratio: dict[str, float] = field(default_factory=dict)   # median of per-round mlxcel / loop
+    reference_bare_ratio: float = math.nan                        # llama-server / the split-KV loop
 
 
 def _median(xs: list[float]) -> float:
@@ -73,6 +74,8 @@ def _add_bare(row: Row, rounds: list[Round], metric: str) -> None:
         if pairs:
             row.bare[layout] = _median([b for _, b in pairs])
             row.bare_ratio[layout] = _median([a / b if b else math.nan for a, b in pairs])
+    row.reference_bare_ratio = _median([r.reference.metrics.get(metric, math.nan) / r.bare["split"]
+                                        for r in rounds if r.bare and r.bare.get("split")])
 
 
 def _fmt(x: float) -> str:
@@ -83,11 +86,11 @@ def _fmt(x: float) -> str:
 
 def table(rows: list[Row]) -> str:
     header = ("scenario", "metric", "mlxcel", "llama-server", "ratio", "target", "check",
-              "bare split", "/bare", "bare unified", "/bare")
+              "bare split", "/bare", "bare unified", "/bare", "llama-server/bare split")
     body = [(r.scenario, r.metric, _fmt(r.mlxcel), _fmt(r.reference), _ratio(r.ratio), r.target,
              r.verdict, *_bare_cells(r)) for r in rows]
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
-    right = {2, 3, 4, 7, 8, 9, 10}
+    right = {2, 3, 4, 7, 8, 9, 10, 11}
 
     def fmt_line(line: tuple) -> str:
         cells = [str(c).rjust(w) if i in right else str(c).ljust(w)
@@ -111,7 +114,7 @@ def _bare_cells(row: Row) -> list[str]:
         ratio = row.bare_ratio[layout]
         miss = "" if math.isnan(ratio) or ratio >= BARE_TARGET else " MISS"
         cells += [_fmt(row.bare[layout]), _ratio(ratio) + miss]
-    return cells
+    return [*cells, _ratio(row.reference_bare_ratio) if row.bare else ""]
 
 
 def write_json(path: Path, config: dict, servers: dict, rounds: list[Round],
