@@ -4,10 +4,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bare_worker import LAYOUTS, STREAM_SCENARIOS
 from scenarios import TARGETS, Measurement
+
+BARE_TARGET = 0.95  # every stream-count figure against the bare loop (issue 18)
 
 
 @dataclass
@@ -17,6 +20,7 @@ class Round:
     round: int
     mlxcel: Measurement
     reference: Measurement
+    bare: dict[str, float] | None = None   # bench/bare_loop.py this round, by KV layout
 
 
 @dataclass
@@ -29,6 +33,9 @@ class Row:
     n: int
     target: str = ""
     verdict: str = ""          # "ok", "MISS" or ""
+    bare: dict[str, float] = field(default_factory=dict)         # median loop figure by KV layout
+    bare_ratio: dict[str, float] = field(default_factory=dict)   # median of per-round mlxcel / loop
+    reference_bare_ratio: float = math.nan                        # llama-server / the split-KV loop
 
 
 def _median(xs: list[float]) -> float:
@@ -54,8 +61,21 @@ def summarize(rounds: list[Round]) -> list[Row]:
                 if not math.isnan(row.ratio):
                     ok = row.ratio >= bound if op == ">=" else row.ratio <= bound
                     row.verdict = "ok" if ok else "MISS"
+            if STREAM_SCENARIOS.get(name, (None,) * 4)[3] == metric:
+                _add_bare(row, mine, metric)
             rows.append(row)
     return rows
+
+
+def _add_bare(row: Row, rounds: list[Round], metric: str) -> None:
+    for layout in LAYOUTS:
+        pairs = [(r.mlxcel.metrics.get(metric, math.nan), r.bare[layout])
+                 for r in rounds if r.bare and layout in r.bare]
+        if pairs:
+            row.bare[layout] = _median([b for _, b in pairs])
+            row.bare_ratio[layout] = _median([a / b if b else math.nan for a, b in pairs])
+    row.reference_bare_ratio = _median([r.reference.metrics.get(metric, math.nan) / r.bare["split"]
+                                        for r in rounds if r.bare and r.bare.get("split")])
 
 
 def _fmt(x: float) -> str:
@@ -65,12 +85,12 @@ def _fmt(x: float) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    header = ("scenario", "metric", "mlxcel", "llama-server", "ratio", "target", "check")
-    body = [(r.scenario, r.metric, _fmt(r.mlxcel), _fmt(r.reference),
-             "-" if math.isnan(r.ratio) else f"{r.ratio:.3f}", r.target, r.verdict)
-            for r in rows]
+    header = ("scenario", "metric", "mlxcel", "llama-server", "ratio", "target", "check",
+              "bare split", "/bare", "bare unified", "/bare", "llama-server/bare split")
+    body = [(r.scenario, r.metric, _fmt(r.mlxcel), _fmt(r.reference), _ratio(r.ratio), r.target,
+             r.verdict, *_bare_cells(r)) for r in rows]
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
-    right = {2, 3, 4}
+    right = {2, 3, 4, 7, 8, 9, 10, 11}
 
     def fmt_line(line: tuple) -> str:
         cells = [str(c).rjust(w) if i in right else str(c).ljust(w)
@@ -79,6 +99,22 @@ def table(rows: list[Row]) -> str:
 
     sep = "  ".join("-" * w for w in widths)
     return "\n".join([fmt_line(header), sep, *map(fmt_line, body)])
+
+
+def _ratio(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.3f}"
+
+
+def _bare_cells(row: Row) -> list[str]:
+    cells = []
+    for layout in LAYOUTS:
+        if layout not in row.bare:
+            cells += ["", ""]
+            continue
+        ratio = row.bare_ratio[layout]
+        miss = "" if math.isnan(ratio) or ratio >= BARE_TARGET else " MISS"
+        cells += [_fmt(row.bare[layout]), _ratio(ratio) + miss]
+    return [*cells, _ratio(row.reference_bare_ratio) if row.bare else ""]
 
 
 def write_json(path: Path, config: dict, servers: dict, rounds: list[Round],

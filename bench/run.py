@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import reference
+from bare_worker import BareWorker
 from client import make_client, stream_completion
 from report import Round, summarize, table, write_json
 from scenarios import SCENARIOS, PromptBook
@@ -56,6 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--startup-timeout", type=float, default=600)
     ap.add_argument("--log-dir", type=Path, default=REPO / "bench" / "results" / "logs")
     ap.add_argument("--json", type=Path, default=None, help="write all raw samples here")
+    ap.add_argument("--no-bare", action="store_true",
+                    help="skip the bare decode loop column (bench/bare_loop.py)")
     args = ap.parse_args(argv)
     args.scenarios = [s for s in args.only.split(",") if s] or list(SCENARIOS)
     unknown = set(args.scenarios) - set(SCENARIOS)
@@ -104,7 +107,8 @@ def _brief(metrics: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
 
 
-async def benchmark(args: argparse.Namespace, a: Server, b: Server) -> list[Round]:
+async def benchmark(args: argparse.Namespace, a: Server, b: Server,
+                    bare: BareWorker | None = None) -> list[Round]:
     rounds: list[Round] = []
     book = PromptBook(sizing_url=b.url)
     async with make_client() as client:
@@ -118,7 +122,10 @@ async def benchmark(args: argparse.Namespace, a: Server, b: Server) -> list[Roun
                 log(f"{name} round {rnd + 1}/{args.rounds} {a.name}: {_brief(ma.metrics)}")
                 mb = await fn(client, b.url, rnd, book)
                 log(f"{name} round {rnd + 1}/{args.rounds} {b.name}: {_brief(mb.metrics)}")
-                rounds.append(Round(name, rnd, ma, mb))
+                mc = await asyncio.to_thread(bare.measure, name, rnd) if bare else None
+                if mc:
+                    log(f"{name} round {rnd + 1}/{args.rounds} bare loop: {_brief(mc)}")
+                rounds.append(Round(name, rnd, ma, mb, mc))
     return rounds
 
 
@@ -138,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         ref_bin = str(reference.ensure_llama_server(args.reference_version))
     servers = make_servers(args, model, ref_bin)
     server_info: dict[str, dict] = {}
+    bare = None
     try:
         for s in servers:               # load one at a time: the cores are few
             log(f"starting {s.name}: {shlex.join(s.argv)}")
@@ -146,12 +154,16 @@ def main(argv: list[str] | None = None) -> int:
             s.wait_healthy(args.startup_timeout)
             server_info[s.name] = {"argv": s.argv, "startup_s": time.monotonic() - t0}
             log(f"{s.name} healthy after {server_info[s.name]['startup_s']:.1f}s (log {s.log_path})")
-        rounds = asyncio.run(benchmark(args, *servers))
+        if not args.no_bare:
+            bare = BareWorker(model, args.ctx, args.parallel, args.threads, args.log_dir / "bare_loop.log")
+        rounds = asyncio.run(benchmark(args, *servers, bare))
         for s in servers:
             server_info[s.name]["peak_rss_mib"] = s.peak_rss_mib()
     finally:
         for s in servers:
             s.stop()
+        if bare is not None:
+            bare.stop()
 
     rows = summarize(rounds)
     print(f"\nmodel {model.name}, -c {args.ctx} -np {args.parallel} -t {args.threads}, "
@@ -160,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     rss = ", ".join(f"{n} {i.get('peak_rss_mib') or float('nan'):.0f} MiB"
                     for n, i in server_info.items())
     print(f"\npeak RSS: {rss}")
+    if bare is not None:
+        print("bare: bench/bare_loop.py in the same run, same -c/-np/-t, greedy argmax, no server; "
+              "'split' = kv_unified false (as both servers run), 'unified' = kv_unified true. "
+              "decode rows compare its decode steps, aggregate4 its prefill + decode wall time")
     if args.json:
         config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
         write_json(args.json, config, server_info, rounds, rows)

@@ -2,6 +2,7 @@
 prefills (issue 18's "profile before guessing").
 
     .venv/bin/python bench/step_profile.py [--model smollm2-135m-instruct] [--threads 2]
+        [--mlxcel-cmd ".venv/bin/python -m mlxcel serve"]
 
 Starts `mlxcel serve --metrics` (5 slots), starts 4 long streaming generations, and
 once they stream measures two windows from the engine's step counters
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -89,19 +91,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--mlxcel-cmd", default=f"{REPO / '.venv' / 'bin' / 'mlxcel'} serve")
     args = ap.parse_args()
     port = free_port()
-    server = Server("mlxcel", [str(REPO / ".venv" / "bin" / "mlxcel"), "serve", "-m", args.model, "-c", "10240",
+    server = Server("mlxcel", [*shlex.split(args.mlxcel_cmd), "-m", args.model, "-c", "10240",
                                "-np", "5", "-t", str(args.threads), "--metrics", "--host", HOST, "--port", str(port)],
                     port, REPO / "bench" / "results" / "logs" / "step_profile.log")
     server.start()
     try:
         server.wait_healthy()
         windows = asyncio.run(profile(server.url))
+        peak = server.peak_rss_mib()
     finally:
         server.stop()
     for before, after, wall, what in windows:
         report(args, before, after, wall, what)
+    print(f"peak RSS (VmHWM) {peak:.0f} MiB")
     return 0
 
 

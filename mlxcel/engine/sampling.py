@@ -7,6 +7,13 @@ names it). Mirostat 1 or 2 replaces the whole order with temperature and mirosta
 Temperature <= 0 is greedy: the samplers that can change the argmax (penalties, DRY,
 XTC, infill) still run, in order, before it. p-less is not a llama.cpp sampler: the
 engine applies it to the logits before the chain.
+
+Plain greedy (temperature <= 0, nothing that can move the argmax, no logit bias but
+the -inf bans of ignore_eos) skips the chain: llama_sampler_sample would copy the
+whole vocabulary into a candidates array (1.8 MB on a 152k vocabulary) to take its
+argmax; numpy takes it on the logits row in place (the lowest id on ties, as
+llama.cpp's greedy sampler), ~30x cheaper. The chain is still built: forced tokens
+are accepted into it, and it is what every other request samples with.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.candidates import Candidates, post_sampling_probs
+from mlxcel.engine.llama_runtime import logits_row
 from mlxcel.engine.sampler_order import DEFAULT_ORDER
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's "pick a random seed"
@@ -90,9 +98,14 @@ class SamplerChain:
         self._greedy = params.greedy
         self._n_vocab = n_vocab
         self._candidates: Candidates | None = None  # made on the first post-sampling draw
+        self._added: list[str] = []  # the samplers in the chain, by name
         self._ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         for sampler in self._samplers(params, n_vocab, banned_tokens):
             llama_cpp.llama_sampler_chain_add(self._ptr, sampler)
+        # the ids to set to -inf before an argmax, when the chain is a plain argmax
+        self.argmax_bans: np.ndarray | None = None
+        if self._added in (["greedy"], ["bans", "greedy"]):
+            self.argmax_bans = np.array(sorted(self._bans), dtype=np.intp)
 
     def _window(self, last_n: int, zero_means_all: bool) -> int:
         """A penalty window in tokens: -1 (and 0 where it means "all") is the slot's
@@ -106,10 +119,12 @@ class SamplerChain:
         biases = {t: b for t, b in p.logit_bias.items() if 0 <= t < n_vocab}
         for t in banned:
             biases[t] = -math.inf
+        self._bans = {t for t, b in biases.items() if b == -math.inf}
         if biases:
             arr = (llama_cpp.llama_logit_bias * len(biases))(
                 *(llama_cpp.llama_logit_bias(token=t, bias=b) for t, b in biases.items())
             )
+            self._added.append("bans" if len(self._bans) == len(biases) else "logit_bias")
             yield llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), arr)
         if p.mirostat:
             yield from self._mirostat(p, n_vocab)
@@ -119,8 +134,10 @@ class SamplerChain:
         for name in order:
             sampler = self._sampler(name, p, n_vocab)
             if sampler is not None:
+                self._added.append(name)
                 yield sampler
         if p.greedy:
+            self._added.append("greedy")
             yield llama_cpp.llama_sampler_init_greedy()
         elif "adaptive_p" in p.samplers:
             yield llama_cpp.llama_sampler_init_adaptive_p(p.adaptive_target, p.adaptive_decay, self.seed)
@@ -128,6 +145,7 @@ class SamplerChain:
             yield llama_cpp.llama_sampler_init_dist(self.seed)
 
     def _mirostat(self, p: SamplingParams, n_vocab: int):
+        self._added.append("mirostat")
         if p.greedy:
             yield llama_cpp.llama_sampler_init_greedy()
             return
@@ -176,7 +194,17 @@ class SamplerChain:
         return None  # adaptive_p: the final draw
 
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
+        """The token for one batch output (whose logits row may already be masked)."""
+        if self.argmax_bans is not None:
+            return self.argmax(logits_row(ctx, batch_index, self._n_vocab))
         return int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))
+
+    def argmax(self, logits: np.ndarray) -> int:
+        """A plain-greedy chain's pick from these logits, without running it: the banned
+        ids are set to -inf in place. (Its samplers keep no state: nothing to accept.)"""
+        if self.argmax_bans.shape[0]:
+            logits[self.argmax_bans] = -np.inf
+        return int(logits.argmax())
 
     def sample_with_probs(self, logits: np.ndarray, k: int) -> tuple[int, float, list[tuple[int, float]]]:
         """sample() on these logits (the batch row, as the engine left it), also

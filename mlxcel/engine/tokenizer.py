@@ -2,12 +2,14 @@
 
 The vocabulary is immutable once loaded, so these calls are safe from any thread.
 Pieces of every token are read once at load time so the decode loop turns ids into
-bytes with a list lookup instead of a foreign call.
+bytes with a slice instead of a foreign call. They are kept as one bytes string and
+an offset table (~1.5 MB on a 152k vocabulary, against ~8 MB as a list of bytes).
 """
 
 from __future__ import annotations
 
 import ctypes
+from array import array
 from dataclasses import dataclass
 
 import llama_cpp
@@ -49,7 +51,11 @@ class Tokenizer:
             t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)
         )
         self.fim = FimTokens.of(vocab)
-        self._pieces = [self._piece(t, special=False) for t in range(self.n_vocab)]
+        joined, self._piece_ends = bytearray(), array("q", [0])
+        for t in range(self.n_vocab):  # one piece alive at a time: no list of 152k objects, even briefly
+            joined += self._piece(t, special=False)
+            self._piece_ends.append(len(joined))
+        self._piece_bytes = bytes(joined)
         self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(vocab))
         self.add_sep = bool(llama_cpp.llama_vocab_get_add_sep(vocab))
         self._splitters = self._special_splitters()
@@ -115,7 +121,8 @@ class Tokenizer:
 
     def piece(self, token: int) -> bytes:
         """The bytes a generated token contributes to output text (control tokens: none)."""
-        return self._pieces[token]
+        ends = self._piece_ends
+        return self._piece_bytes[ends[token] : ends[token + 1]]
 
     def special_piece(self, token: int) -> bytes:
         """The token's text with control tokens rendered, as /tokenize shows pieces."""

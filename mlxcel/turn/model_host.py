@@ -137,7 +137,6 @@ class ModelHost:
             runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)))
             tokenizer = Tokenizer(runtime.vocab)
             self._load_chat_support(runtime, tokenizer)
-            self._prepare_structured_output(tokenizer)
             if cfg.warmup:
                 runtime.warm_up(max(tokenizer.bos, 0))
             drafter = self._load_drafter(cfg, tokenizer, runtime.n_ctx) if cfg.model_draft else None
@@ -205,16 +204,6 @@ class ModelHost:
             return None
         capacity = (1 << 62) if config.cache_ram_mib < 0 else config.cache_ram_mib * 1024 * 1024
         return HostPromptCache(capacity, config.cache_max_entries, config.cache_ttl_seconds)
-
-    @staticmethod
-    def _prepare_structured_output(tokenizer: Tokenizer) -> None:
-        """Build the grammar tokenizer now, not on the first constrained request."""
-        from mlxcel.structured import StructuredOutputError, grammar_tokenizer
-
-        try:
-            grammar_tokenizer(tokenizer)
-        except StructuredOutputError as exc:
-            log.warning("structured output is unavailable for this model: %s", exc)
 
     def _load_chat_support(self, runtime: LlamaRuntime, tokenizer: Tokenizer) -> None:
         from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template

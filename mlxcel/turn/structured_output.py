@@ -1,9 +1,14 @@
 """Output constraints on the HTTP side (response_format, llama-server's grammar and
 json_schema): parsed, checked and compiled off the event loop into the Constraint an
-engine request carries."""
+engine request carries.
+
+The grammar tokenizer (llguidance's view of the vocabulary: ~65 MB and ~0.8 s on a
+152k vocabulary) is built on the first constrained request, on a worker thread, so a
+server that never constrains output never holds it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from mlxcel.engine.tokenizer import Tokenizer
@@ -21,7 +26,12 @@ async def compile_grammar(tokenizer: Tokenizer, spec: GrammarSpec | None):
     StructuredOutputError (a 400) when it does not compile."""
     if spec is None:
         return None
-    return await compile_constraint_async(spec, grammar_tokenizer(tokenizer))
+    return await compile_constraint_async(spec, await _grammar_tokenizer(tokenizer))
+
+
+async def _grammar_tokenizer(tokenizer: Tokenizer):
+    """The model's grammar tokenizer, built off the event loop the first time."""
+    return await asyncio.to_thread(grammar_tokenizer, tokenizer)
 
 
 async def compile_forced_tool_call(tokenizer: Tokenizer, call_grammar: dict[str, Any]):
@@ -29,4 +39,4 @@ async def compile_forced_tool_call(tokenizer: Tokenizer, call_grammar: dict[str,
     from mlxcel.structured.tool_call_grammar import tool_call_grammar
 
     spec = tool_call_grammar(tokenizer, call_grammar["prefix"], call_grammar["schema"], call_grammar["suffix"])
-    return await compile_constraint_async(spec, grammar_tokenizer(tokenizer))
+    return await compile_constraint_async(spec, await _grammar_tokenizer(tokenizer))
