@@ -36,7 +36,10 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def summarize(rounds: list[Round]) -> list[Row]:
+def summarize(rounds: list[Round],
+              targets: dict[tuple[str, str], tuple[str, float]] | None = None) -> list[Row]:
+    """One row per (scenario, metric); `targets` (default: run.py's) marks each ratio."""
+    targets = TARGETS if targets is None else targets
     rows: list[Row] = []
     scenarios = list(dict.fromkeys(r.scenario for r in rounds))
     for name in scenarios:
@@ -48,8 +51,8 @@ def summarize(rounds: list[Round]) -> list[Row]:
             ratios = [a / b if b else math.nan for a, b in pairs]
             row = Row(name, metric, _median([a for a, _ in pairs]),
                       _median([b for _, b in pairs]), _median(ratios), len(pairs))
-            if (name, metric) in TARGETS:
-                op, bound = TARGETS[(name, metric)]
+            if (name, metric) in targets:
+                op, bound = targets[(name, metric)]
                 row.target = f"{op} {bound:g}"
                 if not math.isnan(row.ratio):
                     ok = row.ratio >= bound if op == ">=" else row.ratio <= bound
@@ -82,9 +85,9 @@ def table(rows: list[Row]) -> str:
 
 
 def write_json(path: Path, config: dict, servers: dict, rounds: list[Round],
-               rows: list[Row]) -> None:
+               rows: list[Row], **extra) -> None:
     data = {"config": config, "servers": servers,
             "summary": [asdict(r) for r in rows],
-            "rounds": [asdict(r) for r in rounds]}
+            "rounds": [asdict(r) for r in rounds], **extra}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, default=str) + "\n")

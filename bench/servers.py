@@ -1,11 +1,14 @@
 """Start, health-check and stop the model servers under test (loopback only)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,3 +104,25 @@ class Server:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+
+@contextlib.contextmanager
+def running(servers: list[Server], startup_timeout: float = 600,
+            log: Callable[[str], None] = print) -> Iterator[dict[str, dict]]:
+    """Start the servers one at a time (loading is CPU-bound), yield {name: info}
+    (argv, startup_s; peak_rss_mib is added on the way out), and stop them all."""
+    info: dict[str, dict] = {}
+    try:
+        for s in servers:
+            log(f"starting {s.name}: {shlex.join(s.argv)}")
+            t0 = time.monotonic()
+            s.start()
+            s.wait_healthy(startup_timeout)
+            info[s.name] = {"argv": s.argv, "startup_s": time.monotonic() - t0}
+            log(f"{s.name} healthy after {info[s.name]['startup_s']:.1f}s (log {s.log_path})")
+        yield info
+        for s in servers:
+            info[s.name]["peak_rss_mib"] = s.peak_rss_mib()
+    finally:
+        for s in servers:
+            s.stop()
