@@ -30,7 +30,7 @@ from prompts import long_prompt
 from report import Round, Row, summarize, table, write_json
 from run import MLXCEL_BIN, REPO, ensure_model, make_servers
 from scenarios import Measurement
-from servers import running
+from servers import OtherLoad, running
 
 DEFAULT_MODEL = Path.home() / ".cache" / "mlxcel" / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
@@ -72,9 +72,12 @@ async def benchmark(args: argparse.Namespace, a, b) -> list[Round]:
                 pair = []
                 for server in (a, b):
                     n_tok = await tokenize(client, server.url, text)
+                    watch = OtherLoad(server)
                     m = await one_depth(client, server.url, text, n_tok, args.n_predict)
+                    m.raw["other_load"] = watch.share()
                     log(f"depth {depth} round {rnd + 1} {server.name}: "
-                        + " ".join(f"{k}={v:.4g}" for k, v in m.metrics.items()))
+                        + " ".join(f"{k}={v:.4g}" for k, v in m.metrics.items())
+                        + f" (other load on the cores {m.raw['other_load']:.0%})")
                     pair.append(m)
                 rounds.append(Round(scenario(depth), rnd, *pair))
     return rounds

@@ -34,7 +34,7 @@ from prompts import short_prompt
 from report import Round, summarize, table, write_json
 from run import DEFAULT_MODEL, MLXCEL_BIN, REPO, ensure_model, make_servers
 from scenarios import Measurement, percentile
-from servers import running
+from servers import OtherLoad, running
 
 PRIORITIES = {"high": 0, "normal": 1, "low": 2}
 PRIORITY_MIX = (("high", 0.25), ("normal", 0.5), ("low", 0.25))
@@ -150,10 +150,13 @@ async def benchmark(args: argparse.Namespace, a, b) -> tuple[list[Round], Measur
         for rnd in range(args.rounds):
             pair = []
             for server in (a, b):
+                watch = OtherLoad(server)
                 samples, wall = await load(client, server.url, rnd, args, normal)
                 m = measure(samples, wall, args.slack, with_priority=False)
+                m.raw["other_load"] = watch.share()
                 log(f"scale round {rnd + 1}/{args.rounds} {server.name}: "
-                    + " ".join(f"{k}={v:.4g}" for k, v in m.metrics.items()))
+                    + " ".join(f"{k}={v:.4g}" for k, v in m.metrics.items())
+                    + f" (other load on the cores {m.raw['other_load']:.0%})")
                 for s in samples:
                     if s.error:
                         log(f"  lost request {s.index}: {s.error}")
@@ -162,15 +165,17 @@ async def benchmark(args: argparse.Namespace, a, b) -> tuple[list[Round], Measur
         if args.no_priority:
             return rounds, None, ""
         mix = priority_mix(args.rounds, args.requests)
+        watch = OtherLoad(a)
         samples, wall = await load(client, a.url, args.rounds, args, mix)
         prio = measure(samples, wall, args.slack, with_priority=True)
-        summary = f"mlxcel: {ttft_by_priority(samples)}"
+        summary = f"mlxcel: {ttft_by_priority(samples)} (other load {watch.share():.0%})"
         if args.priority_control:  # the same mix on a server without priorities: the check must see it
+            watch = OtherLoad(b)
             samples, wall = await load(client, b.url, args.rounds, args, mix)
             control = measure(samples, wall, args.slack, with_priority=True)
             prio.metrics["control_priority_inversions"] = control.metrics["priority_inversions"]
             summary += (f"\n  control, llama-server (ignores X-Priority): {control.metrics['priority_inversions']:.0f} "
-                        f"priority inversions; {ttft_by_priority(samples)}")
+                        f"priority inversions; {ttft_by_priority(samples)} (other load {watch.share():.0%})")
         return rounds, prio, summary
 
 

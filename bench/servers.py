@@ -126,3 +126,38 @@ def running(servers: list[Server], startup_timeout: float = 600,
     finally:
         for s in servers:
             s.stop()
+
+
+def _host_busy_s() -> float:
+    """CPU seconds all cores spent busy since boot (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_s(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+class OtherLoad:
+    """How busy the cores were with anything but the server under test and this
+    client, as a share of all cores, over the watch (Linux; nan elsewhere). The
+    machines are shared: a pass with a high share measured someone else too."""
+
+    def __init__(self, server: Server) -> None:
+        self.pid = server.proc.pid if server.proc else None
+        self._start = self._sample()
+
+    def _sample(self) -> tuple[float, float, float, float] | None:
+        try:
+            return (time.monotonic(), _host_busy_s(), _process_cpu_s(self.pid), time.process_time())
+        except (OSError, ValueError, TypeError, IndexError):
+            return None
+
+    def share(self) -> float:
+        end = self._sample()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return float("nan")
+        wall, host, server, client = (b - a for a, b in zip(self._start, end))
+        return max(0.0, host - server - client) / (wall * (os.cpu_count() or 1))
