@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import reference
 from client import make_client, stream_completion, tokenize
 from prompts import long_prompt
-from report import Round, Row, summarize, table, write_json
+from report import Round, Row, clean_rounds, summarize, table, write_json
 from run import MLXCEL_BIN, REPO, ensure_model, make_servers
 from scenarios import Measurement
 from servers import OtherLoad, running
@@ -174,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
 
     headline = scenario(args.depths[-1])
     targets = {(headline, "prompt_tps"): (">=", 1.0), (headline, "decode_tps"): (">=", 0.95)}
-    rows = summarize(rounds, targets)
+    kept, left_out = clean_rounds(rounds, args.max_other_load)
+    rows = summarize(kept, targets)
+    if left_out:
+        print(f"\n{left_out} round(s) left out: other processes took over {args.max_other_load:.0%} of the cores "
+              "even when measured again (all rounds are in --json)")
     setup = f"model {model.name}, -c {args.ctx} -np 1 -t {args.threads}, {args.n_predict} tokens decoded"
     print(f"\n{setup}; {args.rounds} round(s) at {args.depths[-1]} tokens, {args.scan_rounds} at the others; "
           "ratio = median of per-round mlxcel/llama-server\n")

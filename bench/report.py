@@ -91,3 +91,14 @@ def write_json(path: Path, config: dict, servers: dict, rounds: list[Round],
             "rounds": [asdict(r) for r in rounds], **extra}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def clean_rounds(rounds: list[Round], max_other_load: float) -> tuple[list[Round], int]:
+    """The rounds in which neither server shared the cores with other processes beyond
+    `max_other_load` (Measurement.raw["other_load"]), and how many were left out; a
+    scenario with no such round keeps all of its rounds."""
+    def clean(r: Round) -> bool:
+        return all(not m.raw.get("other_load", 0.0) > max_other_load for m in (r.mlxcel, r.reference))
+
+    kept = [r for r in rounds if clean(r) or not any(clean(o) for o in rounds if o.scenario == r.scenario)]
+    return kept, len(rounds) - len(kept)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import reference
 from client import StreamResult, make_client, stream_completion
 from prompts import short_prompt
-from report import Round, summarize, table, write_json
+from report import Round, clean_rounds, summarize, table, write_json
 from run import DEFAULT_MODEL, MLXCEL_BIN, REPO, ensure_model, make_servers
 from scenarios import Measurement, percentile
 from servers import OtherLoad, running
@@ -226,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     with running(servers, args.startup_timeout, log) as info:
         rounds, prio, prio_ttft = asyncio.run(benchmark(args, *servers))
 
-    rows = summarize(rounds, TARGETS)
+    kept, left_out = clean_rounds(rounds, args.max_other_load)
+    rows = summarize(kept, TARGETS)
+    if left_out:
+        print(f"\n{left_out} round(s) left out: other processes took over {args.max_other_load:.0%} of the cores "
+              "even when measured again (all rounds are in --json)")
     print(f"\nmodel {model.name}, -c {args.ctx} -np {args.parallel} -t {args.threads}, {args.clients} clients, "
           f"{args.requests} requests of {args.n_predict} tokens per round, {args.rounds} round(s); "
           "ratio = median of per-round mlxcel/llama-server\n")
