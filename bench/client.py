@@ -31,6 +31,7 @@ class StreamResult:
     timings: dict = field(default_factory=dict)   # server's `timings`, if any
     tokens_evaluated: int | None = None            # prompt tokens, per the server
     tokens_predicted: int | None = None
+    t_admitted: float | None = None                # first `prompt_progress` chunk: a slot took it
 
     @property
     def n_tokens(self) -> int:
@@ -63,14 +64,20 @@ def _count_tokens(chunk: dict) -> int:
 
 async def stream_completion(client: httpx.AsyncClient, url: str, prompt: str,
                             n_predict: int, cache_prompt: bool = False,
-                            on_tokens: Callable[[int], None] | None = None) -> StreamResult:
-    """Send one streaming /completion; `on_tokens(total_so_far)` after each chunk."""
+                            on_tokens: Callable[[int], None] | None = None,
+                            headers: dict[str, str] | None = None,
+                            return_progress: bool = False) -> StreamResult:
+    """Send one streaming /completion; `on_tokens(total_so_far)` after each chunk.
+    With `return_progress`, the first `prompt_progress` chunk (sent when a slot takes
+    the request, on both servers) sets `t_admitted`; progress chunks count no tokens."""
     body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0,
             "ignore_eos": True, "cache_prompt": cache_prompt, "stream": True}
+    if return_progress:
+        body["return_progress"] = True
     result = StreamResult(t_sent=time.perf_counter())
 
     async def consume() -> None:
-        async with client.stream("POST", f"{url}/completion", json=body) as resp:
+        async with client.stream("POST", f"{url}/completion", json=body, headers=headers) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:500]
                 raise RuntimeError(f"/completion -> HTTP {resp.status_code}: {text}")
@@ -84,6 +91,10 @@ async def stream_completion(client: httpx.AsyncClient, url: str, prompt: str,
                 if "error" in chunk:
                     raise RuntimeError(f"/completion stream error: {chunk['error']}")
                 now = time.perf_counter()
+                if "prompt_progress" in chunk:
+                    if result.t_admitted is None:
+                        result.t_admitted = now
+                    continue
                 n = _count_tokens(chunk)
                 if n:
                     result.chunk_times.append(now)

@@ -43,7 +43,10 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def summarize(rounds: list[Round]) -> list[Row]:
+def summarize(rounds: list[Round],
+              targets: dict[tuple[str, str], tuple[str, float]] | None = None) -> list[Row]:
+    """One row per (scenario, metric); `targets` (default: run.py's) marks each ratio."""
+    targets = TARGETS if targets is None else targets
     rows: list[Row] = []
     scenarios = list(dict.fromkeys(r.scenario for r in rounds))
     for name in scenarios:
@@ -55,8 +58,8 @@ def summarize(rounds: list[Round]) -> list[Row]:
             ratios = [a / b if b else math.nan for a, b in pairs]
             row = Row(name, metric, _median([a for a, _ in pairs]),
                       _median([b for _, b in pairs]), _median(ratios), len(pairs))
-            if (name, metric) in TARGETS:
-                op, bound = TARGETS[(name, metric)]
+            if (name, metric) in targets:
+                op, bound = targets[(name, metric)]
                 row.target = f"{op} {bound:g}"
                 if not math.isnan(row.ratio):
                     ok = row.ratio >= bound if op == ">=" else row.ratio <= bound
@@ -118,9 +121,20 @@ def _bare_cells(row: Row) -> list[str]:
 
 
 def write_json(path: Path, config: dict, servers: dict, rounds: list[Round],
-               rows: list[Row]) -> None:
+               rows: list[Row], **extra) -> None:
     data = {"config": config, "servers": servers,
             "summary": [asdict(r) for r in rows],
-            "rounds": [asdict(r) for r in rounds]}
+            "rounds": [asdict(r) for r in rounds], **extra}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def clean_rounds(rounds: list[Round], max_other_load: float) -> tuple[list[Round], int]:
+    """The rounds in which neither server shared the cores with other processes beyond
+    `max_other_load` (Measurement.raw["other_load"]), and how many were left out; a
+    scenario with no such round keeps all of its rounds."""
+    def clean(r: Round) -> bool:
+        return all(not m.raw.get("other_load", 0.0) > max_other_load for m in (r.mlxcel, r.reference))
+
+    kept = [r for r in rounds if clean(r) or not any(clean(o) for o in rounds if o.scenario == r.scenario)]
+    return kept, len(rounds) - len(kept)

@@ -1,11 +1,14 @@
 """Start, health-check and stop the model servers under test (loopback only)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,3 +104,60 @@ class Server:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+
+@contextlib.contextmanager
+def running(servers: list[Server], startup_timeout: float = 600,
+            log: Callable[[str], None] = print) -> Iterator[dict[str, dict]]:
+    """Start the servers one at a time (loading is CPU-bound), yield {name: info}
+    (argv, startup_s; peak_rss_mib is added on the way out), and stop them all."""
+    info: dict[str, dict] = {}
+    try:
+        for s in servers:
+            log(f"starting {s.name}: {shlex.join(s.argv)}")
+            t0 = time.monotonic()
+            s.start()
+            s.wait_healthy(startup_timeout)
+            info[s.name] = {"argv": s.argv, "startup_s": time.monotonic() - t0}
+            log(f"{s.name} healthy after {info[s.name]['startup_s']:.1f}s (log {s.log_path})")
+        yield info
+        for s in servers:
+            info[s.name]["peak_rss_mib"] = s.peak_rss_mib()
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def _host_busy_s() -> float:
+    """CPU seconds all cores spent busy since boot (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_s(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+class OtherLoad:
+    """How busy the cores were with anything but the server under test and this
+    client, as a share of all cores, over the watch (Linux; nan elsewhere). The
+    machines are shared: a pass with a high share measured someone else too."""
+
+    def __init__(self, server: Server) -> None:
+        self.pid = server.proc.pid if server.proc else None
+        self._start = self._sample()
+
+    def _sample(self) -> tuple[float, float, float, float] | None:
+        try:
+            return (time.monotonic(), _host_busy_s(), _process_cpu_s(self.pid), time.process_time())
+        except (OSError, ValueError, TypeError, IndexError):
+            return None
+
+    def share(self) -> float:
+        end = self._sample()
+        if self._start is None or end is None or end[0] <= self._start[0]:
+            return float("nan")
+        wall, host, server, client = (b - a for a, b in zip(self._start, end))
+        return max(0.0, host - server - client) / (wall * (os.cpu_count() or 1))

@@ -6,6 +6,13 @@ one warning line. Generated from the option table of the llama.cpp version that
 llama-cpp-python 0.3.36 vendors.
 """
 
+# flags llama-server itself accepts only to warn that they do nothing any more; the
+# warning line names each with this note
+DEPRECATED: dict[str, str] = {
+    "--defrag-thold": "deprecated in llama-server too, which no longer needs it",
+    "-dt": "deprecated in llama-server too, which no longer needs it",
+}
+
 LLAMA_SERVER_FLAGS: dict[str, int] = {
     "--adaptive-decay": 1,
     "--adaptive-target": 1,

@@ -15,7 +15,7 @@ import llama_cpp
 
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.flag_policy import REFUSED, refusal
-from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
+from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS
 from mlxcel.cli.sampling_args import (
     SAMPLING_LISTS,
     SAMPLING_OPTIONS,
@@ -278,6 +278,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = 
     (("--spm-infill",), (), "spm_infill", False, "MLXCEL_SPM_INFILL",
      "/infill: suffix/prefix/middle order instead of prefix/suffix/middle, as some models prefer"),
     (("--mmap",), ("--no-mmap",), "mmap", True, "LLAMA_ARG_MMAP", "memory-map the model file"),
+    (("--mlock",), (), "mlock", False, "LLAMA_ARG_MLOCK",
+     "keep the model in RAM (no swapping or compressing): llama.cpp's load mode mmap+mlock, or mlock with --no-mmap"),
     (("--swa-full",), (), "swa_full", False, "LLAMA_ARG_SWA_FULL", "full-size KV cache for sliding-window layers"),
     (("-kvu", "--kv-unified"), ("-no-kvu", "--no-kv-unified"), "kv_unified", False, "LLAMA_ARG_KV_UNIFIED",
      "one KV pool shared by every slot (a slot may use all of -c; idle slots give their room back)"),
@@ -342,7 +344,7 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
         if name not in ours and name in REFUSED:
             raise UsageError(refusal(name))
         if name not in ours and name in LLAMA_SERVER_FLAGS:
-            ignored.append(name)
+            ignored.append(f"{name} ({DEPRECATED[name]})" if name in DEPRECATED else name)
             if "=" not in arg:
                 n_values = LLAMA_SERVER_FLAGS[name]
                 # an optional value: skip the next word only when it is not a flag
@@ -487,6 +489,19 @@ def _keepalive_interval(args: argparse.Namespace) -> float:
     return seconds
 
 
+def _load_mode_setting(args: argparse.Namespace) -> str:
+    """--load-mode, with the older spellings folded in: --mlock locks what is loaded
+    (the mapped file, or with --no-mmap the copy read into memory)."""
+    mode = args.load_mode
+    if not args.mlock:
+        return mode
+    if mode == "auto":
+        mode = "mmap" if args.mmap else "none"
+    if mode == "dio":
+        raise UsageError("--mlock cannot be combined with --load-mode dio (use --load-mode mlock or mmap+mlock)")
+    return {"mmap": "mmap+mlock", "none": "mlock"}.get(mode, mode)
+
+
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     if args.config_file is None:
         _check_model(args.model)
@@ -549,7 +564,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         cache_type_k_draft=args.cache_type_k_draft,
         cache_type_v_draft=args.cache_type_v_draft,
         use_mmap=args.mmap,
-        load_mode=args.load_mode,
+        load_mode=_load_mode_setting(args),
         swa_full=args.swa_full,
         kv_unified=args.kv_unified,
         kv_unified_per_slot=args.kv_unified_per_slot,

@@ -60,7 +60,7 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
     binary = os.path.join(os.path.dirname(sys.executable), "mlxcel-server")
     process = subprocess.Popen(
         [binary, "-m", str(fifo), "--port", str(port), "--jinja", "-fa", "on", "-ctk", "q8_0", "--no-kv-offload",
-         "--cache-reuse", "256", "-cb"],
+         "--cache-reuse", "256", "-cb", "-dt", "0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -91,6 +91,7 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
     assert len(warnings) == 1
     for flag in ("--jinja", "--no-kv-offload", "--cache-reuse", "-cb"):
         assert flag in warnings[0]
+    assert "-dt (deprecated in llama-server too" in warnings[0]  # as llama-server says of it
     assert "-fa" not in warnings[0].split(":")[-1].split()
     assert "could not load the model" in output
     assert "Traceback" not in output
@@ -139,3 +140,21 @@ def test_sampling_and_cache_flags_shape_what_is_served():
     # token 30 is "." and banned by -l: the default stop string "." can then never be produced
     assert "." not in body["content"] and body["stop_type"] == "limit"
     assert own_stop["generation_settings"]["stop"] == ["\n"]
+
+
+def test_mlock_reaches_llama_cpp():
+    """--mlock asks llama.cpp to lock the model in RAM: either the pages are locked
+    (VmLck) or llama.cpp says why not (RLIMIT_MEMLOCK): never silently ignored."""
+    proc = ServerProcess("-c", "512", "-np", "1", "--mlock")
+    try:
+        proc.wait_ready()
+        status = open(f"/proc/{proc.process.pid}/status").read()
+        locked_kib = int(status.split("VmLck:")[1].split()[0])
+        with proc.client() as client:
+            answer = client.post("/completion", json={"prompt": "Hello", "n_predict": 4}).json()
+        log = proc.log()
+    finally:
+        proc.stop()
+    assert "ignored llama-server flags" not in log
+    assert locked_kib > 50_000 or "failed to mlock" in log
+    assert answer["tokens_predicted"] == 4

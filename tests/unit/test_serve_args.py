@@ -264,3 +264,36 @@ def test_a_unified_kv_pool_and_its_per_slot_cap_reach_llama_cpp(tmp_path, monkey
     assert parse_serve_args(["-kvu"]).ignored_flags == []
     with pytest.raises(UsageError):
         parse_serve_args(["--kv-unified-per-slot", "-5"])
+
+
+def test_mlock_locks_what_the_load_mode_loads(tmp_path, monkeypatch):
+    """--mlock (llama-server's older flag; this llama.cpp spells it --load-mode) is not
+    dropped: it becomes llama.cpp's mlock load mode, over a mapped file or a read copy."""
+    import llama_cpp
+
+    from mlxcel.engine.llama_runtime import model_params
+    from mlxcel.turn.model_host import _runtime_config
+
+    def mode(argv):
+        return model_params(_runtime_config(parse_serve_args(argv), tmp_path / "m.gguf", 512)).load_mode
+
+    assert mode(["--mlock"]) == llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK
+    assert mode(["--mlock", "--no-mmap"]) == llama_cpp.LLAMA_LOAD_MODE_MLOCK
+    assert mode(["--mlock", "-lm", "none"]) == llama_cpp.LLAMA_LOAD_MODE_MLOCK
+    assert mode(["--mlock", "-lm", "mmap"]) == llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK
+    assert mode(["--mlock", "-lm", "mlock"]) == llama_cpp.LLAMA_LOAD_MODE_MLOCK
+    assert mode([]) == llama_cpp.LLAMA_LOAD_MODE_AUTO
+    assert parse_serve_args(["--mlock"]).ignored_flags == []
+    with pytest.raises(UsageError, match="--mlock"):
+        parse_serve_args(["--mlock", "-lm", "dio"])
+    monkeypatch.setenv("LLAMA_ARG_MLOCK", "1")
+    assert mode([]) == llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK
+
+
+@pytest.mark.parametrize("argv", [["-dt", "0.1"], ["--defrag-thold", "0.1"], ["--defrag-thold=-1"]])
+def test_defrag_threshold_is_accepted_and_named_deprecated(argv):
+    """llama-server accepts -dt only to say it is deprecated: so does the warning line."""
+    config = parse_serve_args([*argv, "-c", "512"])
+    assert config.ctx_size == 512
+    (note,) = config.ignored_flags
+    assert note.startswith(argv[0].split("=")[0] + " (") and "deprecated" in note
