@@ -116,7 +116,8 @@ class AcceptanceStats:
     ROUND_DECAY = 0.8  # of old evidence per verify round
     IDLE_DECAY = 0.9  # of old evidence per step without a draft
 
-    def __init__(self, max_draft: int) -> None:
+    def __init__(self, max_draft: int, prior_rate: float = PRIOR_RATE) -> None:
+        self.prior_rate = prior_rate
         self.reached = [0.0] * max_draft
         self.accepted = [0.0] * max_draft
 
@@ -140,7 +141,7 @@ class AcceptanceStats:
         toward the prior), so positions no draft has reached yet inherit what the
         deepest evidence says instead of falling back to the prior."""
         out = [0.0]
-        survival, rate = 1.0, self.PRIOR_RATE
+        survival, rate = 1.0, self.prior_rate
         for j in range(min(k, len(self.reached))):
             rate = (self.accepted[j] + self.PRIOR_WEIGHT * rate) / (self.reached[j] + self.PRIOR_WEIGHT)
             survival *= rate

@@ -91,8 +91,12 @@ class SamplerChain:
         self._n_vocab = n_vocab
         self._candidates: Candidates | None = None  # made on the first post-sampling draw
         self._ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        n_samplers = 0
         for sampler in self._samplers(params, n_vocab, banned_tokens):
             llama_cpp.llama_sampler_chain_add(self._ptr, sampler)
+            n_samplers += 1
+        # the chain is llama.cpp's greedy pick alone: the logits' argmax, nothing before it
+        self.argmax_only = params.greedy and n_samplers == 1
 
     def _window(self, last_n: int, zero_means_all: bool) -> int:
         """A penalty window in tokens: -1 (and 0 where it means "all") is the slot's
