@@ -397,8 +397,12 @@ class Engine:
         """This step's batch as spans: every decoding slot's next token (and drafts),
         then prompt chunks of prefilling slots, oldest first, within the budget."""
         spans: list[_Span] = []
-        n_planned = 0
-        expected_yield = 0.0  # tokens this batch is expected to emit
+        # a draft is sized against the whole batch it joins (every decoding slot's next
+        # token and the drafts planned so far): sized against a partial batch, the
+        # first slots see a batch dearer per token than the full one and over-draft
+        n_decoding = sum(1 for slot in self.slots if slot.state is SlotState.DECODE)
+        n_planned = n_decoding
+        expected_yield = float(n_decoding)  # tokens this batch is expected to emit
         for slot in self.slots:
             if slot.state is SlotState.DECODE:
                 full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
@@ -407,17 +411,17 @@ class Engine:
                 start = slot.n_past
                 slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
                 try:
-                    drafts, gain = self._draft(slot, n_planned + 1, expected_yield + 1.0)
+                    drafts, gain = self._draft(slot, n_planned, expected_yield)
                 except Exception as exc:  # noqa: BLE001
                     slot.cached_tokens.pop()
                     self._request_failed(slot.request, "drafting", exc)
                     continue
                 slot.cached_tokens.pop()
                 spans.append(_Span(slot, [slot.next_token, *drafts], start, prefill=False))
-                n_planned += 1 + len(drafts)
-                expected_yield += 1.0 + gain
+                n_planned += len(drafts)
+                expected_yield += gain
         n_decode = len(spans)
-        room = self._batch.capacity - n_planned
+        room = self._batch.capacity - sum(len(span.tokens) for span in spans)
         budget = room if n_decode == 0 else min(room, self.config.prefill_chunk)
         prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at)
         for slot in prefilling:
@@ -574,8 +578,9 @@ class Engine:
     def _draft(self, slot: Slot, batch_tokens: int, expected_yield: float) -> tuple[list[int], float]:
         """The tokens to draft for a decoding slot (none when speculation cannot apply
         or would not pay for itself in this batch) and how many of them are expected
-        to be accepted. `batch_tokens` and `expected_yield` count the batch so far,
-        this slot's next token included, which its history already ends with."""
+        to be accepted. `batch_tokens` and `expected_yield` count the batch's decode
+        tokens: every decoding slot's next token (this one's history already ends
+        with it) and the drafts planned so far."""
         request = slot.request
         drafter = self.config.drafter
         if slot.acceptance is None or request.constraint is not None or slot.forced_tokens:
@@ -585,7 +590,7 @@ class Engine:
         if slot.budget is not None and not slot.budget.done:
             return [], 0.0
         room = self._batch.capacity - batch_tokens
-        limit = min(room - len(self.slots), self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
+        limit = min(room, self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
         if request.max_tokens >= 0:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
         if limit < self.config.draft_min:

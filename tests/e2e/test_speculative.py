@@ -64,6 +64,38 @@ def test_greedy_output_is_identical_with_and_without_speculation_qwen(qwen):
     assert fast["timings"]["draft_n_accepted"] > 0
 
 
+STORIES = ["a lighthouse keeper", "a robot learning to paint", "bread in three countries", "a winter journey"]
+
+
+@pytest.fixture(scope="module")
+def smol_plain():
+    proc = ServerProcess("-c", "2048", "-np", "4", "--spec-type", "none")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+def test_free_generation_on_four_streams_is_the_plain_greedy_text(smol_spec, smol_plain):
+    """Text the model does not copy, four streams at once: whatever drafting does or
+    does not do (it backs off where proposals fail), the output is plain greedy's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def story(proc, topic):
+        with proc.client() as client:
+            return client.post("/completion", json={
+                "prompt": f"Write a short story about {topic}.\n", "n_predict": 160, "temperature": 0,
+                "cache_prompt": False}).json()
+
+    with ThreadPoolExecutor(4) as pool:
+        fast = list(pool.map(lambda topic: story(smol_spec, topic), STORIES))
+    plain = [story(smol_plain, topic) for topic in STORIES]
+    for f, p in zip(fast, plain):
+        assert f["content"] == p["content"] and f["tokens_predicted"] == p["tokens_predicted"]
+        assert f["tokens_evaluated"] + f["tokens_predicted"] < 256
+    assert "draft_n" not in plain[0]["timings"]
+
+
 def test_draft_counters_only_on_the_finish_chunk_and_native_timings(smol_spec):
     with smol_spec.client() as client:
         with client.stream("POST", "/v1/chat/completions", json={
