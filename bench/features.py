@@ -190,7 +190,7 @@ def free_aggregate(url: str, rounds: int) -> list[float]:
         for r in range(rounds + 1):  # round 0 warms up
             started = time.perf_counter()
             with ThreadPoolExecutor(4) as pool:
-                results = list(pool.map(lambda i: one(client, i, r), range(4)))
+                results = list(pool.map(one, [client] * 4, range(4), [r] * 4))
             if r:
                 samples.append(sum(n for n, _, _ in results) / (time.perf_counter() - started))
     drafted, accepted = sum(d for _, d, _ in results), sum(a for _, _, a in results)

@@ -3,7 +3,6 @@ followed against what the slot emits, per match-length class."""
 
 from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
 from mlxcel.engine.draft_tracker import SlotAcceptance
-
 from tests.unit.test_draft_policy import CPU
 
 SHORT, LONG = 0, 2  # match classes
