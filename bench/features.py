@@ -9,14 +9,20 @@
   lookup      decode tokens/s on an editing task (rewrite a ~400-token function with
               one change): mlxcel with prompt lookup against mlxcel plain, and
               llama-server with and without its ngram-simple speculation.
+  lookup-free aggregate tokens/s of 4 concurrent streams of free generation (text
+              the model does not copy): mlxcel with prompt lookup against mlxcel
+              plain, rounds alternating between the two servers. Drafting must back
+              off where it does not pay: target >= 0.98.
   structured  decode tokens/s with a json_schema against without, on mlxcel.
 
-    .venv/bin/python bench/features.py [--only cache,lookup,structured] [--rounds 3]
+    .venv/bin/python bench/features.py [--only cache,lookup,lookup-free,structured] [--rounds 3]
+        [--model GGUF] [--mlxcel-cmd CMD]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import threading
@@ -153,10 +159,43 @@ def lookup_decode(url: str, rounds: int) -> list[float]:
     samples = []
     with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
         for r in range(rounds + 1):
-            _, arrivals, _ = streamed(client, f"{url}/completion", {
+            _, arrivals, final = streamed(client, f"{url}/completion", {
                 "prompt": EDIT_PROMPT, "n_predict": 400, "temperature": 0, "cache_prompt": False})
             if r:
                 samples.append(decode_rate(arrivals))
+    timings = final.get("timings") or {}
+    if timings.get("draft_n"):
+        print(f"    last round: {len(arrivals)} chunks, drafted {timings['draft_n']}, "
+              f"accepted {timings.get('draft_n_accepted')}")
+    return samples
+
+
+FREE_TOPICS = ("a lighthouse keeper who finds a map", "the history of bread in three countries",
+               "a robot learning to paint", "a winter journey across the mountains")
+
+
+def free_aggregate(url: str, rounds: int) -> list[float]:
+    """Aggregate tokens/s of 4 concurrent streams of free (sampled, seeded) generation."""
+    def one(client: httpx.Client, i: int, r: int) -> tuple[int, int, int]:
+        body = {"messages": [{"role": "user", "content": f"Write a long story about {FREE_TOPICS[i]}."}],
+                "max_tokens": 256, "temperature": 0.8, "seed": 1000 * r + i, "ignore_eos": True,
+                "cache_prompt": False}
+        _, arrivals, final = streamed(client, f"{url}/v1/chat/completions", body)
+        return ((final.get("usage") or {}).get("completion_tokens") or len(arrivals),
+                (final.get("timings") or {}).get("draft_n", 0), (final.get("timings") or {}).get("draft_n_accepted", 0))
+
+    samples = []
+    with httpx.Client(timeout=600, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0,
+                                                                        max_connections=8)) as client:
+        for r in range(rounds + 1):  # round 0 warms up
+            started = time.perf_counter()
+            with ThreadPoolExecutor(4) as pool:
+                results = list(pool.map(one, [client] * 4, range(4), [r] * 4))
+            if r:
+                samples.append(sum(n for n, _, _ in results) / (time.perf_counter() - started))
+    drafted, accepted = sum(d for _, d, _ in results), sum(a for _, _, a in results)
+    if drafted:
+        print(f"    last round: drafted {drafted}, accepted {accepted}")
     return samples
 
 
@@ -181,25 +220,55 @@ def structured_decode(url: str, rounds: int) -> dict[str, list[float]]:
 
 # -- driver ---------------------------------------------------------------------------
 
+def step_profile(url: str) -> str:
+    """mlxcel's engine step counters (milliseconds per step by phase), if it serves them."""
+    with httpx.Client(timeout=10, trust_env=False) as client:
+        response = client.get(f"{url}/metrics")
+    if response.status_code != 200:
+        return ""
+    values = dict(line.split() for line in response.text.splitlines() if line.startswith("mlxcel_engine_step"))
+    steps = float(values.get("mlxcel_engine_steps_total", 0))
+    if not steps:
+        return ""
+    phases = " ".join(f"{phase} {1e3 * float(values[f'mlxcel_engine_step_{phase}_seconds_total']) / steps:.2f}"
+                      for phase in ("schedule", "fill", "decode", "sample", "emit"))
+    return f"{int(steps)} steps, ms/step: {phases}"
+
+
 def run_variant(name: str, argv: list[str], log_dir: Path, fn, rounds: int):
     server = start(name, argv, log_dir)
     try:
-        return fn(server.url, rounds)
+        result = fn(server.url, rounds)
+        if name.startswith("mlxcel") and (profile := step_profile(server.url)):
+            print(f"    {name}: {profile}")
+        return result
     finally:
         server.stop()
 
 
+def alternate(variants: dict[str, list[str]], log_dir: Path, fn, rounds: int) -> dict[str, list[float]]:
+    """Each round on each variant in turn (a fresh server per round and variant), so
+    that the load on a shared machine drifts over all of them alike."""
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, argv in variants.items():
+            out[name] += run_variant(name, argv, log_dir, fn, 1)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="cache,lookup,structured")
+    ap.add_argument("--only", default="cache,lookup,lookup-free,structured")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", type=Path, default=MODEL, help="GGUF file (default SmolLM2-135M-Instruct)")
     ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
+    ap.add_argument("--mlxcel-cmd", default=f"{ROOT / '.venv/bin/mlxcel'} serve",
+                    help="how to start mlxcel (default: .venv/bin/mlxcel serve)")
     args = ap.parse_args()
     ref = str(ensure_llama_server())
     common = ["-m", str(args.model), "-c", "8192", "-np", "4", "-t", str(args.threads)]
-    mlxcel = [str(ROOT / ".venv/bin/mlxcel"), "serve", *common]
+    mlxcel = [*shlex.split(args.mlxcel_cmd), *common, "--metrics"]
     llama = [ref, *common] + (["--no-webui"] if supports_flag(ref, "--no-webui") else [])
     med = statistics.median
     only = set(args.only.split(","))
@@ -212,7 +281,7 @@ def main() -> int:
             print(f"  ratio mlxcel/llama-server {a / b:.3f}  mlxcel/llama-server(no cache-ram) {a / c:.3f}"
                   "  target <= 0.5")
     if "lookup" in only:
-        plain = med(run_variant("mlxcel", mlxcel, args.log_dir, lookup_decode, args.rounds))
+        plain = med(run_variant("mlxcel", [*mlxcel, "--spec-type", "none"], args.log_dir, lookup_decode, args.rounds))
         spec = med(run_variant("mlxcel-lookup", [*mlxcel, "--spec-type", "ngram-simple"], args.log_dir,
                                lookup_decode, args.rounds))
         ref_plain = med(run_variant("llama-server", llama, args.log_dir, lookup_decode, args.rounds))
@@ -222,6 +291,15 @@ def main() -> int:
               f"llama-server plain {ref_plain:.1f}  ngram-simple {ref_spec:.1f}")
         print(f"  ratio mlxcel lookup/plain {spec / plain:.3f} (target >= 1.5)  "
               f"mlxcel lookup / llama-server ngram-simple {spec / ref_spec:.3f}")
+    if "lookup-free" in only:
+        variants = {"mlxcel": [*mlxcel, "--spec-type", "none"],
+                    "mlxcel-lookup": [*mlxcel, "--spec-type", "ngram-simple"]}
+        rates = alternate(variants, args.log_dir, free_aggregate, args.rounds)
+        plain, spec = med(rates["mlxcel"]), med(rates["mlxcel-lookup"])
+        ratios = [b / a for a, b in zip(rates["mlxcel"], rates["mlxcel-lookup"])]
+        print(f"free generation, 4 streams, aggregate tok/s: mlxcel plain {plain:.1f}  lookup {spec:.1f}")
+        print(f"  ratio lookup/plain {spec / plain:.3f} (per round {' '.join(f'{x:.3f}' for x in ratios)}, "
+              "target >= 0.98)")
     if "structured" in only:
         rates = run_variant("mlxcel", mlxcel, args.log_dir, structured_decode, args.rounds)
         a, b = med(rates["json_schema"]), med(rates["plain"])

@@ -101,7 +101,7 @@ class ServerConfig:
     cache_ram_mib: int = 8192  # host prompt cache: -1 no limit, 0 off
     cache_max_entries: int = 1024
     cache_ttl_seconds: float = 3600.0
-    spec_type: str = "none"  # none | ngram-simple (prompt lookup) | draft (--model-draft)
+    spec_type: str = "ngram-simple"  # ngram-simple (prompt lookup) | none | draft (--model-draft)
     model_draft: str | None = None
     spec_ngram_size: int = 3
     spec_ngram_size_m: int = 48  # prompt lookup: most tokens drafted per round

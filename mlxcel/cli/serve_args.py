@@ -193,8 +193,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "most entries in the host-RAM prompt cache"),
     (("--cache-ttl",), "cache_ttl", _ranged(float, 0.0), 3600.0, "MLXCEL_CACHE_TTL_SECS",
      "seconds an unused prompt-cache entry lives (0: no expiry)"),
-    (("--spec-type",), "spec_type", _spec_type, "none", "LLAMA_ARG_SPEC_TYPE",
-     "speculative decoding: none, or ngram-simple (prompt lookup: drafts copied from the prompt and output)"),
+    (("--spec-type",), "spec_type", _spec_type, "ngram-simple", "LLAMA_ARG_SPEC_TYPE",
+     ("speculative decoding: ngram-simple (the default; prompt lookup: drafts copied from the prompt and output,"
+      " only where they pay, so output is unchanged and text that is not copied runs at plain speed), or none")),
     (("-md", "--model-draft", "--spec-draft-model"), "model_draft", str, None, "LLAMA_ARG_SPEC_DRAFT_MODEL",
      "draft model for speculative decoding (catalog name or .gguf path; same vocabulary as --model)"),
     (("--spec-ngram-simple-size-n",), "spec_ngram_size", _ranged(int, 1, 64), 3, "LLAMA_ARG_SPEC_NGRAM_SIMPLE_SIZE_N",

@@ -116,7 +116,8 @@ class AcceptanceStats:
     ROUND_DECAY = 0.8  # of old evidence per verify round
     IDLE_DECAY = 0.9  # of old evidence per step without a draft
 
-    def __init__(self, max_draft: int) -> None:
+    def __init__(self, max_draft: int, prior_rate: float = PRIOR_RATE) -> None:
+        self.prior_rate = prior_rate
         self.reached = [0.0] * max_draft
         self.accepted = [0.0] * max_draft
 
@@ -140,12 +141,18 @@ class AcceptanceStats:
         toward the prior), so positions no draft has reached yet inherit what the
         deepest evidence says instead of falling back to the prior."""
         out = [0.0]
-        survival, rate = 1.0, self.PRIOR_RATE
+        survival, rate = 1.0, self.prior_rate
         for j in range(min(k, len(self.reached))):
             rate = (self.accepted[j] + self.PRIOR_WEIGHT * rate) / (self.reached[j] + self.PRIOR_WEIGHT)
             survival *= rate
             out.append(out[-1] + survival)
         return out
+
+
+# a draft must promise this much more than the plain batch: near break-even the
+# estimates (acceptance, and a cost curve measured on one sequence) are noisier than
+# the gain, and a verify batch has costs the curve does not see
+DRAFT_MARGIN = 0.1
 
 
 def best_draft_length(
@@ -155,11 +162,14 @@ def best_draft_length(
     batch_yield: float,
     min_draft: int,
     seconds_per_draft: float = 0.0,
+    margin: float = DRAFT_MARGIN,
 ) -> int:
     """The draft length k (0, or min_draft..len(expected)-1) that maximises the
     batch's expected tokens per second: (batch_yield + E[accepted(k)]) over the cost
-    of a batch of batch_tokens + k tokens plus drafting k tokens."""
-    best_k, best_rate = 0, batch_yield / costs.cost(batch_tokens)
+    of a batch of batch_tokens + k tokens plus drafting k tokens; 0 unless that beats
+    the batch without drafts by `margin`."""
+    plain = batch_yield / costs.cost(batch_tokens)
+    best_k, best_rate = 0, plain * (1.0 + margin)
     for k in range(max(1, min_draft), len(expected)):
         rate = (batch_yield + expected[k]) / (costs.cost(batch_tokens + k) + k * seconds_per_draft)
         if rate > best_rate:

@@ -18,7 +18,8 @@ from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
 from mlxcel.engine.draft_model import DraftModel
-from mlxcel.engine.draft_policy import AcceptanceStats, DecodeCosts, best_draft_length
+from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
+from mlxcel.engine.draft_tracker import SlotAcceptance
 from mlxcel.engine.faults import (
     INJECTED_COMPUTE_FAILURE,
     INJECTED_NO_ROOM,
@@ -28,13 +29,13 @@ from mlxcel.engine.faults import (
     InjectedFault,
     injection_enabled,
 )
-from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
+from mlxcel.engine.llama_runtime import LlamaRuntime, greedy_token, logits_row
 from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
 from mlxcel.engine.prompt_cache import HostPromptCache
-from mlxcel.engine.prompt_lookup import PromptLookup
+from mlxcel.engine.prompt_lookup import PromptLookup, match_class
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, Timings, TokenEvent
 from mlxcel.engine.sampling import SamplerChain
 from mlxcel.engine.slot_memory import SlotMemory
@@ -373,7 +374,8 @@ class Engine:
         if self.config.lookup_ngram > 0:
             slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
         if self._draft_cap:
-            slot.acceptance = AcceptanceStats(self._draft_cap)
+            # a draft model has one kind of draft; prompt lookup's differ by how long a match they copy
+            slot.acceptance = SlotAcceptance(self._draft_cap, (0.9,) if self.config.drafter is not None else None)
         self.stats.sequences_started += 1
         self._publish()
 
@@ -399,8 +401,12 @@ class Engine:
         """This step's batch as spans: every decoding slot's next token (and drafts),
         then prompt chunks of prefilling slots, oldest first, within the budget."""
         spans: list[_Span] = []
-        n_planned = 0
-        expected_yield = 0.0  # tokens this batch is expected to emit
+        # a draft is sized against the whole batch it joins (every decoding slot's next
+        # token and the drafts planned so far): sized against a partial batch, the
+        # first slots see a batch dearer per token than the full one and over-draft
+        n_decoding = sum(1 for slot in self.slots if slot.state is SlotState.DECODE)
+        n_planned = n_decoding
+        expected_yield = float(n_decoding)  # tokens this batch is expected to emit
         for slot in self.slots:
             if slot.state is SlotState.DECODE:
                 full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
@@ -409,17 +415,17 @@ class Engine:
                 start = slot.n_past
                 slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
                 try:
-                    drafts, gain = self._draft(slot, n_planned + 1, expected_yield + 1.0)
+                    drafts, gain = self._draft(slot, n_planned, expected_yield)
                 except Exception as exc:  # noqa: BLE001
                     slot.cached_tokens.pop()
                     self._request_failed(slot.request, "drafting", exc)
                     continue
                 slot.cached_tokens.pop()
                 spans.append(_Span(slot, [slot.next_token, *drafts], start, prefill=False))
-                n_planned += 1 + len(drafts)
-                expected_yield += 1.0 + gain
+                n_planned += len(drafts)
+                expected_yield += gain
         n_decode = len(spans)
-        room = self._batch.capacity - n_planned
+        room = self._batch.capacity - sum(len(span.tokens) for span in spans)
         budget = room if n_decode == 0 else min(room, self.config.prefill_chunk)
         prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at)
         for slot in prefilling:
@@ -579,8 +585,9 @@ class Engine:
     def _draft(self, slot: Slot, batch_tokens: int, expected_yield: float) -> tuple[list[int], float]:
         """The tokens to draft for a decoding slot (none when speculation cannot apply
         or would not pay for itself in this batch) and how many of them are expected
-        to be accepted. `batch_tokens` and `expected_yield` count the batch so far,
-        this slot's next token included, which its history already ends with."""
+        to be accepted. `batch_tokens` and `expected_yield` count the batch's decode
+        tokens: every decoding slot's next token (this one's history already ends
+        with it) and the drafts planned so far."""
         request = slot.request
         drafter = self.config.drafter
         if slot.acceptance is None or request.constraint is not None or slot.forced_tokens:
@@ -590,22 +597,39 @@ class Engine:
         if slot.budget is not None and not slot.budget.done:
             return [], 0.0
         room = self._batch.capacity - batch_tokens
-        limit = min(room - len(self.slots), self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
+        limit = min(room, self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
         if request.max_tokens >= 0:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
         if limit < self.config.draft_min:
             return [], 0.0
-        proposal = None
         if drafter is None:
-            proposal = slot.lookup.draft(slot.cached_tokens, limit)
-            limit = len(proposal)
-        expected = slot.acceptance.expected_accepted(limit)
+            return self._lookup_draft(slot, limit, batch_tokens, expected_yield)
+        stats = slot.acceptance.stats(0)
+        expected = stats.expected_accepted(limit)
         k = self._draft_length(expected, batch_tokens, expected_yield)
         if k == 0:
-            slot.acceptance.idle()
+            stats.idle()  # a draft model's drafts are judged only when verified: evidence fades back to the prior
             return [], 0.0
-        drafts = proposal[:k] if proposal is not None else drafter.draft(slot.id, slot.cached_tokens, k)
+        drafts = drafter.draft(slot.id, slot.cached_tokens, k)
+        slot.acceptance.follow(drafts, 0)
         return drafts, expected[len(drafts)]
+
+    def _lookup_draft(self, slot: Slot, limit: int, batch_tokens: int, expected_yield: float) -> tuple[list[int], float]:
+        """Prompt lookup's proposal, drafted as far as it pays. One not drafted is still
+        followed against what the slot emits (unless one is followed already), so the
+        evidence about undrafted proposals stays fresh at no cost."""
+        proposal = slot.lookup.draft(slot.cached_tokens, limit)
+        if not proposal.tokens:
+            return [], 0.0
+        kind = match_class(proposal.match)
+        expected = slot.acceptance.stats(kind).expected_accepted(len(proposal.tokens))
+        k = self._draft_length(expected, batch_tokens, expected_yield)
+        if k == 0:
+            if not slot.acceptance.following:
+                slot.acceptance.follow(proposal.tokens, kind)
+            return [], 0.0
+        slot.acceptance.follow(proposal.tokens, kind)
+        return proposal.tokens[:k], expected[k]
 
     def _draft_length(self, expected: list[float], batch_tokens: int, expected_yield: float) -> int:
         if len(expected) <= self.config.draft_min:
@@ -618,14 +642,22 @@ class Engine:
 
     def _verify(self, slot: Slot) -> None:
         """Sample at the slot's token and at each drafted one in order, keeping drafts
-        while they equal what was sampled; the rest of the drafted memory is cut."""
+        while they equal what was sampled; the rest of the drafted memory is cut. A
+        request whose sampler is a plain argmax reads each row's argmax directly
+        (llama.cpp's greedy pick, without building a candidates array per row)."""
         drafts, indices = slot.drafts, slot.draft_indices
         slot.drafts, slot.draft_indices = [], []
+        rows = [slot.batch_index, *indices]
+        argmax = self._argmax_only(slot)
         accepted = 0
-        for i, token in enumerate([None, *drafts]):
-            if i:
-                slot.batch_index = indices[i - 1]
-            sampled = self._sample(slot)
+        for i, row in enumerate(rows):
+            if argmax and not slot.forced_tokens:
+                slot.batch_index = -1
+                sampled = greedy_token(self.runtime.ctx, row, self.tokenizer.n_vocab)
+                self._accept_token(slot, sampled)
+            else:
+                slot.batch_index = row
+                sampled = self._sample(slot)
             if slot.request is None or slot.state is not SlotState.DECODE:
                 break  # finished
             if i < len(drafts) and sampled == drafts[i]:
@@ -637,7 +669,12 @@ class Engine:
         slot.draft_rounds += 1
         slot.draft_n += len(drafts)
         slot.draft_accepted += accepted
-        slot.acceptance.observe(len(drafts), accepted)
+
+    def _argmax_only(self, slot: Slot) -> bool:
+        """Whether the slot's next tokens are the logits' argmax, nothing else asked."""
+        request = slot.request
+        return (getattr(slot.sampler, "argmax_only", False) and request.logprobs is None
+                and request.constraint is None and not (self._injecting and request.fault is Fault.SAMPLE))
 
     def _sample(self, slot: Slot) -> int:
         request = slot.request
@@ -689,6 +726,8 @@ class Engine:
             self.stats.count_first_token(slot.wait_s, slot.restore_s, now - slot.admitted_at,
                                          len(request.prompt_tokens) - slot.n_reused)
         slot.n_generated += 1
+        if slot.acceptance is not None:
+            slot.acceptance.emitted(token)
         if self.tokenizer.is_eog(token) and not request.ignore_eos:
             end = TokenEvent(token=token, text="", **scores) if scores else None
             self._finish(slot, FinishReason.STOP, eos=True, end_token=end)

@@ -13,6 +13,7 @@ from pathlib import Path
 import llama_cpp
 
 from mlxcel.config import ServerConfig
+from mlxcel.engine.cost_cache import cost_file, load_costs, save_costs
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.engine import Engine, EngineConfig
@@ -20,6 +21,7 @@ from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
+from mlxcel.models.store import mlxcel_home
 from mlxcel.structured.constraint import BatchMasker
 from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy
 
@@ -115,16 +117,24 @@ class ModelHost:
         timer.start()
 
     def _measure_decode_costs(self, runtime: LlamaRuntime, draft_model: bool) -> DecodeCosts | None:
-        """What each batch size costs to decode, for sizing drafts; None (drafts then
-        take whatever is proposed) when it cannot be measured."""
+        """What each batch size costs to decode, for sizing drafts: read back from the
+        last start with this model and these settings, else measured (and saved); None
+        (drafts then take whatever is proposed) when it cannot be measured."""
         cfg = self.config
-        most = cfg.spec_draft_max if draft_model else cfg.spec_ngram_size_m
+        most = min(cfg.spec_draft_max if draft_model else cfg.spec_ngram_size_m, runtime.n_batch) + cfg.parallel
+        settings = {"most": most, "config": runtime.config}
+        path = cost_file(mlxcel_home() / "decode-costs", Path(self.model_path), settings)
+        measured = load_costs(path)
+        if measured is not None:
+            log.info("decode cost by batch size read back from %s", path)
+            return DecodeCosts(measured)
         try:
-            costs = DecodeCosts.measure(runtime, most + cfg.parallel)
+            costs = DecodeCosts.measure(runtime, most)
         except RuntimeError as exc:
             log.warning("speculation will draft without a cost model: %s", exc)
             return None
         log.info("decode cost by batch size (ms): %s", " ".join(f"{n}:{1000 * c:.1f}" for n, c in costs.measured.items()))
+        save_costs(path, costs.measured)
         return costs
 
     def _load(self, on_failure: Callable[[str], None]) -> None:

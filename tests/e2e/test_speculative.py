@@ -1,5 +1,5 @@
-"""Prompt-lookup speculative decoding: drafts verified in one batch, greedy output
-unchanged, and the draft counters exactly where the spec puts them.
+"""Prompt-lookup speculative decoding (on by default): drafts verified in one batch,
+greedy output unchanged, and the draft counters exactly where the spec puts them.
 
 The comparisons stay under 256 positions per sequence: below that, llama.cpp's CPU
 kernels give bit-identical logits for one token and for a verify batch; past 256
@@ -33,13 +33,23 @@ def smol_spec():
         proc.stop()
 
 
+@pytest.fixture(scope="module")
+def smol_plain():
+    proc = ServerProcess("-c", "2048", "-np", "4", "--spec-type", "none")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
 def _chat(client, **extra):
     body = {"messages": EDIT, "temperature": 0, "max_tokens": 90, "cache_prompt": False, **extra}
     return client.post("/v1/chat/completions", json=body).json()
 
 
-def test_greedy_output_is_identical_with_and_without_speculation_smollm2(smol_spec, http):
-    plain = _chat(http)
+def test_greedy_output_is_identical_with_and_without_speculation_smollm2(smol_spec, smol_plain):
+    with smol_plain.client() as client:
+        plain = _chat(client)
     with smol_spec.client() as client:
         fast = _chat(client)
     assert fast["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
@@ -51,17 +61,41 @@ def test_greedy_output_is_identical_with_and_without_speculation_smollm2(smol_sp
 
 
 def test_greedy_output_is_identical_with_and_without_speculation_qwen(qwen):
-    proc = _spec_server("qwen2.5-coder-0.5b-instruct")
+    """The shared Qwen server speculates (the default); a plain one is started here."""
+    proc = ServerProcess("-c", "2048", "-np", "2", "--spec-type", "none", model="qwen2.5-coder-0.5b-instruct")
     try:
         proc.wait_ready()
         with proc.client() as client:
-            fast = _chat(client)
+            plain = _chat(client)
     finally:
         proc.stop()
     with qwen.client() as client:
-        plain = _chat(client)
+        fast = _chat(client)
     assert fast["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
     assert fast["timings"]["draft_n_accepted"] > 0
+
+
+STORIES = ["a lighthouse keeper", "a robot learning to paint", "bread in three countries", "a winter journey"]
+
+
+def test_free_generation_on_four_streams_is_the_plain_greedy_text(smol_spec, smol_plain):
+    """Text the model does not copy, four streams at once: whatever drafting does or
+    does not do (it backs off where proposals fail), the output is plain greedy's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def story(proc, topic):
+        with proc.client() as client:
+            return client.post("/completion", json={
+                "prompt": f"Write a short story about {topic}.\n", "n_predict": 160, "temperature": 0,
+                "cache_prompt": False}).json()
+
+    with ThreadPoolExecutor(4) as pool:
+        fast = list(pool.map(lambda topic: story(smol_spec, topic), STORIES))
+    plain = [story(smol_plain, topic) for topic in STORIES]
+    for f, p in zip(fast, plain):
+        assert f["content"] == p["content"] and f["tokens_predicted"] == p["tokens_predicted"]
+        assert f["tokens_evaluated"] + f["tokens_predicted"] < 256
+    assert "draft_n" not in plain[0]["timings"]
 
 
 def test_draft_counters_only_on_the_finish_chunk_and_native_timings(smol_spec):
@@ -93,7 +127,7 @@ def test_speculation_runs_alongside_other_slots(smol_spec):
     assert story["choices"][0]["message"]["content"]
 
 
-def test_draft_model_speculation(http):
+def test_draft_model_speculation(smol_plain):
     """A draft model with the same vocabulary (here the model itself, so every draft
     is accepted): greedy output unchanged, counters of kind draft-model."""
     proc = ServerProcess("-c", "2048", "-np", "1", "--model-draft", "smollm2-135m-instruct", "--spec-draft-n-max", "6")
@@ -103,7 +137,8 @@ def test_draft_model_speculation(http):
             fast = _chat(client)
     finally:
         proc.stop()
-    plain = _chat(http)
+    with smol_plain.client() as client:
+        plain = _chat(client)
     assert fast["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
     timings = fast["timings"]
     assert timings["draft_kind"] == "draft-model" and timings["draft_rounds"] > 0
@@ -118,3 +153,12 @@ def test_draft_model_must_share_the_vocabulary():
             proc.wait_ready(timeout=120)
     finally:
         proc.stop()
+
+
+def test_speculation_is_on_by_default_and_none_turns_it_off(http, smol_plain):
+    body = {"prompt": CODE + CODE, "n_predict": 40, "temperature": 0, "cache_prompt": False}
+    copied = http.post("/completion", json=body).json()
+    assert copied["timings"]["draft_kind"] == "prompt-lookup" and copied["timings"]["draft_n_accepted"] > 0
+    with smol_plain.client() as client:
+        plain = client.post("/completion", json=body).json()
+    assert "draft_n" not in plain["timings"] and plain["content"] == copied["content"]

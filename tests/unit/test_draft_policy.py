@@ -101,3 +101,9 @@ def test_draft_model_cost_per_token_counts_against_long_drafts():
     free = best_draft_length(DecodeCosts(FLAT), expected, 1, 1.0, 2, seconds_per_draft=0.0)
     dear = best_draft_length(DecodeCosts(FLAT), expected, 1, 1.0, 2, seconds_per_draft=0.02)
     assert free == 15 and dear == 0  # drafting a token dearer than decoding it never pays
+
+
+def test_a_draft_near_break_even_is_not_made():
+    expected = [0.0, 0.05, 0.08]  # two drafts would gain about 6% on a flat curve
+    assert best_draft_length(DecodeCosts(FLAT), expected, 1, 1.0, 2, margin=0.0) == 2
+    assert best_draft_length(DecodeCosts(FLAT), expected, 1, 1.0, 2) == 0

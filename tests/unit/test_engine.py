@@ -566,3 +566,64 @@ def test_prompt_lookup_speculation_yields_exactly_the_plain_tokens(make_rig):
         assert e.token_ids == expected_tokens(periodic_with_surprises, prompt, 30)  # rejected drafts were cut
     timings = events[0].finish.timings
     assert timings.draft_rounds > 0 and 0 < timings.draft_n_accepted < timings.draft_n
+
+
+def de_bruijn(k: int, n: int) -> list[int]:
+    """A sequence over k symbols in which every n-gram occurs once (cyclically)."""
+    a, out = [0] * k * n, []
+
+    def db(t: int, p: int) -> None:
+        if t > n:
+            if n % p == 0:
+                out.extend(a[1 : p + 1])
+            return
+        a[t] = a[t - p]
+        db(t + 1, p)
+        for j in range(a[t - p] + 1, k):
+            a[t] = j
+            db(t + 1, t)
+
+    db(1, 1)
+    return out
+
+
+NEVER_COPIED = de_bruijn(4, 3)  # 64 tokens: each pair recurs with a new follower, no triple recurs
+
+
+def never_copies(history: list[int]) -> int:
+    """Text whose every 2-gram recurs but never with the follower it had before, in
+    the first 64 tokens: each prompt-lookup proposal fails at its first token."""
+    return 100 + NEVER_COPIED[len(history) % len(NEVER_COPIED)]
+
+
+def test_four_streams_on_a_cpu_draft_nothing_that_never_pays(make_rig):
+    """Short matches must prove themselves (on proposals followed but not drafted)
+    and are sized against the whole batch: on a CPU curve, four streams of text
+    that is never copied verify no draft at all, and generate the plain tokens."""
+    from mlxcel.engine.draft_policy import DecodeCosts
+    from tests.unit.test_draft_policy import CPU
+
+    rig = make_rig(n_parallel=4, model=never_copies, lookup_ngram=2, decode_costs=DecodeCosts(CPU))
+    prompts = [[1, 2, 3, 4][: i + 1] for i in range(4)]
+    events = [rig.submit(prompt, max_tokens=56) for prompt in prompts]
+    for e, prompt in zip(events, prompts):
+        assert e.wait().reason is FinishReason.LENGTH
+        assert e.token_ids == expected_tokens(never_copies, prompt, 56)
+        assert e.finish.timings.draft_n == 0
+    assert max(len(batch.tokens) for batch in rig.runtime.batches[1:]) == 4
+
+
+def test_a_stream_that_starts_copying_drafts_again(make_rig):
+    """The same stream, once its text repeats (a long match), drafts at once."""
+    from mlxcel.engine.draft_policy import DecodeCosts
+    from tests.unit.test_draft_policy import CPU
+
+    def copies_later(history: list[int]) -> int:
+        return never_copies(history) if len(history) < 40 else history[-30]
+
+    rig = make_rig(n_parallel=1, model=copies_later, lookup_ngram=2, decode_costs=DecodeCosts(CPU))
+    events = rig.submit([1], max_tokens=120)
+    assert events.wait().reason is FinishReason.LENGTH
+    assert events.token_ids == expected_tokens(copies_later, [1], 120)
+    timings = events.finish.timings
+    assert timings.draft_n_accepted > 40 and timings.draft_n_accepted >= 0.8 * timings.draft_n

@@ -1,11 +1,10 @@
-"""Pure logic of the host prompt cache and of prompt-lookup drafting."""
+"""Pure logic of the host prompt cache."""
 
 from __future__ import annotations
 
 import time
 
 from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache, block_hashes
-from mlxcel.engine.prompt_lookup import PromptLookup
 
 
 def test_block_hashes_chain_and_ignore_partial_blocks():
@@ -81,20 +80,3 @@ def test_ttl_expiry_and_idempotent_reset():
     cache.insert([2] * BLOCK_SIZE, b"bb")
     assert cache.reset() == {"entries": 1, "bytes": 2}
     assert cache.reset() == {"entries": 0, "bytes": 0}
-
-
-def test_prompt_lookup_drafts_what_followed_the_last_ngram():
-    lookup = PromptLookup(ngram=2, max_draft=4)
-    history = [1, 2, 3, 4, 5, 6, 9, 1, 2]
-    assert lookup.draft(history, limit=10) == [3, 4, 5, 6]
-    assert lookup.draft(history, limit=2) == [3, 4]
-    history += [7, 8]  # the tail 7, 8 never occurred before
-    assert lookup.draft(history, limit=10) == []
-    history += [1, 2]  # the latest earlier occurrence of (1, 2) is followed by 7, 8
-    assert lookup.draft(history, limit=10) == [7, 8, 1, 2]
-
-
-def test_prompt_lookup_reindexes_after_a_cut():
-    lookup = PromptLookup(ngram=1, max_draft=3)
-    assert lookup.draft([5, 6, 7, 5], limit=3) == [6, 7, 5]
-    assert lookup.draft([8, 9, 8], limit=3) == [9, 8]

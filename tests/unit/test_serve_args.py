@@ -136,6 +136,8 @@ def test_speculation_flags_follow_llama_server():
     assert (config.spec_type, config.spec_ngram_size, config.spec_ngram_size_m) == ("ngram-simple", 4, 24)
     assert config.spec_draft_max == 8
     assert parse_serve_args([]).spec_ngram_size_m == 48  # llama-server's length of the drafted m-gram
+    assert parse_serve_args([]).spec_type == "ngram-simple"  # on by default: it drafts only where it pays
+    assert parse_serve_args(["--spec-type", "none"]).spec_type == "none"
     with pytest.raises(UsageError):
         parse_serve_args(["--spec-ngram-simple-size-m", "0"])
 

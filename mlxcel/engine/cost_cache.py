@@ -1,0 +1,44 @@
+"""Measured decode costs kept on disk, one file per model file and the settings that
+change them, so that a restart does not spend seconds measuring again. A curve read
+back is only a shape: the running scale (DecodeCosts.observe) follows what batches
+take on the machine as it is now."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("mlxcel.engine")
+
+
+def cost_file(directory: Path, model: Path, settings: dict) -> Path:
+    """Where the curve of `model` under `settings` (JSON-able values) is kept; the
+    model file's size and modification time are part of the key."""
+    stat = model.stat()
+    key = json.dumps({"model": str(model.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns,
+                      **settings}, sort_keys=True, default=str)
+    return directory / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def load_costs(path: Path) -> dict[int, float] | None:
+    """The curve saved at `path`, or None when there is none or it is unreadable."""
+    try:
+        raw = json.loads(path.read_text())
+        measured = {int(n): float(seconds) for n, seconds in raw.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return measured if measured and 1 in measured and min(measured.values()) > 0 else None
+
+
+def save_costs(path: Path, measured: dict[int, float]) -> None:
+    """Save a curve (atomically); a failure only costs a measurement next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_suffix(f".{os.getpid()}.tmp")
+        temp.write_text(json.dumps({str(n): seconds for n, seconds in measured.items()}))
+        temp.replace(path)
+    except OSError as exc:
+        log.warning("could not save the decode cost curve to %s: %s", path, exc)

@@ -1,0 +1,22 @@
+"""Decode cost curves kept on disk between starts."""
+
+from mlxcel.engine.cost_cache import cost_file, load_costs, save_costs
+
+
+def test_a_saved_curve_reads_back_for_the_same_model_and_settings_only(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"weights")
+    path = cost_file(tmp_path / "costs", model, {"most": 52, "threads": 2})
+    assert load_costs(path) is None
+    save_costs(path, {1: 0.0157, 2: 0.0379, 16: 0.0827})
+    assert load_costs(path) == {1: 0.0157, 2: 0.0379, 16: 0.0827}
+    assert cost_file(tmp_path / "costs", model, {"most": 52, "threads": 1}) != path
+    model.write_bytes(b"other weights")  # a new file under the same name
+    assert cost_file(tmp_path / "costs", model, {"most": 52, "threads": 2}) != path
+
+
+def test_an_unreadable_or_senseless_curve_is_measured_again(tmp_path):
+    path = tmp_path / "c.json"
+    for text in ("not json", "[1, 2]", '{"2": 0.01}', '{"1": 0}', '{"1": "x"}'):
+        path.write_text(text)
+        assert load_costs(path) is None
