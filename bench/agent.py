@@ -33,7 +33,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).parent))
 from prompts import text_words  # noqa: E402
 from reference import ensure_llama_server  # noqa: E402
-from servers import Server, free_port, supports_flag  # noqa: E402
+from servers import Server, start_server, supports_flag  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -181,14 +181,6 @@ def summary(rounds: list[dict]) -> dict:
     return out
 
 
-def start(name: str, argv: list[str], log_dir: Path) -> Server:
-    port = free_port()
-    server = Server(name, [*argv, "--host", "127.0.0.1", "--port", str(port)], port, log_dir / f"{name}.log")
-    server.start()
-    server.wait_healthy()
-    return server
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=MODEL)
@@ -211,7 +203,7 @@ def main() -> int:
         ref = str(ensure_llama_server())
         commands["llama-server"] = [ref, *common] + (["--no-webui"] if supports_flag(ref, "--no-webui") else [])
     names = [n for n in commands if n in args.only.split(",")]
-    servers = {name: start(name, commands[name], args.log_dir) for name in names}
+    servers = {name: start_server(name, commands[name], args.log_dir) for name in names}
     results: dict[str, list[dict]] = {name: [] for name in names}
     try:
         for rnd in range(args.rounds):

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import reference
 from client import make_client, stream_completion, tokenize
 from prompts import long_prompt
-from report import Round, Row, clean_rounds, summarize, table, write_json
+from report import Round, Row, args_config, clean_rounds, summarize, table, write_json
 from run import MLXCEL_BIN, REPO, ensure_model, make_servers
 from scenarios import Measurement
 from servers import OtherLoad, running
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     rss = ", ".join(f"{n} {i.get('peak_rss_mib') or math.nan:.0f} MiB" for n, i in info.items())
     print(f"peak RSS: {rss}")
     if args.json:
-        config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        config = args_config(args)
         write_json(args.json, config, info, rounds, rows)
         print(f"raw samples: {args.json}")
     return 0

@@ -34,20 +34,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from reference import ensure_llama_server  # noqa: E402
-from servers import Server, free_port, supports_flag  # noqa: E402
+from servers import start_server, supports_flag  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # llama-server closes idle keep-alive connections; a pooled one can be dead on reuse
 NO_KEEPALIVE = httpx.Limits(max_keepalive_connections=0)
 MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def start(name: str, argv: list[str], log_dir: Path) -> Server:
-    port = free_port()
-    server = Server(name, [*argv, "--host", "127.0.0.1", "--port", str(port)], port, log_dir / f"{name}.log")
-    server.start()
-    server.wait_healthy()
-    return server
 
 
 def sse_chunks(response: httpx.Response):
@@ -236,7 +228,7 @@ def step_profile(url: str) -> str:
 
 
 def run_variant(name: str, argv: list[str], log_dir: Path, fn, rounds: int):
-    server = start(name, argv, log_dir)
+    server = start_server(name, argv, log_dir)
     try:
         result = fn(server.url, rounds)
         if name.startswith("mlxcel") and (profile := step_profile(server.url)):

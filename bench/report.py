@@ -138,3 +138,8 @@ def clean_rounds(rounds: list[Round], max_other_load: float) -> tuple[list[Round
 
     kept = [r for r in rounds if clean(r) or not any(clean(o) for o in rounds if o.scenario == r.scenario)]
     return kept, len(rounds) - len(kept)
+
+
+def args_config(args) -> dict:
+    """A bench's command-line arguments as JSON-able values (paths as strings)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}

@@ -24,7 +24,7 @@ from pathlib import Path
 import reference
 from bare_worker import BareWorker
 from client import make_client, stream_completion
-from report import Round, summarize, table, write_json
+from report import Round, args_config, summarize, table, write_json
 from scenarios import SCENARIOS, PromptBook
 from servers import HOST, Server, free_port, supports_flag
 
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
               "'split' = kv_unified false (as both servers run), 'unified' = kv_unified true. "
               "decode rows compare its decode steps, aggregate4 its prefill + decode wall time")
     if args.json:
-        config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        config = args_config(args)
         write_json(args.json, config, server_info, rounds, rows)
         print(f"raw samples: {args.json}")
     return 0

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import reference
 from client import StreamResult, make_client, stream_completion
 from prompts import short_prompt
-from report import Round, clean_rounds, summarize, table, write_json
+from report import Round, args_config, clean_rounds, summarize, table, write_json
 from run import DEFAULT_MODEL, MLXCEL_BIN, REPO, ensure_model, make_servers
 from scenarios import Measurement, percentile
 from servers import OtherLoad, running
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     rss = ", ".join(f"{n} {i.get('peak_rss_mib') or math.nan:.0f} MiB" for n, i in info.items())
     print(f"peak RSS: {rss}")
     if args.json:
-        config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        config = args_config(args)
         extra = {"priority_pass": {"metrics": prio.metrics, "raw": prio.raw}} if prio is not None else {}
         write_json(args.json, config, info, rounds, rows, **extra)
         print(f"raw samples: {args.json}")

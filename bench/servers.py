@@ -161,3 +161,13 @@ class OtherLoad:
             return float("nan")
         wall, host, server, client = (b - a for a, b in zip(self._start, end))
         return max(0.0, host - server - client) / (wall * (os.cpu_count() or 1))
+
+
+def start_server(name: str, argv: list[str], log_dir: Path) -> Server:
+    """Start `argv` (without --host/--port) on a free port, logging to log_dir/NAME.log,
+    and wait until /health answers 200."""
+    port = free_port()
+    server = Server(name, [*argv, "--host", HOST, "--port", str(port)], port, log_dir / f"{name}.log")
+    server.start()
+    server.wait_healthy()
+    return server

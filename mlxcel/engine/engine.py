@@ -29,7 +29,7 @@ from mlxcel.engine.faults import (
     InjectedFault,
     injection_enabled,
 )
-from mlxcel.engine.llama_runtime import LlamaRuntime, greedy_token, logits_row
+from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
 from mlxcel.engine.p_less import apply_p_less
@@ -642,22 +642,15 @@ class Engine:
 
     def _verify(self, slot: Slot) -> None:
         """Sample at the slot's token and at each drafted one in order, keeping drafts
-        while they equal what was sampled; the rest of the drafted memory is cut. A
-        request whose sampler is a plain argmax reads each row's argmax directly
-        (llama.cpp's greedy pick, without building a candidates array per row)."""
+        while they equal what was sampled; the rest of the drafted memory is cut (a
+        plain-greedy sampler reads each row's argmax: SamplerChain.sample)."""
         drafts, indices = slot.drafts, slot.draft_indices
         slot.drafts, slot.draft_indices = [], []
         rows = [slot.batch_index, *indices]
-        argmax = self._argmax_only(slot)
         accepted = 0
         for i, row in enumerate(rows):
-            if argmax and not slot.forced_tokens:
-                slot.batch_index = -1
-                sampled = greedy_token(self.runtime.ctx, row, self.tokenizer.n_vocab)
-                self._accept_token(slot, sampled)
-            else:
-                slot.batch_index = row
-                sampled = self._sample(slot)
+            slot.batch_index = row
+            sampled = self._sample(slot)
             if slot.request is None or slot.state is not SlotState.DECODE:
                 break  # finished
             if i < len(drafts) and sampled == drafts[i]:
@@ -669,12 +662,6 @@ class Engine:
         slot.draft_rounds += 1
         slot.draft_n += len(drafts)
         slot.draft_accepted += accepted
-
-    def _argmax_only(self, slot: Slot) -> bool:
-        """Whether the slot's next tokens are the logits' argmax, nothing else asked."""
-        request = slot.request
-        return (getattr(slot.sampler, "argmax_only", False) and request.logprobs is None
-                and request.constraint is None and not (self._injecting and request.fault is Fault.SAMPLE))
 
     def _sample(self, slot: Slot) -> int:
         request = slot.request

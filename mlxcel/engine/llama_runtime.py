@@ -271,8 +271,3 @@ def logits_row(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int) -
     pointer = llama_cpp.llama_get_logits_ith(ctx, batch_index)
     return np.ctypeslib.as_array(pointer, shape=(n_vocab,))
 
-
-def greedy_token(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int) -> int:
-    """The argmax of one batch output's logits, the first on a tie: what llama.cpp's
-    greedy sampler picks, without its per-call candidates array."""
-    return int(np.argmax(logits_row(ctx, batch_index, n_vocab)))

@@ -193,11 +193,6 @@ class SamplerChain:
             return llama_cpp.llama_sampler_init_infill(self._vocab)
         return None  # adaptive_p: the final draw
 
-    @property
-    def argmax_only(self) -> bool:
-        """The chain is llama.cpp's greedy pick alone: the logits' argmax, nothing before it."""
-        return self.argmax_bans is not None and not self.argmax_bans.shape[0]
-
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
         """The token for one batch output (whose logits row may already be masked)."""
         if self.argmax_bans is not None:
