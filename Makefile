@@ -14,7 +14,7 @@ ARGS ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install -e '.[test,audio]'
+	$(BIN)/python -m pip install -e '.[test,audio,cluster]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -42,8 +42,21 @@ class RequestLimits:
 
 
 @dataclass
+class ClusterSettings:
+    """--replicas N: N engine replicas on Ray Serve behind one endpoint (mlxcel.cluster)."""
+
+    replicas: int = 1
+    ray_address: str | None = None  # None: a Ray instance of our own on this machine
+    router: str = "prefix"  # or "round-robin"
+    min_replicas: int | None = None  # both set: replicas scale by queue depth between them
+    max_replicas: int | None = None
+    ray_cpus: int | None = None  # CPUs a local Ray instance offers (default: all of this machine's)
+
+
+@dataclass
 class ServerConfig:
     model: str
+    cluster: ClusterSettings | None = None  # --replicas / --ray-address: served by replicas on Ray
     config_file: str | None = None  # --config: many models from a YAML file (mlxcel.fleet)
     context_budget: bool = False  # 003 (many models): prompt + max_tokens beyond the slot's context is a 400
     explicit_flags: frozenset[str] = frozenset()  # flags given on the command line (they win over the file)

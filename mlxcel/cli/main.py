@@ -34,6 +34,10 @@ def serve(argv: list[str], prog: str) -> int:
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    if config.cluster is not None:
+        from mlxcel.cluster.launch import run_cluster
+
+        return run_cluster(config)
     from mlxcel.server.run import run_server
 
     return run_server(config, fleet)

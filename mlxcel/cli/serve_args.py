@@ -14,6 +14,7 @@ from typing import Any
 import llama_cpp
 
 from mlxcel.cli.arg_types import ranged as _ranged
+from mlxcel.cli.cluster_args import CLUSTER_OPTIONS, ClusterUsageError, cluster_settings, replica_threads
 from mlxcel.cli.flag_policy import REFUSED, refusal
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS
 from mlxcel.cli.sampling_args import (
@@ -312,7 +313,7 @@ def _env_bool(name: str) -> bool:
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
-    for flags, dest, kind, default, env, help_text in _VALUE_OPTIONS + SAMPLING_OPTIONS:
+    for flags, dest, kind, default, env, help_text in _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS:
         if env in os.environ:
             default = _env_value(env, kind)
         parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
@@ -326,7 +327,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 
 
 def implemented_flags() -> set[str]:
-    flags = {flag for option in _VALUE_OPTIONS + SAMPLING_OPTIONS for flag in option[0]}
+    flags = {flag for option in _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS for flag in option[0]}
     flags |= {flag for switch in _SWITCHES + SAMPLING_SWITCHES for flag in switch[0] + switch[1]}
     flags |= {flag for option in SAMPLING_LISTS for flag in option[0]}
     return flags | {"-h", "--help", "--version"}
@@ -521,10 +522,15 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     if args.port == 0 and sum(1 for host in args.host if not host.endswith(".sock")) > 1:
         raise UsageError("--port 0 is not supported with multiple TCP addresses")
     args.ubatch_size = min(args.ubatch_size, args.batch_size)
-    threads = args.threads or max(1, os.cpu_count() or 1)
+    try:
+        cluster = cluster_settings(args)
+    except ClusterUsageError as exc:
+        raise UsageError(str(exc)) from None
+    threads = replica_threads(args, cluster) or max(1, os.cpu_count() or 1)
     sampling = sampling_defaults(args)
     return ServerConfig(
         model=args.model,
+        cluster=cluster,
         config_file=args.config_file,
         explicit_flags=frozenset(getattr(args, "explicit_flags", ())),
         alias=args.alias[0] if args.alias else None,

@@ -25,6 +25,7 @@ LAYERS = [
     {"api"},
     {"observability"},
     {"server"},
+    {"cluster"},
     {"cli", "__main__"},
 ]
 HTTP_FREE = {"engine", "models", "config", "structured", "chat", "turn", "speech", "fleet"}

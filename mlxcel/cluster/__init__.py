@@ -1,0 +1,1 @@
+"""Engine replicas on Ray Serve behind one HTTP endpoint (`mlxcel serve --replicas N`)."""

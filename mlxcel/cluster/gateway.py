@@ -1,0 +1,206 @@
+"""The one HTTP endpoint in front of the engine replicas (a Ray Serve ingress).
+
+Every request is read whole (bounded by --max-body-bytes), asked its prompt's block
+digests by one replica when it has a prompt, and sent to the replica the router
+picks, its answer streamed back as the replica sends it: status, headers, body, SSE
+events included. A replica that dies before answering costs a retry on another; one
+that dies mid-stream ends the stream with an error event. /health, /metrics and
+/v1/metrics answer for every replica: ready while one is; samples labelled by
+replica."""
+
+import asyncio
+import dataclasses
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from ray import serve
+from ray.serve import context as serve_context
+
+from mlxcel.cluster import router as routing
+from mlxcel.cluster.envelope import HttpEnvelope, ResponseStart
+from mlxcel.cluster.metrics_merge import merge_exposition
+from mlxcel.cluster.prompt_keys import ROUTED
+from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
+
+log = logging.getLogger("mlxcel.cluster")
+ingress = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
+ATTEMPTS = 3
+DIGEST_TIMEOUT_S = 10.0
+FAN_OUT_TIMEOUT_S = 10.0
+HEALTH_PATHS = {"/health", "/v1/health"}
+METRICS_PATHS = {"/metrics", "/v1/metrics"}
+
+
+def _own_call_id() -> None:
+    """Give the next handle call its own internal request id. Ray Serve copies the
+    incoming request's id into every call made while handling it, and its router
+    matches a routing decision to a request by that id: calls made at once for one
+    incoming request (the fan-out, or the digests and the request itself) would
+    share one and wait on each other. The context variable is per task, so this
+    changes only the calling task's calls."""
+    current = serve_context._get_serve_request_context()  # noqa: SLF001 - no public way to set it
+    serve_context._serve_request_context.set(  # noqa: SLF001
+        dataclasses.replace(current, _internal_request_id=uuid.uuid4().hex))
+
+
+def _error(path: str, status: int, message: str, kind: str = "server_error") -> JSONResponse:
+    if is_anthropic_path(path):
+        return JSONResponse(anthropic_error_body("api_error" if status >= 500 else "invalid_request_error", message),
+                            status_code=status)
+    return JSONResponse(APIError(status, message, kind).body(), status_code=status)
+
+
+def _stream_error_event(path: str, message: str) -> bytes:
+    """The event that ends a stream whose replica failed, in its API's shape."""
+    if is_anthropic_path(path):
+        body = anthropic_error_body("api_error", message)
+        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+    if is_responses_path(path):
+        body = {"type": "error", "code": "server_error", "message": message, "param": None}
+        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+    return f"data: {json.dumps({'error': {'code': 502, 'message': message, 'type': 'server_error'}})}\n\n".encode()
+
+
+@serve.deployment
+@serve.ingress(ingress)
+class Gateway:
+    async def __init__(self, engine, max_body_bytes: int, api_prefix: str = "") -> None:
+        self.engine = engine
+        self.max_body_bytes = max_body_bytes
+        self.api_prefix = api_prefix
+        await self.engine.options(method_name="record_routing_stats").remote()  # the router starts with it
+
+    def _router(self) -> "routing.PrefixRouter | None":
+        return next(iter(routing.LIVE), None)
+
+    def replica_ids(self) -> list[str]:
+        router = self._router()
+        return sorted(router.replicas()) if router is not None else []
+
+    @ingress.api_route("/{path:path}", methods=METHODS, include_in_schema=False)
+    async def forward(self, request: Request, path: str) -> Response:
+        path = request.url.path
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        envelope = HttpEnvelope(request.method, path, request.url.query.encode(), list(request.headers.raw), body,
+                                (request.client.host, request.client.port) if request.client else None)
+        bare = path.removeprefix(self.api_prefix)
+        if request.method == "GET" and bare in HEALTH_PATHS:
+            return await self._health(envelope)
+        if request.method == "GET" and bare in METRICS_PATHS:
+            return await self._metrics(envelope)
+        digests = await self._digests(envelope) if request.method == "POST" and bare in ROUTED else None
+        return await self._forward(envelope, digests)
+
+    async def _body(self, request: Request) -> bytes | Response:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            return _error(request.url.path, 413, f"the request body exceeds {self.max_body_bytes} bytes",
+                          "invalid_request_error")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return _error(request.url.path, 413, f"the request body exceeds {self.max_body_bytes} bytes",
+                              "invalid_request_error")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _digests(self, envelope: HttpEnvelope) -> list[int] | None:
+        router = self._router()
+        if router is not None and router.mode != "prefix":
+            return None
+        try:
+            _own_call_id()
+            call = self.engine.options(method_name="prompt_digests").remote(envelope)
+            return await asyncio.wait_for(call, DIGEST_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - routing falls back to load
+            log.warning("no prompt digests for %s: %s", envelope.path, exc)
+            return None
+
+    async def _forward(self, envelope: HttpEnvelope, digests: list[int] | None) -> Response:
+        failure = None
+        for _ in range(ATTEMPTS):
+            _own_call_id()
+            stream = self.engine.options(method_name="serve_http", stream=True).remote(envelope,
+                                                                                      prompt_digests=digests)
+            try:
+                start = await stream.__anext__()
+            except StopAsyncIteration:
+                return _error(envelope.path, 502, "the replica closed the request without answering")
+            except asyncio.CancelledError:
+                stream.cancel()
+                raise
+            except Exception as exc:  # noqa: BLE001 - a replica that died before answering: try another
+                failure = exc
+                log.warning("replica failed before answering %s, retrying: %s", envelope.path, exc)
+                await asyncio.sleep(0.2)
+                continue
+            if not isinstance(start, ResponseStart):
+                return _error(envelope.path, 502, "the replica answered out of order")
+            response = StreamingResponse(self._rest(stream, envelope.path, start), status_code=start.status)
+            response.raw_headers = [(k, v) for k, v in start.headers if k.lower() != b"content-length"]
+            return response
+        return _error(envelope.path, 503, f"no replica could answer: {failure}", "unavailable_error")
+
+    @staticmethod
+    async def _rest(stream, path: str, start: ResponseStart) -> AsyncIterator[bytes]:
+        sse = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in start.headers)
+        try:
+            async for part in stream:
+                yield part
+        except asyncio.CancelledError:
+            stream.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - the replica died mid-stream
+            log.warning("replica failed mid-stream on %s: %s", path, exc)
+            if sse:
+                yield _stream_error_event(path, f"the replica serving this stream failed: {type(exc).__name__}")
+        finally:
+            stream.cancel()
+
+    async def _fan_out(self, envelope: HttpEnvelope) -> dict[str, tuple[int, bytes]]:
+        ids = self.replica_ids()
+
+        async def one(replica: str):
+            _own_call_id()
+            call = self.engine.options(method_name="call").remote(envelope, replica=replica)
+            return await asyncio.wait_for(call, FAN_OUT_TIMEOUT_S)
+
+        answers = await asyncio.gather(*(one(r) for r in ids), return_exceptions=True)
+        return {r: a for r, a in zip(ids, answers) if not isinstance(a, BaseException)}
+
+    async def _health(self, envelope: HttpEnvelope) -> Response:
+        answers = await self._fan_out(envelope)
+        replicas = {r: status for r, (status, _) in answers.items()}
+        ok = next((body for status, body in answers.values() if status == 200), None)
+        if ok is not None:
+            payload = json.loads(ok)
+            return JSONResponse({**payload, "replicas": replicas} if isinstance(payload, dict) else payload)
+        first = next(iter(answers.values()), None)
+        payload = json.loads(first[1]) if first is not None else {"status": "no replica is running"}
+        return JSONResponse({**payload, "replicas": replicas} if isinstance(payload, dict) else payload,
+                            status_code=503)
+
+    async def _metrics(self, envelope: HttpEnvelope) -> Response:
+        answers = await self._fan_out(envelope)
+        failed = next(((s, b) for s, b in answers.values() if s != 200), None)
+        if failed is not None or not answers:
+            status, body = failed or (503, b'{"error": {"code": 503, "message": "no replica answered"}}')
+            return Response(body, status_code=status, media_type="application/json")
+        bodies = {r: b for r, (_, b) in answers.items()}
+        try:
+            snapshots = {r: json.loads(b) for r, b in bodies.items()}
+        except ValueError:
+            text = merge_exposition({r: b.decode() for r, b in bodies.items()})
+            return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        router = self._router()
+        return JSONResponse({"object": "metrics.replicas", "replica_count": len(snapshots),
+                             "routing": dict(router.routed) if router is not None else {},
+                             "replicas": [{"replica": r, **s} for r, s in snapshots.items()]})

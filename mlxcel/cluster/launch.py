@@ -1,0 +1,94 @@
+"""`mlxcel serve --replicas N`: start (or join) Ray, deploy the engine replicas and
+the gateway on Ray Serve, serve until SIGINT/SIGTERM, then take them down."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+
+from mlxcel.config import ClusterSettings, ServerConfig
+
+log = logging.getLogger("mlxcel")
+ROUTING_STATS_PERIOD_S = 0.5
+APP_NAME = "mlxcel"
+
+
+def _deployments(config: ServerConfig, settings: ClusterSettings):
+    from ray import serve
+    from ray.serve.config import RequestRouterConfig
+
+    from mlxcel.cluster.gateway import Gateway
+    from mlxcel.cluster.replica import EngineReplica
+    from mlxcel.cluster.router import PrefixRouter
+
+    scaling = {}
+    if settings.min_replicas is not None and settings.max_replicas is not None:
+        scaling = {"autoscaling_config": {
+            "min_replicas": settings.min_replicas, "max_replicas": settings.max_replicas,
+            "initial_replicas": max(settings.min_replicas, 1),
+            # a replica's slots all busy is its target; a queue beyond them scales up
+            "target_ongoing_requests": config.parallel, "upscale_delay_s": 5, "downscale_delay_s": 60}}
+    else:
+        scaling = {"num_replicas": settings.replicas}
+    engine = serve.deployment(
+        EngineReplica, name="engine",
+        ray_actor_options={"num_cpus": config.threads},
+        max_ongoing_requests=config.parallel + config.queue_cap + 8,  # the replica's own queue answers past it
+        max_queued_requests=-1,
+        health_check_period_s=2, health_check_timeout_s=30, graceful_shutdown_timeout_s=5,
+        request_router_config=RequestRouterConfig(
+            request_router_class=PrefixRouter, request_router_kwargs={"mode": settings.router},
+            request_routing_stats_period_s=ROUTING_STATS_PERIOD_S, request_routing_stats_timeout_s=5),
+        **scaling,
+    )
+    gateway = Gateway.options(name="gateway", num_replicas=1, ray_actor_options={"num_cpus": 0},
+                              max_ongoing_requests=100_000)
+    return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix)
+
+
+def run_cluster(config: ServerConfig) -> int:
+    settings = config.cluster
+    logging.basicConfig(level=logging.DEBUG if config.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.ignored_flags:
+        log.warning("accepted and ignored llama-server flags (not applicable to mlxcel): %s",
+                    " ".join(config.ignored_flags))
+    try:
+        import ray
+        from ray import serve
+    except ImportError:
+        print("mlxcel: error: --replicas needs Ray Serve: pip install 'mlxcel[cluster]'", file=sys.stderr)
+        return 1
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    local = settings.ray_address is None and "RAY_ADDRESS" not in os.environ
+    init = {"num_cpus": settings.ray_cpus or os.cpu_count() or 1} if local else {"address": settings.ray_address}
+    ray.init(include_dashboard=False, log_to_driver=config.verbose, logging_level=logging.WARNING,
+             **init)
+    host = config.hosts[0]
+    try:
+        serve.start(http_options={"host": host, "port": config.port}, logging_config={"log_level": "WARNING"})
+        serve.run(_deployments(config, settings), name=APP_NAME, route_prefix="/", blocking=False)
+    except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deploy
+        print(f"mlxcel: error: the replicas did not start: {exc}", file=sys.stderr)
+        _stop(ray, serve)
+        return 1
+    where = "a local Ray instance" if local else f"the Ray cluster at {settings.ray_address or os.environ['RAY_ADDRESS']}"
+    log.info("mlxcel listening on http://%s:%d (model %s, %d replica(s) of %d threads on %s, %s routing)",
+             host, config.port, config.model, settings.replicas, config.threads, where, settings.router)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    _stop(ray, serve)
+    return 0
+
+
+def _stop(ray, serve) -> None:
+    try:
+        serve.delete(APP_NAME)
+        serve.shutdown()
+    finally:
+        ray.shutdown()

@@ -1,0 +1,148 @@
+"""The Ray Serve request router of the engine replicas.
+
+`prefix` (the default): a request goes to the replica holding the longest prefix of
+its prompt, as chained block digests (mlxcel.cluster.prompt_keys) checked against
+what each replica reports it holds (slots and host cache, refreshed every
+`request_routing_stats_period_s`) and what this router sent it since. Ties, and
+requests without a prompt, go to the least loaded replica (waiting + in flight). A
+replica holding the prefix is skipped when its load exceeds the least loaded one's
+by more than `overload` requests: a hot conversation must not pile up on one
+replica while others idle. `round-robin` rotates, for comparison.
+
+A request naming `replica=` (the gateway's fan-out: /health, /metrics) goes to that
+replica alone."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import weakref
+from collections import OrderedDict
+
+from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
+
+SENT_TTL_S = 30.0  # how long a prompt this router sent counts as held before a report confirms it
+SENT_MAX = 1 << 16
+LIVE: weakref.WeakSet[PrefixRouter] = weakref.WeakSet()  # routers in this process (the gateway reads them)
+
+
+def replica_key(replica: RunningReplica) -> str:
+    return replica.replica_id.unique_id
+
+
+class PrefixRouter(RequestRouter):
+    def initialize_state(self, mode: str = "prefix", overload: int | None = None) -> None:
+        self.mode = mode
+        self.overload = overload
+        self._turn = itertools.count()
+        self._sent: dict[str, OrderedDict[int, float]] = {}  # replica -> digest -> when sent
+        self._held_cache: dict[str, tuple[int, frozenset[int]]] = {}  # replica -> (id of report, its digests)
+        self.routed = {"prefix": 0, "load": 0, "round_robin": 0, "pinned": 0}
+        # Ray may unpickle this class by value, with copies of this module's globals: the
+        # registry the gateway reads is the imported module's
+        import mlxcel.cluster.router as registry
+
+        registry.LIVE.add(self)
+
+    # -- what the gateway reads ------------------------------------------------------
+
+    def replicas(self) -> dict[str, dict]:
+        """Every running replica's id and last report (without its digests)."""
+        return {replica_key(r): {k: v for k, v in (r.routing_stats or {}).items() if k != "held"}
+                for r in self.curr_replicas.values()}
+
+    # -- routing -----------------------------------------------------------------------
+
+    async def choose_replicas(self, candidate_replicas: list[RunningReplica],
+                              pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
+        if not candidate_replicas:
+            return []
+        kwargs = pending_request.kwargs if pending_request is not None else {}
+        if pending_request is not None:  # every rank tried and full: back off before the next round
+            pending_request.routing_context.should_backoff = True
+        pinned = kwargs.get("replica")
+        if pinned is not None:
+            self.routed["pinned"] += 1
+            return [[r for r in candidate_replicas if replica_key(r) == pinned]]
+        ready = [r for r in candidate_replicas if (r.routing_stats or {}).get("ready", True)] or candidate_replicas
+        by_load = sorted(ready, key=self._load)
+        if self.mode == "round-robin":
+            self.routed["round_robin"] += 1
+            start = next(self._turn) % len(ready)
+            rotated = ready[start:] + ready[:start]
+            return [[rotated[0]], rotated[1:]] if len(rotated) > 1 else [rotated]
+        prompt = kwargs.get("prompt_digests") or []
+        best = self._warmest(by_load, prompt) if prompt else None
+        if best is None:
+            self.routed["load"] += 1
+            return self._ranks(self._least_loaded(by_load), by_load)
+        self.routed["prefix"] += 1
+        return self._ranks(best, by_load)
+
+    def _warmest(self, by_load: list[RunningReplica], prompt: list[int]) -> RunningReplica | None:
+        floor = self._load(by_load[0])
+        bound = self.overload if self.overload is not None else self._slots(by_load[0])
+        best, best_depth = None, 0
+        for replica in by_load:  # least loaded first: ties keep the lighter one
+            if self._load(replica) > floor + bound:
+                continue
+            depth = self._depth(replica, prompt)
+            if depth > best_depth:
+                best, best_depth = replica, depth
+        return best
+
+    def _depth(self, replica: RunningReplica, prompt: list[int]) -> int:
+        held = self._held(replica)
+        sent = self._sent.get(replica_key(replica), {})
+        for depth in range(len(prompt), 0, -1):
+            digest = prompt[depth - 1]
+            if digest in held or digest in sent:
+                return depth
+        return 0
+
+    def _held(self, replica: RunningReplica) -> frozenset[int]:
+        stats = replica.routing_stats or {}
+        digests = stats.get("held") or []
+        key = replica_key(replica)
+        cached = self._held_cache.get(key)
+        if cached is None or cached[0] != id(digests):
+            cached = (id(digests), frozenset(digests))
+            self._held_cache[key] = cached
+        return cached[1]
+
+    def _least_loaded(self, by_load: list[RunningReplica]) -> RunningReplica:
+        floor = self._load(by_load[0])
+        tied = [r for r in by_load if self._load(r) == floor]
+        return tied[next(self._turn) % len(tied)]
+
+    @staticmethod
+    def _ranks(first: RunningReplica, by_load: list[RunningReplica]) -> list[list[RunningReplica]]:
+        rest = [r for r in by_load if r is not first]
+        return [[first], rest] if rest else [[first]]
+
+    def _load(self, replica: RunningReplica) -> int:
+        """Requests waiting on the replica plus those in flight to it: the larger of its
+        report and what this router has sent it and not seen finish."""
+        stats = replica.routing_stats or {}
+        reported = int(stats.get("waiting", 0)) + int(stats.get("busy", 0))
+        in_flight = self.replica_queue_len_cache.get(replica.replica_id) or 0
+        return max(reported, in_flight)
+
+    @staticmethod
+    def _slots(replica: RunningReplica) -> int:
+        return int((replica.routing_stats or {}).get("slots", 4))
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
+                          result: ReplicaResult) -> None:
+        prompt = pending_request.kwargs.get("prompt_digests") if pending_request is not None else None
+        if not prompt:
+            return
+        sent = self._sent.setdefault(replica_id.unique_id, OrderedDict())
+        now = time.monotonic()
+        for digest in prompt:
+            sent[digest] = now
+            sent.move_to_end(digest)
+        while sent and (len(sent) > SENT_MAX or next(iter(sent.values())) < now - SENT_TTL_S):
+            sent.popitem(last=False)
