@@ -16,6 +16,7 @@ LAYERS = [
     {"models"},
     {"engine"},
     {"config"},
+    {"state"},
     {"structured"},
     {"chat"},
     {"turn"},
@@ -27,7 +28,7 @@ LAYERS = [
     {"server"},
     {"cli", "__main__"},
 ]
-HTTP_FREE = {"engine", "models", "config", "structured", "chat", "turn", "speech", "fleet"}
+HTTP_FREE = {"engine", "models", "config", "state", "structured", "chat", "turn", "speech", "fleet"}
 HTTP_MODULES = ("fastapi", "starlette", "uvicorn")
 
 

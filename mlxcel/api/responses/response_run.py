@@ -21,7 +21,7 @@ from mlxcel.api.responses.events import EventSequence, OutputBuilder
 from mlxcel.api.responses.input_items import as_items
 from mlxcel.api.responses.json_safe import is_json_safe, json_safe
 from mlxcel.api.responses.records import ResponseRecord
-from mlxcel.api.responses.store import json_size
+from mlxcel.state.store import json_size
 from mlxcel.api.responses.translate import check_request, conversation_id, turn_spec
 from mlxcel.api.responses.wire import ContextManagement, ResponsesRequest, response_object, usage_body
 from mlxcel.chat.deltas import ParsedDelta
