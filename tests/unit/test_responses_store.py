@@ -8,8 +8,8 @@ import pytest
 from mlxcel.api.responses.background import BackgroundJobs, Job, JobStatus
 from mlxcel.api.responses.records import ResponseRecord, ResponseRecords
 from mlxcel.config import ResponsesLimits
-from mlxcel.state.store import json_size
 from mlxcel.http.errors import as_api_error
+from mlxcel.state.store import json_size
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import TurnError
 

@@ -21,12 +21,12 @@ from mlxcel.api.responses.events import EventSequence, OutputBuilder
 from mlxcel.api.responses.input_items import as_items
 from mlxcel.api.responses.json_safe import is_json_safe, json_safe
 from mlxcel.api.responses.records import ResponseRecord
-from mlxcel.state.store import json_size
 from mlxcel.api.responses.translate import check_request, conversation_id, turn_spec
 from mlxcel.api.responses.wire import ContextManagement, ResponsesRequest, response_object, usage_body
 from mlxcel.chat.deltas import ParsedDelta
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.engine.request import FinishEvent, FinishReason
+from mlxcel.state.store import json_size
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatProgress, ChatTurn, ChatTurnSpec, RenderedTurn, count_prompt_tokens
 from mlxcel.turn.context import RequestContext
