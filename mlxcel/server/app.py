@@ -34,9 +34,9 @@ from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency
 from mlxcel.speech.stt_host import SttHost
+from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.state.store import StateBackend
 from mlxcel.state.url import open_state
-from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import rerank_host_for

@@ -3,8 +3,8 @@ input), compacted when its context_management says so, generated as a ChatTurn, 
 output built as typed events, and the result recorded (store, conversation,
 reasoning echo).
 
-The stores are read on the event loop; translating the items, rendering the template
-and tokenizing run on a worker thread (`asyncio.to_thread`), so a long history never
+Histories are read from the state store, translated, rendered and tokenized on a
+worker thread (`asyncio.to_thread`), so a long history never
 stalls other requests. Everything it stores belongs to `owner`, the API key's digest."""
 
 from __future__ import annotations
@@ -95,10 +95,10 @@ class ResponseRun:
         """History and chat turn; every problem with the request is a 400 here."""
         check_request(self.body)
         prior: list[dict] = []
-        if self.body.previous_response_id:
-            prior = self.state.previous_history(self.body.previous_response_id, self.owner)
+        if self.body.previous_response_id:  # read (and decoded) from the state store off the event loop
+            prior = await asyncio.to_thread(self.state.previous_history, self.body.previous_response_id, self.owner)
         elif self.conversation:
-            prior = self.state.records.conversation_history(self.conversation, self.owner)
+            prior = await asyncio.to_thread(self.state.records.conversation_history, self.conversation, self.owner)
         await asyncio.to_thread(self._prepare, prior)
 
     def _prepare(self, prior: list[dict]) -> None:

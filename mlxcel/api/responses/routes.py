@@ -115,7 +115,7 @@ async def get_response(response_id: str, request: Request):
     job = state.job(response_id, owner)
     if job is not None:
         return JSONResponse(job.body)
-    record = state.records.find(response_id, owner)
+    record = await asyncio.to_thread(state.records.find, response_id, owner)  # decodes its history too
     if record is None:
         raise not_found(response_id)
     return JSONResponse(record.body)

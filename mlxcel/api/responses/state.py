@@ -126,6 +126,9 @@ class ResponsesState:
                 log.exception("watching background jobs in the state store failed")
 
     def stop(self) -> None:
-        for record in self.board.mine():
-            self.fail_record(record)
-        self.board.lease.stop()
+        try:
+            for record in self.board.mine():
+                self.fail_record(record)
+            self.board.lease.stop()
+        except Exception:  # noqa: BLE001 - shutting down: the lease then runs out by itself
+            log.exception("leaving the state store cleanly failed")
