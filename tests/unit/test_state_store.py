@@ -197,3 +197,32 @@ def test_a_finished_job_leaves_the_board_and_a_cancel_request_reaches_its_server
     job.move(JobStatus.CANCELLED, {"id": "resp_2", "status": "cancelled", "output": []})
     assert other.job("resp_2", None) is None and not running.board.cancel_requested("resp_2")
     assert other.records.find("resp_2").body["status"] == "cancelled"
+
+
+WRITER = """
+import sys
+from mlxcel.state.url import open_state
+store = open_state(sys.argv[1], namespace=sys.argv[2]).store("s", 25, 600, 0)
+for i in range(150):
+    store.put(f"{sys.argv[3]}-{i}", {"i": i}, 10 + i % 7)
+    store.get(f"{sys.argv[3]}-{i // 2}")
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_two_processes_writing_at_once_keep_the_budgets(kind, request, tmp_path):
+    import subprocess
+    import sys
+
+    from mlxcel.state.url import open_state
+
+    url = f"sqlite:///{tmp_path}/state.sqlite3" if kind == "sqlite" else request.getfixturevalue("redis_server").url
+    namespace = f"procs{next(_namespaces)}"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, url, namespace, name]) for name in "ab"]
+    assert [w.wait(60) for w in writers] == [0, 0]
+    backend = open_state(url, namespace=namespace)
+    store = backend.store("s", 25, 600, 0)
+    keys = store.keys()
+    held = sum(10 + int(key.split("-")[1]) % 7 for key in keys)
+    assert 0 < len(keys) <= 25 and store.bytes == held <= 600
+    backend.close()
