@@ -32,7 +32,7 @@ class ServerProcess:
         env = dict(env or {})
         if "--state-url" not in args and "MLXCEL_STATE_URL" not in env:
             self._state_dir = tempfile.mkdtemp(prefix="mlxcel-test-state-")
-            env["MLXCEL_STATE_URL"] = f"sqlite:///{self._state_dir}/state.sqlite3"
+            env["MLXCEL_STATE_URL"] = f"sqlite://{self._state_dir}/state.sqlite3"
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mlxcel-test-{self.port}.log"
         chosen = ["-m", model] if model is not None else []

@@ -54,7 +54,7 @@ def parse_state_url(url: str | None) -> StateLocation:
     if parts.scheme == "sqlite":
         if parts.netloc or not parts.path.startswith("/"):
             raise StateUrlError("a SQLite URL names an absolute path: sqlite:///ABSOLUTE/PATH")
-        return StateLocation("sqlite", url, Path(parts.path))
+        return StateLocation("sqlite", url, Path("/" + parts.path.lstrip("/")))
     return StateLocation(parts.scheme, url.strip())
 
 

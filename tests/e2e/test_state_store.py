@@ -23,7 +23,7 @@ _databases = itertools.count(1)
 @pytest.fixture(params=["sqlite", "redis"])
 def state_url(request, tmp_path) -> str:
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/state.sqlite3"
+        return f"sqlite://{tmp_path}/state.sqlite3"
     return f"{request.getfixturevalue('redis_server').url}/{next(_databases)}"
 
 

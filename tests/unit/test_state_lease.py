@@ -19,6 +19,7 @@ def test_the_default_is_a_sqlite_file_under_mlxcel_home(monkeypatch, tmp_path):
     monkeypatch.setenv("MLXCEL_HOME", str(tmp_path))
     assert parse_state_url(None).path == tmp_path / "state" / "mlxcel.sqlite3"
     assert parse_state_url("sqlite:///data/s.sqlite3").path == Path("/data/s.sqlite3")
+    assert str(parse_state_url("sqlite:////data/s.sqlite3").path) == "/data/s.sqlite3"
     backend = open_state(None)
     assert backend.description == f"sqlite {tmp_path / 'state' / 'mlxcel.sqlite3'}"
     backend.close()

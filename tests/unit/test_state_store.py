@@ -216,7 +216,7 @@ def test_two_processes_writing_at_once_keep_the_budgets(kind, request, tmp_path)
 
     from mlxcel.state.url import open_state
 
-    url = f"sqlite:///{tmp_path}/state.sqlite3" if kind == "sqlite" else request.getfixturevalue("redis_server").url
+    url = f"sqlite://{tmp_path}/state.sqlite3" if kind == "sqlite" else request.getfixturevalue("redis_server").url
     namespace = f"procs{next(_namespaces)}"
     writers = [subprocess.Popen([sys.executable, "-c", WRITER, url, namespace, name]) for name in "ab"]
     assert [w.wait(60) for w in writers] == [0, 0]
