@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 MODEL ?= smollm2-135m-instruct
 ARGS ?=
 
-.PHONY: setup serve test unit bench reference parity clean
+.PHONY: setup serve test unit bench reference parity clean redis-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,11 +28,15 @@ serve: setup
 reference: setup
 	$(BIN)/python bench/reference.py
 
-test: setup reference
+# The state-store tests start a real redis-server of their own (Debian's package).
+redis-server:
+	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+
+test: setup reference redis-server
 	$(BIN)/mlxcel pull $(MODEL)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-unit: setup
+unit: setup redis-server
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 parity: setup reference

@@ -133,6 +133,7 @@ class ServerConfig:
     tts_model: str | None = None  # --tts-model: text to speech (piper) beside the chat model
     audio_queue_depth: int = 8  # audio requests waiting per worker; beyond it 503
     audio_request_timeout_secs: float = 300.0  # an audio request running longer answers 504
+    state_url: str | None = None  # --state-url: the state store (None: SQLite under $MLXCEL_HOME)
 
     @property
     def embedding_source(self) -> str | None:

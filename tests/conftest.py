@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.redis_server import RedisServer
 from tests.server_process import ServerProcess
 
 
@@ -43,3 +44,13 @@ def qwen_client(qwen):
     from openai import OpenAI
 
     return OpenAI(base_url=f"{qwen.base_url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server of our own (never the system's on 6379)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()

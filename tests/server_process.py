@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,15 +24,22 @@ def free_port() -> int:
 
 class ServerProcess:
     def __init__(self, *args: str, model: str | None = DEFAULT_MODEL, env: dict | None = None) -> None:
-        """`model=None` passes no -m (a server started with --config)."""
+        """`model=None` passes no -m (a server started with --config). Without a
+        --state-url (or MLXCEL_STATE_URL), the server gets a state store of its own,
+        removed on stop, so tests do not see each other's stored responses."""
         self.port = free_port()
+        self._state_dir = None
+        env = dict(env or {})
+        if "--state-url" not in args and "MLXCEL_STATE_URL" not in env:
+            self._state_dir = tempfile.mkdtemp(prefix="mlxcel-test-state-")
+            env["MLXCEL_STATE_URL"] = f"sqlite://{self._state_dir}/state.sqlite3"
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mlxcel-test-{self.port}.log"
         chosen = ["-m", model] if model is not None else []
         command = [sys.executable, "-m", "mlxcel", "serve", *chosen, "--port", str(self.port), "-t", "2", *args]
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            command, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **env}
         )
 
     def wait_ready(self, timeout: float = 300.0, health_path: str = "/health") -> ServerProcess:
@@ -62,3 +71,5 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+        if self._state_dir is not None:
+            shutil.rmtree(self._state_dir, ignore_errors=True)

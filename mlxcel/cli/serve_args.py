@@ -27,6 +27,7 @@ from mlxcel.cli.sampling_args import (
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
 from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
+from mlxcel.state.url import StateUrlError, parse_state_url
 
 _TRUE = {"1", "true", "yes", "on", "enabled"}
 _FALSE = {"0", "false", "no", "off", "disabled"}
@@ -45,6 +46,14 @@ def _load_mode(text: str) -> str:
     if text.lower() not in LOAD_MODES:
         raise argparse.ArgumentTypeError(f"invalid load mode {text!r} (expected one of {', '.join(LOAD_MODES)})")
     return text.lower()
+
+
+def _state_url(text: str) -> str:
+    try:
+        parse_state_url(text)
+    except StateUrlError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _cache_type(text: str) -> str:
@@ -261,6 +270,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "MLXCEL_CONVERSATION_STORE_MAX_BYTES", "rough JSON bytes transcripts may hold (0: evicted at once)"),
     (("--conversation-store-ttl-secs",), "conversation_store_ttl_secs", _ranged(int, 0), 3600,
      "LLAMA_ARG_CONVERSATION_STORE_TTL_SECS", "seconds a conversation transcript is kept (0: no expiry)"),
+    (("--state-url",), "state_url", _state_url, None, "MLXCEL_STATE_URL",
+     "where stored responses, conversations and background jobs live: sqlite:///ABSOLUTE/PATH, or "
+     "redis://[:PASSWORD@]HOST:PORT/DB shared by replicas (default: $MLXCEL_HOME/state/mlxcel.sqlite3)"),
 ]
 
 REASONING_ECHO_ENV = "MLXCEL_REASONING_ECHO_MAX_BYTES"
@@ -606,6 +618,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         tts_model=args.tts_model,
         audio_queue_depth=args.audio_queue_depth,
         audio_request_timeout_secs=args.audio_request_timeout_secs,
+        state_url=args.state_url,
     )
 
 

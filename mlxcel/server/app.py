@@ -35,6 +35,8 @@ from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency
 from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
+from mlxcel.state.store import StateBackend
+from mlxcel.state.url import open_state
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import rerank_host_for
@@ -46,8 +48,12 @@ def create_app(
     config: ServerConfig,
     on_load_failure: Callable[[str], None] | None = None,
     fleet_config: FleetConfig | None = None,
+    state: StateBackend | None = None,
 ) -> FastAPI:
-    """One model (`-m`), or with `fleet_config` (--config FILE) many, each loaded on demand."""
+    """One model (`-m`), or with `fleet_config` (--config FILE) many, each loaded on demand.
+    `state`: the opened state store (else the one --state-url names is opened here)."""
+    state = state or open_state(config.state_url)
+    responses_state = ResponsesState(config.responses, config.cache_prompt, state)
     fleet = Fleet(fleet_config, config) if fleet_config is not None else None
     host = ModelHost(config) if fleet is None else None
     main_id = host.model_id if host is not None else (fleet_config.default_model or "")
@@ -72,9 +78,13 @@ def create_app(
         for service in (embedding_host, reranker, stt_host, tts_host):
             if service is not None:
                 service.start_loading(on_failure)
+        responses_state.start()
         governor = asyncio.get_running_loop().create_task(monitor.run())
+        job_watch = asyncio.get_running_loop().create_task(responses_state.watch())
         yield
         governor.cancel()
+        job_watch.cancel()
+        responses_state.stop()
         if sweeper is not None:
             sweeper.cancel()
         if host is not None:
@@ -84,6 +94,7 @@ def create_app(
         for service in (embedding_host, reranker, stt_host, tts_host):
             if service is not None:
                 service.shutdown()
+        state.close()
 
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.host = host  # None with many models: routes reach theirs through app.state.fleet
@@ -94,7 +105,7 @@ def create_app(
     app.state.rerank = reranker
     app.state.stt_host = stt_host  # None without --stt-model: the audio routes answer 501
     app.state.tts_host = tts_host
-    app.state.responses = ResponsesState(config.responses, config.cache_prompt)
+    app.state.responses = responses_state
     install_error_handlers(app)
     app.include_router(info.router)
     app.include_router(cache.router)

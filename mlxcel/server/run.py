@@ -14,6 +14,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.fleet.entries import FleetConfig
 from mlxcel.server.app import create_app
 from mlxcel.server.listeners import ListenError, describe, open_listeners
+from mlxcel.state.url import StateUnavailable, open_state
 
 log = logging.getLogger("mlxcel")
 
@@ -54,11 +55,17 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
             server.should_exit = True
 
     try:
+        state = open_state(config.state_url)
+    except StateUnavailable as exc:
+        print(f"mlxcel: error: {exc}", file=sys.stderr)
+        return 1
+    try:
         sockets = open_listeners(config.hosts, config.port)
     except ListenError as exc:
         print(f"mlxcel: error: {exc}", file=sys.stderr)
+        state.close()
         return 1
-    app = create_app(config, on_failure, fleet)
+    app = create_app(config, on_failure, fleet, state)
     uv_config = uvicorn.Config(
         app,
         log_level="debug" if config.verbose else "warning",
@@ -68,7 +75,7 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
     server = uvicorn.Server(uv_config)
     where = ", ".join(describe(sock) for sock in sockets)
     served = f"models of {config.model}" if fleet is not None else f"model {config.model}"
-    log.info("mlxcel listening on %s (%s)", where, served)
+    log.info("mlxcel listening on %s (%s; state: %s)", where, served, state.description)
     try:
         server.run(sockets=sockets)
     finally:

@@ -34,6 +34,8 @@ def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         (["--grammar-file", "g.gbnf"], None, "--grammar-file"),
         (["--samplers", "top_k;bogus"], None, "bogus"),
         (["-ctk", "q3_bogus"], None, "cache-type-k"),
+        (["--state-url", "mongodb://host/db"], None, "state-url"),
+        (["--state-url", "sqlite:///"], {"MLXCEL_STATE_URL": "ftp://x"}, "MLXCEL_STATE_URL"),
     ],
 )
 def test_bad_values_fail_in_one_line(args, env, needle):

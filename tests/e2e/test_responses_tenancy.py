@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from mlxcel.api.responses.store import json_size
+from mlxcel.state.store import json_size
 from tests.server_process import ServerProcess
 
 BUDGET = 4000

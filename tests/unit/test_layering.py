@@ -16,6 +16,7 @@ LAYERS = [
     {"models"},
     {"engine"},
     {"config"},
+    {"state"},
     {"structured"},
     {"chat"},
     {"turn"},
@@ -28,7 +29,7 @@ LAYERS = [
     {"cluster"},
     {"cli", "__main__"},
 ]
-HTTP_FREE = {"engine", "models", "config", "structured", "chat", "turn", "speech", "fleet"}
+HTTP_FREE = {"engine", "models", "config", "state", "structured", "chat", "turn", "speech", "fleet"}
 HTTP_MODULES = ("fastapi", "starlette", "uvicorn")
 
 

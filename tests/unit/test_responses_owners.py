@@ -12,11 +12,11 @@ import pytest
 from mlxcel.api.responses.records import ResponseRecord, ResponseRecords
 from mlxcel.api.responses.response_run import ResponseRun
 from mlxcel.api.responses.state import ResponsesState
-from mlxcel.api.responses.store import json_size
 from mlxcel.api.responses.wire import ResponsesRequest, message_item
 from mlxcel.config import ResponsesLimits
 from mlxcel.http.auth import APIKeyMiddleware, request_key_id
 from mlxcel.http.errors import as_api_error
+from mlxcel.state.store import json_size
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import TurnError
 

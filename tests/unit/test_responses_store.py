@@ -1,4 +1,5 @@
-"""The Responses API's bounded stores and the background job state machine."""
+"""The Responses API's records and the background job state machine (the bounded
+stores themselves: test_state_store.py, on every backend)."""
 
 from __future__ import annotations
 
@@ -6,70 +7,11 @@ import pytest
 
 from mlxcel.api.responses.background import BackgroundJobs, Job, JobStatus
 from mlxcel.api.responses.records import ResponseRecord, ResponseRecords
-from mlxcel.api.responses.store import BoundedStore, json_size
 from mlxcel.config import ResponsesLimits
 from mlxcel.http.errors import as_api_error
+from mlxcel.state.store import json_size
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import TurnError
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_entry_cap_evicts_the_least_recently_used():
-    store = BoundedStore(3, 10_000, 0)
-    for key in "abc":
-        store.put(key, key.upper(), 10)
-    assert store.get("a") == "A"  # a is now the most recently used
-    store.put("d", "D", 10)
-    assert list(store.keys()) == ["c", "a", "d"]
-    assert "b" not in store
-
-
-def test_byte_budget_evicts_in_lru_order_and_rejects_an_entry_too_big():
-    store = BoundedStore(100, 30, 0)
-    store.put("a", 1, 10)
-    store.put("b", 2, 10)
-    store.put("c", 3, 10)
-    store.peek("a")  # peek does not refresh
-    store.put("d", 4, 15)
-    assert list(store.keys()) == ["c", "d"] and store.bytes == 25
-    assert store.put("huge", 5, 31) is False
-    assert list(store.keys()) == ["c", "d"]
-
-
-def test_replacing_an_entry_counts_its_bytes_once():
-    store = BoundedStore(10, 100, 0)
-    store.put("a", 1, 40)
-    store.put("a", 2, 50)
-    assert store.bytes == 50 and store.get("a") == 2
-
-
-def test_ttl_expires_entries_and_zero_disables_it():
-    clock = Clock()
-    store = BoundedStore(10, 1000, 60, clock=clock)
-    forever = BoundedStore(10, 1000, 0, clock=clock)
-    store.put("a", 1, 1)
-    store.put("short", 2, 1, ttl_secs=5)
-    forever.put("a", 1, 1)
-    clock.now += 10
-    assert "short" not in store and store.get("a") == 1
-    clock.now += 60
-    assert store.get("a") is None and len(store) == 0 and store.bytes == 0
-    clock.now += 10**6
-    assert forever.get("a") == 1
-
-
-def test_zero_entries_disables_and_zero_bytes_evicts_at_once():
-    off = BoundedStore(0, 1000, 0)
-    assert not off.enabled and off.put("a", 1, 1) is False
-    evicting = BoundedStore(10, 0, 0)
-    assert evicting.enabled and evicting.put("a", 1, 1) is False and evicting.get("a") is None
 
 
 def test_records_collapse_history_at_the_last_compaction_item():

@@ -23,6 +23,7 @@ from mlxcel.api.responses.json_safe import json_safe
 from mlxcel.turn.errors import RateLimited, TurnError
 
 if TYPE_CHECKING:
+    from mlxcel.api.responses.job_board import JobBoard
     from mlxcel.api.responses.response_run import ResponseRun
 
 log = logging.getLogger("mlxcel.responses")
@@ -53,6 +54,7 @@ class Job:
     task: asyncio.Task | None = None
     on_final: list[Callable[[Job], None]] = field(default_factory=list)
     owner: str | None = None  # the API key's digest
+    on_move: list[Callable[[Job], None]] = field(default_factory=list)  # after every move, before on_final
 
     def __post_init__(self) -> None:
         self.body = json_safe(self.body)
@@ -63,6 +65,8 @@ class Job:
             return False
         self.status = status
         self.body = json_safe(body) if body is not None else {**self.body, "status": status.value}
+        for callback in self.on_move:
+            callback(self)
         if status in FINAL:
             for callback in self.on_final:
                 callback(self)
@@ -78,9 +82,10 @@ def rate_limited(message: str) -> RateLimited:
 
 
 class BackgroundJobs:
-    def __init__(self, max_jobs: int, max_bytes: int) -> None:
+    def __init__(self, max_jobs: int, max_bytes: int, board: JobBoard | None = None) -> None:
         self.max_jobs = max_jobs
         self.max_bytes = max_bytes
+        self.board = board
         self._active: dict[str, Job] = {}
 
     @property
@@ -95,11 +100,17 @@ class BackgroundJobs:
                                "retry when one finishes")
         job = Job(job_id, size, body, owner=owner)
         job.on_final.append(lambda j: self._active.pop(j.id, None))
+        if self.board is not None:
+            self.board.publish(job)
+            job.on_move.append(self.board.publish)
         self._active[job_id] = job
         return job
 
     def get(self, job_id: str) -> Job | None:
         return self._active.get(job_id)
+
+    def active(self) -> list[Job]:
+        return list(self._active.values())
 
     def start(self, job: Job, work: Coroutine[Any, Any, None]) -> None:
         job.task = asyncio.get_running_loop().create_task(work, name=f"response-job-{job.id}")

@@ -1,7 +1,8 @@
 """The reasoning echo: the reasoning of each generated assistant turn, remembered so
 that a client replaying the turn without its reasoning item gets it rendered as it
 was generated (and the prompt cache keeps matching). Bounded by
-MLXCEL_REASONING_ECHO_MAX_BYTES; 0 turns it off."""
+MLXCEL_REASONING_ECHO_MAX_BYTES; 0 turns it off. Kept in this process's memory: it
+only helps the prompt cache, which is this process's too."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import hashlib
 import json
 
 from mlxcel.api.responses.input_items import items_to_messages
-from mlxcel.api.responses.store import BoundedStore
-
-UNBOUNDED_ENTRIES = 1 << 62
+from mlxcel.state.memory_backend import MemoryStore
+from mlxcel.state.store import UNBOUNDED
 
 
 def turn_key(message: dict) -> str:
@@ -23,8 +23,8 @@ def turn_key(message: dict) -> str:
 
 class ReasoningEcho:
     def __init__(self, max_bytes: int, enabled: bool = True) -> None:
-        entries = UNBOUNDED_ENTRIES if enabled and max_bytes > 0 else 0
-        self._store: BoundedStore[str] = BoundedStore(entries, max_bytes, 0)
+        entries = UNBOUNDED if enabled and max_bytes > 0 else 0
+        self._store = MemoryStore("reasoning_echo", entries, max_bytes, 0)
 
     @property
     def enabled(self) -> bool:

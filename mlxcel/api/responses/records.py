@@ -6,7 +6,10 @@ Responses and conversations belong to the API key that made them (`owner`: a dig
 of the key, None when the server has no keys): for any other key they do not exist.
 A conversation whose transcript alone outgrows --conversation-store-max-bytes is
 refused (400 conversation_too_large) and keeps its last transcript, rather than
-being dropped and restarting empty."""
+being dropped and restarting empty.
+
+The stores live in a StateBackend (mlxcel.state): SQLite by default, Redis when
+replicas share state; a record is kept there as a JSON object."""
 
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ from dataclasses import dataclass
 from mlxcel.api.responses.input_items import collapse
 from mlxcel.api.responses.json_safe import json_safe
 from mlxcel.api.responses.reasoning_echo import ReasoningEcho
-from mlxcel.api.responses.store import BoundedStore, json_size
 from mlxcel.config import ResponsesLimits
+from mlxcel.state.memory_backend import MemoryBackend
+from mlxcel.state.store import StateBackend, json_size
 from mlxcel.turn.errors import InvalidRequest, NotFound
 
 STORE_OFF = "response storage is disabled (--responses-store-max-entries 0)"
@@ -32,6 +36,13 @@ class ResponseRecord:
     @property
     def size(self) -> int:
         return json_size(self.body, self.history)
+
+    def to_json(self) -> dict:
+        return {"body": self.body, "history": self.history, "owner": self.owner}
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> ResponseRecord | None:
+        return None if value is None else cls(value["body"], value["history"], value.get("owner"))
 
 
 @dataclass
@@ -54,16 +65,21 @@ def conversation_too_large(conversation_id: str, size: int, budget: int) -> Inva
                            "compact it or start a new conversation", code="conversation_too_large")
 
 
+def _conversation(value: dict | None) -> Conversation | None:
+    return None if value is None else Conversation(value.get("owner"), value["history"])
+
+
 class ResponseRecords:
-    def __init__(self, limits: ResponsesLimits, prompt_cache: bool) -> None:
+    def __init__(self, limits: ResponsesLimits, prompt_cache: bool, backend: StateBackend | None = None) -> None:
         self.limits = limits
-        self.responses: BoundedStore[ResponseRecord] = BoundedStore(
-            limits.store_max_entries, limits.store_max_bytes, limits.store_ttl_secs)
+        backend = backend or MemoryBackend()
+        self.responses = backend.store("responses", limits.store_max_entries, limits.store_max_bytes,
+                                       limits.store_ttl_secs)
         # background store: false results; polled for a while, never continued
-        self.ephemeral: BoundedStore[ResponseRecord] = BoundedStore(
-            limits.store_max_entries, limits.store_max_bytes, limits.background_ephemeral_ttl_secs)
-        self.conversations: BoundedStore[Conversation] = BoundedStore(
-            limits.conversation_max_entries, limits.conversation_max_bytes, limits.conversation_ttl_secs)
+        self.ephemeral = backend.store("ephemeral", limits.store_max_entries, limits.store_max_bytes,
+                                       limits.background_ephemeral_ttl_secs)
+        self.conversations = backend.store("conversations", limits.conversation_max_entries,
+                                           limits.conversation_max_bytes, limits.conversation_ttl_secs)
         self.reasoning_echo = ReasoningEcho(limits.reasoning_echo_max_bytes, enabled=prompt_cache)
 
     @property
@@ -78,10 +94,10 @@ class ResponseRecords:
         record.history = collapse(record.history)
         record.body = json_safe(record.body)
         store = self.ephemeral if ephemeral else self.responses
-        return store.put(record.body["id"], record, record.size)
+        return store.put(record.body["id"], record.to_json(), record.size)
 
     def find(self, response_id: str, owner: str | None = None) -> ResponseRecord | None:
-        record = self.responses.get(response_id) or self.ephemeral.get(response_id)
+        record = ResponseRecord.from_json(self.responses.get(response_id) or self.ephemeral.get(response_id))
         return record if record is not None and record.owner == owner else None
 
     def drop(self, response_id: str, owner: str | None = None) -> bool:
@@ -92,9 +108,9 @@ class ResponseRecords:
     def previous_history(self, response_id: str, owner: str | None = None) -> list[dict]:
         """An unknown id and another key's are the same 400."""
         self.require_storing()
-        record = self.responses.get(response_id)
+        record = ResponseRecord.from_json(self.responses.get(response_id))
         if record is None or record.owner != owner:
-            ephemeral = self.ephemeral.peek(response_id)
+            ephemeral = ResponseRecord.from_json(self.ephemeral.peek(response_id))
             if ephemeral is not None and ephemeral.owner == owner:
                 raise InvalidRequest(f"previous response '{response_id}' was not stored (store: false)",
                                       code="previous_response_not_found")
@@ -107,7 +123,7 @@ class ResponseRecords:
         """The transcript so far ([] for a new conversation); another key's is a 404."""
         if not self.conversations.enabled:
             raise InvalidRequest(CONVERSATIONS_OFF, code="conversation_store_disabled")
-        conversation = self.conversations.get(conversation_id)
+        conversation = _conversation(self.conversations.get(conversation_id))
         if conversation is None:
             return []
         if conversation.owner != owner:
@@ -129,7 +145,7 @@ class ResponseRecords:
         """Raises (and keeps the last transcript) when the new one is too large or the
         id was meanwhile taken by another key."""
         history, size = self.check_conversation_size(conversation_id, history)
-        current = self.conversations.peek(conversation_id)
+        current = _conversation(self.conversations.peek(conversation_id))
         if current is not None and current.owner != owner:
             raise conversation_not_found(conversation_id)
-        self.conversations.put(conversation_id, Conversation(owner, history), size)
+        self.conversations.put(conversation_id, {"owner": owner, "history": history}, size)

@@ -3,8 +3,8 @@ input), compacted when its context_management says so, generated as a ChatTurn, 
 output built as typed events, and the result recorded (store, conversation,
 reasoning echo).
 
-The stores are read on the event loop; translating the items, rendering the template
-and tokenizing run on a worker thread (`asyncio.to_thread`), so a long history never
+Histories are read from the state store, translated, rendered and tokenized on a
+worker thread (`asyncio.to_thread`), so a long history never
 stalls other requests. Everything it stores belongs to `owner`, the API key's digest."""
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from mlxcel.api.responses.events import EventSequence, OutputBuilder
 from mlxcel.api.responses.input_items import as_items
 from mlxcel.api.responses.json_safe import is_json_safe, json_safe
 from mlxcel.api.responses.records import ResponseRecord
-from mlxcel.api.responses.store import json_size
 from mlxcel.api.responses.translate import check_request, conversation_id, turn_spec
 from mlxcel.api.responses.wire import ContextManagement, ResponsesRequest, response_object, usage_body
 from mlxcel.chat.deltas import ParsedDelta
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.engine.request import FinishEvent, FinishReason
+from mlxcel.state.store import json_size
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatProgress, ChatTurn, ChatTurnSpec, RenderedTurn, count_prompt_tokens
 from mlxcel.turn.context import RequestContext
@@ -95,10 +95,10 @@ class ResponseRun:
         """History and chat turn; every problem with the request is a 400 here."""
         check_request(self.body)
         prior: list[dict] = []
-        if self.body.previous_response_id:
-            prior = self.state.previous_history(self.body.previous_response_id, self.owner)
+        if self.body.previous_response_id:  # read (and decoded) from the state store off the event loop
+            prior = await asyncio.to_thread(self.state.previous_history, self.body.previous_response_id, self.owner)
         elif self.conversation:
-            prior = self.state.records.conversation_history(self.conversation, self.owner)
+            prior = await asyncio.to_thread(self.state.records.conversation_history, self.conversation, self.owner)
         await asyncio.to_thread(self._prepare, prior)
 
     def _prepare(self, prior: list[dict]) -> None:

@@ -115,7 +115,7 @@ async def get_response(response_id: str, request: Request):
     job = state.job(response_id, owner)
     if job is not None:
         return JSONResponse(job.body)
-    record = state.records.find(response_id, owner)
+    record = await asyncio.to_thread(state.records.find, response_id, owner)  # decodes its history too
     if record is None:
         raise not_found(response_id)
     return JSONResponse(record.body)
@@ -143,13 +143,15 @@ async def cancel_response(response_id: str, request: Request):
     run = state.run(response_id, owner)
     job = state.job(response_id, owner)
     if run is not None and job is not None:
-        body = run.cancelled()
-        state.jobs.cancel(job, body)
+        state.cancel_local(response_id)
         return JSONResponse(job.body)
     if run is not None and run.turn is not None:
         run.turn.cancel()  # its request then ends as cancelled, and is recorded so
         return JSONResponse(run.snapshot("cancelled"))
-    record = state.records.find(response_id, owner)
+    if job is not None:  # a background job another server sharing the store runs
+        record = await state.cancel_elsewhere(response_id, owner)
+    else:
+        record = state.records.find(response_id, owner)
     if record is None:
         raise not_found(response_id)
     status = record.body["status"]

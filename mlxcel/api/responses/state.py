@@ -1,25 +1,44 @@
-"""The Responses API's state on one server: records, background jobs, and the
-responses being generated now (which the cancel route can reach). Every lookup by id
-takes the caller's `owner` (its API key's digest): another key's finds nothing."""
+"""The Responses API's state on one server: records and background jobs (both in the
+state store, shared with every server on it), and the responses being generated now
+(which the cancel route can reach). Every lookup by id takes the caller's `owner`
+(its API key's digest): another key's finds nothing.
+
+`start` (before serving) takes this server's lease and fails the jobs of servers that
+are gone; `watch` then runs on the event loop: it honours cancels asked on other
+replicas and fails orphaned jobs every few seconds; `stop` fails what this server
+still runs and gives the lease back."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from typing import TYPE_CHECKING
 
-from mlxcel.api.responses.background import BackgroundJobs, Job
-from mlxcel.api.responses.records import ResponseRecords
+from mlxcel.api.responses.background import BackgroundJobs, Job, JobStatus
+from mlxcel.api.responses.job_board import JobBoard, JobRecord
+from mlxcel.api.responses.records import ResponseRecord, ResponseRecords
 from mlxcel.config import ResponsesLimits
-from mlxcel.turn.errors import InvalidRequest
+from mlxcel.state.instances import RENEW_SECS
+from mlxcel.state.memory_backend import MemoryBackend
+from mlxcel.state.store import StateBackend
+from mlxcel.turn.errors import InvalidRequest, TimedOut
 
 if TYPE_CHECKING:
     from mlxcel.api.responses.response_run import ResponseRun
 
+log = logging.getLogger("mlxcel.responses")
+CANCEL_POLL_SECS = 0.25
+REMOTE_CANCEL_WAIT_SECS = 5.0
+
 
 class ResponsesState:
-    def __init__(self, limits: ResponsesLimits, prompt_cache: bool) -> None:
+    def __init__(self, limits: ResponsesLimits, prompt_cache: bool, backend: StateBackend | None = None) -> None:
         self.limits = limits
-        self.records = ResponseRecords(limits, prompt_cache)
-        self.jobs = BackgroundJobs(limits.background_max_jobs, limits.store_max_bytes)
+        self.backend = backend or MemoryBackend()  # memory: unit tests of pure logic
+        self.records = ResponseRecords(limits, prompt_cache, self.backend)
+        self.board = JobBoard(self.backend)
+        self.jobs = BackgroundJobs(limits.background_max_jobs, limits.store_max_bytes, self.board)
         self.running: dict[str, ResponseRun] = {}
 
     @property
@@ -28,8 +47,17 @@ class ResponsesState:
         return limits.background_max_jobs > 0 and limits.store_max_entries > 0 and limits.store_max_bytes > 0
 
     def job(self, response_id: str, owner: str | None) -> Job | None:
+        """An active job, this server's or (from its record) another's."""
         job = self.jobs.get(response_id)
-        return job if job is not None and job.owner == owner else None
+        if job is None:
+            record = self.board.find(response_id)
+            if record is None or self.board.is_local(record):
+                return None
+            if not self.board.lease.alive(record.instance):
+                self.fail_record(record)
+                return None
+            job = Job(record.id, 0, record.body, JobStatus(record.status), owner=record.owner)
+        return job if job.owner == owner else None
 
     def run(self, response_id: str, owner: str | None) -> ResponseRun | None:
         run = self.running.get(response_id)
@@ -42,3 +70,65 @@ class ResponsesState:
             raise InvalidRequest(f"previous response '{response_id}' has not finished (status: {job.status.value})",
                                   code="previous_response_not_finished")
         return self.records.previous_history(response_id, owner)
+
+    # -- cancelling ---------------------------------------------------------------
+
+    def cancel_local(self, response_id: str) -> Job | None:
+        """Cancel a job this server runs: its cancelled object is stored, the task stops."""
+        run, job = self.running.get(response_id), self.jobs.get(response_id)
+        if run is None or job is None:
+            return None
+        self.jobs.cancel(job, run.cancelled())
+        return job
+
+    async def cancel_elsewhere(self, response_id: str, owner: str | None) -> ResponseRecord | None:
+        """Ask the server running a job to cancel it, and wait for its final object."""
+        self.board.request_cancel(response_id)
+        deadline = time.monotonic() + REMOTE_CANCEL_WAIT_SECS
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            if self.job(response_id, owner) is None:
+                return self.records.find(response_id, owner)
+        raise TimedOut(f"the server running response '{response_id}' did not confirm the cancel within "
+                       f"{REMOTE_CANCEL_WAIT_SECS:g} s; it stays asked: poll GET /v1/responses/{response_id}",
+                       "cancel_timeout")
+
+    # -- jobs of servers that are gone --------------------------------------------
+
+    def fail_record(self, record: JobRecord) -> None:
+        body = record.failed_body()
+        self.records.save(ResponseRecord(body, [], record.owner), ephemeral=body.get("store") is False)
+        self.board.remove(record.id)
+        log.warning("background response %s was left %s by a server that is gone: failed", record.id, record.status)
+
+    def fail_orphans(self) -> None:
+        for record in self.board.orphans():
+            self.fail_record(record)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self.board.lease.start()
+        self.fail_orphans()
+
+    async def watch(self) -> None:
+        last_sweep = time.monotonic()
+        while True:
+            await asyncio.sleep(CANCEL_POLL_SECS)
+            try:
+                for job in self.jobs.active():
+                    if self.board.cancel_requested(job.id):
+                        self.cancel_local(job.id)
+                if time.monotonic() - last_sweep >= RENEW_SECS:
+                    last_sweep = time.monotonic()
+                    await asyncio.to_thread(self.fail_orphans)
+            except Exception:  # noqa: BLE001 - the store may be down a while
+                log.exception("watching background jobs in the state store failed")
+
+    def stop(self) -> None:
+        try:
+            for record in self.board.mine():
+                self.fail_record(record)
+            self.board.lease.stop()
+        except Exception:  # noqa: BLE001 - shutting down: the lease then runs out by itself
+            log.exception("leaving the state store cleanly failed")

@@ -1,0 +1,89 @@
+"""Background jobs as every server sharing the state store sees them: a job's
+record (status, the body polling shows, owner, the server running it) is written on
+every status change and removed once its final object is stored, so a GET on any
+replica finds a running job. A job whose server is gone (its lease expired, or its
+process is dead on this machine) is failed with a reason, never left in_progress.
+A cancel asked of a replica that does not run the job is left here as a request
+that the running server picks up within a fraction of a second."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mlxcel.state.instances import InstanceLease
+from mlxcel.state.store import UNBOUNDED, StateBackend, json_size
+
+if TYPE_CHECKING:
+    from mlxcel.api.responses.background import Job
+
+log = logging.getLogger("mlxcel.responses")
+CANCEL_REQUEST_TTL_SECS = 120
+SERVER_GONE = ("the server that ran this background response stopped before it finished (it was restarted or "
+               "killed); create the response again")
+
+
+@dataclass
+class JobRecord:
+    id: str
+    status: str
+    body: dict
+    owner: str | None
+    instance: str
+
+    def failed_body(self) -> dict:
+        """The object polling shows once the job's server is known gone."""
+        return {**self.body, "status": "failed", "output": [], "completed_at": int(time.time()),
+                "error": {"code": "server_error", "message": SERVER_GONE}}
+
+
+class JobBoard:
+    def __init__(self, backend: StateBackend) -> None:
+        self.lease = InstanceLease(backend)
+        self._jobs = backend.store("jobs", UNBOUNDED, UNBOUNDED, 0)
+        self._cancels = backend.store("cancels", UNBOUNDED, UNBOUNDED, CANCEL_REQUEST_TTL_SECS)
+
+    def publish(self, job: Job) -> None:
+        """The job's record as it is now; a finished job's record is removed (its final
+        object is already in the response store). A failure is logged: the job goes on."""
+        try:
+            if job.finished:
+                self._jobs.pop(job.id)
+                self._cancels.pop(job.id)
+            else:
+                value = {"status": job.status.value, "body": job.body, "owner": job.owner, "instance": self.lease.id}
+                self._jobs.put(job.id, value, json_size(job.body))
+        except Exception:  # noqa: BLE001
+            log.exception("background response %s: its record in the state store could not be written", job.id)
+
+    def find(self, job_id: str) -> JobRecord | None:
+        value = self._jobs.peek(job_id)
+        return None if value is None else JobRecord(job_id, value["status"], value["body"], value.get("owner"),
+                                                    value["instance"])
+
+    def is_local(self, record: JobRecord) -> bool:
+        return record.instance == self.lease.id
+
+    def request_cancel(self, job_id: str) -> None:
+        self._cancels.put(job_id, True, 1)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        return self._cancels.peek(job_id) is not None
+
+    def orphans(self) -> list[JobRecord]:
+        """Records of jobs whose server is gone."""
+        found = []
+        for job_id in self._jobs.keys():
+            record = self.find(job_id)
+            if record is not None and not self.lease.alive(record.instance):
+                found.append(record)
+        return found
+
+    def mine(self) -> list[JobRecord]:
+        return [r for r in map(self.find, self._jobs.keys()) if r is not None and self.is_local(r)]
+
+    def remove(self, job_id: str) -> None:
+        self._jobs.pop(job_id)
+        self._cancels.pop(job_id)

@@ -1,0 +1,84 @@
+"""Choosing the backend: `--state-url`. None (the default) is the SQLite file
+$MLXCEL_HOME/state/mlxcel.sqlite3; `sqlite:///abs/path.sqlite3` another file;
+`redis://[:password@]host:port/db` (or rediss:// for TLS) a Redis server, which
+must answer at start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from mlxcel.models.store import mlxcel_home
+from mlxcel.state.store import StateBackend
+
+SCHEMES = ("sqlite", "redis", "rediss")
+DEFAULT_FILE = Path("state") / "mlxcel.sqlite3"
+
+
+class StateUrlError(ValueError):
+    """A --state-url that names no backend we have (said at start, in one line)."""
+
+
+class StateUnavailable(RuntimeError):
+    """The backend cannot be reached or opened (said at start, in one line)."""
+
+
+@dataclass(frozen=True)
+class StateLocation:
+    scheme: str  # sqlite | redis | rediss
+    url: str  # as given (may hold a password: never log it)
+    path: Path | None = None  # the SQLite file
+
+    @property
+    def redacted(self) -> str:
+        """The URL without its password, for logs and errors."""
+        if self.path is not None:
+            return f"sqlite://{self.path}"
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return parts._replace(netloc=f"{user}:***@{host}{port}").geturl()
+
+
+def parse_state_url(url: str | None) -> StateLocation:
+    if url is None or not url.strip():
+        return StateLocation("sqlite", "", mlxcel_home() / DEFAULT_FILE)
+    parts = urlsplit(url.strip())
+    if parts.scheme not in SCHEMES:
+        raise StateUrlError(f"unknown scheme {parts.scheme or url.strip()!r}: use sqlite:///ABSOLUTE/PATH or "
+                            "redis://HOST:PORT/DB")
+    if parts.scheme == "sqlite":
+        if parts.netloc or not parts.path.startswith("/"):
+            raise StateUrlError("a SQLite URL names an absolute path: sqlite:///ABSOLUTE/PATH")
+        return StateLocation("sqlite", url, Path("/" + parts.path.lstrip("/")))
+    return StateLocation(parts.scheme, url.strip())
+
+
+def open_state(url: str | None, namespace: str = "mlxcel") -> StateBackend:
+    """The backend `url` names, opened and checked (StateUnavailable when it is not there)."""
+    location = parse_state_url(url)
+    if location.path is not None:
+        import sqlite3
+
+        from mlxcel.state.sqlite_backend import SqliteBackend
+
+        try:
+            return SqliteBackend(location.path)
+        except (OSError, sqlite3.Error) as exc:
+            raise StateUnavailable(f"cannot open the state store {location.redacted}: {exc}") from None
+    import redis
+
+    from mlxcel.state.redis_backend import RedisBackend
+
+    client = redis.Redis.from_url(location.url, decode_responses=True, socket_connect_timeout=3, socket_timeout=10,
+                                  health_check_interval=30)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        raise StateUnavailable(f"cannot reach the state store {location.redacted}: {exc}") from None
+    return RedisBackend(client, f"redis {location.redacted}", namespace)
