@@ -52,8 +52,11 @@ class EngineReplica:
 
     async def serve_http(self, envelope: HttpEnvelope, prompt_digests: list[int] | None = None
                          ) -> AsyncIterator[ResponseStart | bytes]:
-        """The replica's answer to `envelope`, as parts (`prompt_digests` is the router's)."""
+        """The replica's answer to `envelope`, as parts (`prompt_digests` is the router's);
+        the answer names the replica in an `x-mlxcel-replica` header."""
         async for part in play(self.app, envelope):
+            if isinstance(part, ResponseStart):
+                part.headers.append((b"x-mlxcel-replica", self.name.encode()))
             yield part
 
     async def prompt_digests(self, envelope: HttpEnvelope) -> list[int] | None:

@@ -37,7 +37,7 @@ class PrefixRouter(RequestRouter):
         self._turn = itertools.count()
         self._sent: dict[str, OrderedDict[int, float]] = {}  # replica -> digest -> when sent
         self._held_cache: dict[str, tuple[int, frozenset[int]]] = {}  # replica -> (id of report, its digests)
-        self.routed = {"prefix": 0, "load": 0, "round_robin": 0, "pinned": 0}
+        self.routed = {"prefix": 0, "load": 0, "round_robin": 0}  # requests served, by how they were placed
         # Ray may unpickle this class by value, with copies of this module's globals: the
         # registry the gateway reads is the imported module's
         import mlxcel.cluster.router as registry
@@ -62,21 +62,21 @@ class PrefixRouter(RequestRouter):
             pending_request.routing_context.should_backoff = True
         pinned = kwargs.get("replica")
         if pinned is not None:
-            self.routed["pinned"] += 1
             return [[r for r in candidate_replicas if replica_key(r) == pinned]]
+        counted = pending_request is not None and pending_request.metadata.call_method == "serve_http"
         ready = [r for r in candidate_replicas if (r.routing_stats or {}).get("ready", True)] or candidate_replicas
         by_load = sorted(ready, key=self._load)
         if self.mode == "round-robin":
-            self.routed["round_robin"] += 1
+            self.routed["round_robin"] += counted
             start = next(self._turn) % len(ready)
             rotated = ready[start:] + ready[:start]
             return [[rotated[0]], rotated[1:]] if len(rotated) > 1 else [rotated]
         prompt = kwargs.get("prompt_digests") or []
         best = self._warmest(by_load, prompt) if prompt else None
         if best is None:
-            self.routed["load"] += 1
+            self.routed["load"] += counted
             return self._ranks(self._least_loaded(by_load), by_load)
-        self.routed["prefix"] += 1
+        self.routed["prefix"] += counted
         return self._ranks(best, by_load)
 
     def _warmest(self, by_load: list[RunningReplica], prompt: list[int]) -> RunningReplica | None:
