@@ -178,7 +178,9 @@ class Gateway:
 
     async def _health(self, envelope: HttpEnvelope) -> Response:
         answers = await self._fan_out(envelope)
-        replicas = {r: status for r, (status, _) in answers.items()}
+        router = self._router()
+        known = router.replicas() if router is not None else {}
+        replicas = {r: {**known.get(r, {}), "status": status} for r, (status, _) in answers.items()}
         ok = next((body for status, body in answers.values() if status == 200), None)
         if ok is not None:
             payload = json.loads(ok)

@@ -14,6 +14,7 @@ from mlxcel.config import ClusterSettings, ServerConfig
 log = logging.getLogger("mlxcel")
 ROUTING_STATS_PERIOD_S = 0.5
 APP_NAME = "mlxcel"
+STOP_TIMEOUT_S = 30
 
 
 def _deployments(config: ServerConfig, settings: ClusterSettings):
@@ -73,7 +74,7 @@ def run_cluster(config: ServerConfig) -> int:
         serve.run(_deployments(config, settings), name=APP_NAME, route_prefix="/", blocking=False)
     except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deploy
         print(f"mlxcel: error: the replicas did not start: {exc}", file=sys.stderr)
-        _stop(ray, serve)
+        _stop(ray, serve, local)
         return 1
     where = "a local Ray instance" if local else f"the Ray cluster at {settings.ray_address or os.environ['RAY_ADDRESS']}"
     log.info("mlxcel listening on http://%s:%d (model %s, %d replica(s) of %d threads on %s, %s routing)",
@@ -82,13 +83,15 @@ def run_cluster(config: ServerConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
-    _stop(ray, serve)
+    _stop(ray, serve, local)
     return 0
 
 
-def _stop(ray, serve) -> None:
-    try:
-        serve.delete(APP_NAME)
-        serve.shutdown()
-    finally:
-        ray.shutdown()
+def _stop(ray, serve, local: bool) -> None:
+    """A Ray instance of our own goes whole (its replicas with it); on a shared cluster
+    only our application is deleted, waiting at most STOP_TIMEOUT_S for it."""
+    if not local:
+        deleting = threading.Thread(target=serve.delete, args=(APP_NAME,), daemon=True)
+        deleting.start()
+        deleting.join(STOP_TIMEOUT_S)
+    ray.shutdown()

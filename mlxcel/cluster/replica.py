@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -79,6 +80,7 @@ class EngineReplica:
         snapshot = engine.snapshot if engine is not None else None
         return {
             "replica": self.name,
+            "pid": os.getpid(),
             "ready": engine is not None and engine.alive,
             "held": held_digests(host) if engine is not None else [],
             "waiting": snapshot.queue_depth if snapshot is not None else 0,

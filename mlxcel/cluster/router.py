@@ -47,8 +47,9 @@ class PrefixRouter(RequestRouter):
     # -- what the gateway reads ------------------------------------------------------
 
     def replicas(self) -> dict[str, dict]:
-        """Every running replica's id and last report (without its digests)."""
-        return {replica_key(r): {k: v for k, v in (r.routing_stats or {}).items() if k != "held"}
+        """Every running replica's id, node and last report (without its digests)."""
+        return {replica_key(r): {**{k: v for k, v in (r.routing_stats or {}).items() if k not in ("held", "replica")},
+                                 "node": r.node_id, "held_blocks": len((r.routing_stats or {}).get("held") or ())}
                 for r in self.curr_replicas.values()}
 
     # -- routing -----------------------------------------------------------------------
@@ -125,8 +126,10 @@ class PrefixRouter(RequestRouter):
         report and what this router has sent it and not seen finish."""
         stats = replica.routing_stats or {}
         reported = int(stats.get("waiting", 0)) + int(stats.get("busy", 0))
-        in_flight = self.replica_queue_len_cache.get(replica.replica_id) or 0
-        return max(reported, in_flight)
+        return max(reported, self._in_flight(replica))
+
+    def _in_flight(self, replica: RunningReplica) -> int:
+        return self.replica_queue_len_cache.get(replica.replica_id) or 0
 
     @staticmethod
     def _slots(replica: RunningReplica) -> int:

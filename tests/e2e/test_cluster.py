@@ -1,0 +1,197 @@
+"""Replicas on Ray Serve behind one endpoint: two SmolLM2 replicas of one thread each
+(`mlxcel serve --replicas 2 -t 1`). Every API answers through the gateway as it does
+from one process; a conversation's turns stay on the replica holding its prefix while
+unrelated requests spread; /health, /metrics and /v1/metrics speak for every replica;
+a replica killed mid-stream ends that stream with an error event, the survivor takes
+new requests at once, and Ray brings the replica back. The kill test runs last."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from tests.cluster_process import ClusterProcess
+
+pytestmark = pytest.mark.slow
+SYSTEM = ("You are a careful assistant for a team of geographers. Answer in one short sentence, in English, "
+          "and say when you are not sure. Never invent numbers; prefer well known facts about rivers, "
+          "mountains, capitals and coasts. ")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    proc = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "4096", "--metrics")
+    try:
+        yield proc.wait_ready(replicas=2)
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def client(cluster):
+    with cluster.client(timeout=120) as c:
+        yield c
+
+
+def chat(client, messages, **fields):
+    answer = client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 8, "temperature": 0,
+                                                        **fields})
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+def test_chat_completions_and_stream(client):
+    answer = chat(client, [{"role": "user", "content": "Name a river."}])
+    body = answer.json()
+    assert body["object"] == "chat.completion" and body["usage"]["completion_tokens"] > 0
+    assert answer.headers["x-mlxcel-replica"]
+    with client.stream("POST", "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Name a mountain."}], "max_tokens": 8, "stream": True,
+            "stream_options": {"include_usage": True}}) as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        events = [line[6:] for line in stream.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[-1]["usage"]["completion_tokens"] > 0
+
+
+def test_anthropic_messages_stream(client):
+    with client.stream("POST", "/v1/messages", json={
+            "model": "x", "max_tokens": 8, "stream": True,
+            "messages": [{"role": "user", "content": "Name a coast."}]}) as stream:
+        assert stream.status_code == 200
+        kinds = [line[7:] for line in stream.iter_lines() if line.startswith("event: ")]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+
+
+def test_completions_native_and_tokenize(client):
+    legacy = client.post("/v1/completions", json={"prompt": "The capital of France is", "max_tokens": 4})
+    assert legacy.status_code == 200 and legacy.json()["choices"][0]["text"]
+    native = client.post("/completion", json={"prompt": "Rivers flow", "n_predict": 4})
+    assert native.status_code == 200 and native.json()["tokens_predicted"] == 4
+    tokens = client.post("/tokenize", json={"content": "hello world"}).json()["tokens"]
+    assert client.post("/detokenize", json={"tokens": tokens}).json()["content"].strip() == "hello world"
+    assert client.get("/v1/models").json()["data"][0]["id"]
+
+
+def test_responses_chain_is_shared_by_every_replica(client):
+    """Replicas share the state store: a chain continues and reads back from any of them."""
+    first = client.post("/v1/responses", json={"input": "Name a capital.", "max_output_tokens": 8})
+    assert first.status_code == 200, first.text
+    second = client.post("/v1/responses", json={"input": "And another.", "max_output_tokens": 8,
+                                                 "previous_response_id": first.json()["id"]})
+    assert second.status_code == 200, second.text
+    seen = set()
+    for _ in range(6):
+        got = client.get(f"/v1/responses/{first.json()['id']}")
+        assert got.status_code == 200 and got.json()["id"] == first.json()["id"]
+        seen.add(got.headers["x-mlxcel-replica"])
+    assert len(seen) == 2, "load routing should spread bodiless requests over both replicas"
+
+
+def test_errors_keep_the_spec_format(client):
+    bad = client.post("/v1/chat/completions", content=b"{bad", headers={"content-type": "application/json"})
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    anthropic = client.post("/v1/messages", json={"max_tokens": "many", "messages": []})
+    assert anthropic.status_code == 400 and anthropic.json()["type"] == "error"
+    missing = client.get("/v1/responses/resp_unknown")
+    assert missing.status_code == 404 and "error" in missing.json()
+    lone = client.post("/v1/chat/completions", content=b'{"messages":[{"role":"user","content":"\\ud800"}]}',
+                       headers={"content-type": "application/json"})
+    assert lone.status_code == 400
+
+
+def test_oversized_body_is_refused_at_the_gateway(cluster):
+    with cluster.client() as c:
+        answer = c.post("/v1/chat/completions", content=b"x" * (33 * 1024 * 1024),
+                        headers={"content-type": "application/json"})
+    assert answer.status_code == 413 and "error" in answer.json()
+
+
+def test_conversation_stays_on_its_replica_and_others_spread(client):
+    messages = [{"role": "system", "content": SYSTEM * 3}, {"role": "user", "content": "Name a long river."}]
+    homes, cached = [], []
+    for turn in range(4):
+        answer = chat(client, messages)
+        homes.append(answer.headers["x-mlxcel-replica"])
+        cached.append(answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+        messages += [{"role": "assistant", "content": answer.json()["choices"][0]["message"]["content"]},
+                     {"role": "user", "content": f"Another one, number {turn + 2}?"}]
+    assert len(set(homes)) == 1, homes
+    assert all(c > 100 for c in cached[1:]), cached  # each turn found the one before it
+    # unrelated conversations at once: both replicas take some
+    def unrelated(i):
+        return chat(client, [{"role": "system", "content": f"Conversation {i}: answer with a single word."},
+                             {"role": "user", "content": f"Pick a colour for item {i}."}],
+                    max_tokens=24).headers["x-mlxcel-replica"]
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        placed = list(pool.map(unrelated, range(6)))
+    assert len(set(placed)) == 2, placed
+    routing = client.get("/v1/metrics").json()["routing"]
+    assert routing["prefix"] >= 3 and routing["load"] >= 1
+
+
+def test_health_and_metrics_speak_for_every_replica(client):
+    health = client.get("/health?ready=1")
+    assert health.status_code == 200
+    replicas = health.json()["replicas"]
+    assert len(replicas) == 2 and all(r["status"] == 200 and r["pid"] for r in replicas.values())
+    text = client.get("/metrics").text
+    assert "# TYPE" in text
+    for replica in replicas:
+        assert f'replica="{replica}"' in text
+    families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert len(families) == len(set(families)), "each family once, under one TYPE"
+    snapshot = client.get("/v1/metrics").json()
+    assert snapshot["replica_count"] == 2 and {r["replica"] for r in snapshot["replicas"]} == set(replicas)
+
+
+def test_client_disconnect_frees_the_slot(client, cluster):
+    for _ in range(4):  # 4 streams dropped after their first event, on 2 replicas of 2 slots
+        with client.stream("POST", "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "Count slowly to one thousand."}],
+                "max_tokens": 3000, "ignore_eos": True, "stream": True}) as stream:
+            next(stream.iter_lines())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        busy = [r["server"]["concurrency"]["in_flight"] for r in client.get("/v1/metrics").json()["replicas"]]
+        if sum(busy) == 0:
+            break
+        time.sleep(0.5)
+    assert sum(busy) == 0, busy
+    chat(client, [{"role": "user", "content": "Still there?"}])
+
+
+def test_zz_killed_replica_ends_its_stream_and_comes_back(client, cluster):
+    """Runs last in the module: it kills a replica."""
+    before = cluster.ready_replicas()
+    with client.stream("POST", "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Write a very long story about rivers."}],
+            "max_tokens": 3000, "ignore_eos": True, "stream": True}) as stream:
+        victim = stream.headers["x-mlxcel-replica"]
+        lines = stream.iter_lines()
+        for line in lines:
+            if line.startswith("data: ") and '"content"' in line:
+                break
+        os.kill(before[victim]["pid"], signal.SIGKILL)
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest, "the stream must end with an event, not just stop"
+    last = json.loads(rest[-1][6:])
+    assert last["error"]["type"] == "server_error" and "failed" in last["error"]["message"]
+    started = time.monotonic()
+    for i in range(3):  # the survivor answers at once
+        answer = chat(client, [{"role": "user", "content": f"Quick question {i}?"}])
+        assert answer.headers["x-mlxcel-replica"] != victim
+    assert time.monotonic() - started < 30
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and len(cluster.ready_replicas()) < 2:
+        time.sleep(1)
+    replicas = cluster.ready_replicas()
+    assert len(replicas) == 2 and victim not in replicas, replicas

@@ -1,0 +1,85 @@
+"""The many-hosts recipe on one machine: a Ray head and a worker node, each started
+with `ray start` and offering one CPU, then `mlxcel serve --ray-address HEAD
+--replicas 2 -t 1`: the replicas land one on each node and the endpoint on the head
+serves through both."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.cluster_process import RAY_ENV, ClusterProcess
+from tests.server_process import free_port
+
+pytestmark = pytest.mark.slow
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+class RayNodes:
+    """A head and one worker of our own (never `ray stop`: other Ray instances may run)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.temp_dir = tempfile.mkdtemp(prefix="mlxcel-ray-")
+        self.groups: list[int] = []
+        common = ["--num-cpus", "1", "--disable-usage-stats"]
+        self._start(["start", "--head", "--port", str(self.port), "--include-dashboard", "false",
+                     "--temp-dir", self.temp_dir, *common])
+        self._start(["start", "--address", f"127.0.0.1:{self.port}", *common])
+
+    def _start(self, args: list[str]) -> None:
+        started = subprocess.run([RAY, *args], env={**os.environ, **RAY_ENV}, capture_output=True, text=True,
+                                 timeout=120, start_new_session=True)
+        if started.returncode != 0:
+            raise RuntimeError(f"ray {' '.join(args)} failed:\n{started.stdout}\n{started.stderr}")
+        self.groups.append(self._group_of_children())
+
+    def _group_of_children(self) -> int:
+        found = subprocess.run(["pgrep", "-f", f"--gcs-address=[0-9.]+:{self.port}"], capture_output=True,
+                               text=True).stdout.split()
+        return os.getpgid(int(found[-1])) if found else 0
+
+    def stop(self) -> None:
+        pids = subprocess.run(["pgrep", "-f", f"{self.temp_dir}|[0-9.]+:{self.port}"], capture_output=True,
+                              text=True).stdout.split()
+        for group in set(self.groups) - {0, os.getpgid(0)}:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def test_replicas_on_two_nodes_behind_the_head():
+    nodes = RayNodes()
+    server = None
+    try:
+        server = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "2048",
+                                "--ray-address", f"127.0.0.1:{nodes.port}")
+        server.wait_ready(replicas=2)
+        replicas = server.ready_replicas()
+        assert len({info["node"] for info in replicas.values()}) == 2, replicas
+        served = set()
+        with server.client() as client:
+            for i in range(4):
+                answer = client.post("/v1/chat/completions", json={
+                    "messages": [{"role": "user", "content": f"Say a number, {i}."}], "max_tokens": 4})
+                assert answer.status_code == 200, answer.text
+                served.add(answer.headers["x-mlxcel-replica"])
+        assert len(served) == 2, served
+    finally:
+        if server is not None:
+            server.stop()
+        nodes.stop()
