@@ -30,7 +30,7 @@ reference: setup
 
 # The state-store tests start a real redis-server of their own (Debian's package).
 redis-server:
-	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+	command -v redis-server >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server)
 
 test: setup reference redis-server
 	$(BIN)/mlxcel pull $(MODEL)

@@ -34,9 +34,11 @@ class PrefixRouter(RequestRouter):
     def initialize_state(self, mode: str = "prefix", overload: int | None = None) -> None:
         self.mode = mode
         self.overload = overload
-        self._turn = itertools.count()
+        self._turn = itertools.count()  # rotation among equals, for the requests served
+        self._aux_turn = itertools.count()  # and for the other calls (prompt digests), apart
         self._sent: dict[str, OrderedDict[int, float]] = {}  # replica -> digest -> when sent
         self._held_cache: dict[str, tuple[int, frozenset[int]]] = {}  # replica -> (id of report, its digests)
+        self._open: dict[str, set[str]] = {}  # replica -> requests this router sent it that have not finished
         self.routed = {"prefix": 0, "load": 0, "round_robin": 0}  # requests served, by how they were placed
         # Ray may unpickle this class by value, with copies of this module's globals: the
         # registry the gateway reads is the imported module's
@@ -67,16 +69,17 @@ class PrefixRouter(RequestRouter):
         counted = pending_request is not None and pending_request.metadata.call_method == "serve_http"
         ready = [r for r in candidate_replicas if (r.routing_stats or {}).get("ready", True)] or candidate_replicas
         by_load = sorted(ready, key=self._load)
+        turn = self._turn if counted else self._aux_turn
         if self.mode == "round-robin":
             self.routed["round_robin"] += counted
-            start = next(self._turn) % len(ready)
+            start = next(turn) % len(ready)
             rotated = ready[start:] + ready[:start]
             return [[rotated[0]], rotated[1:]] if len(rotated) > 1 else [rotated]
         prompt = kwargs.get("prompt_digests") or []
         best = self._warmest(by_load, prompt) if prompt else None
         if best is None:
             self.routed["load"] += counted
-            return self._ranks(self._least_loaded(by_load), by_load)
+            return self._ranks(self._least_loaded(by_load, turn), by_load)
         self.routed["prefix"] += counted
         return self._ranks(best, by_load)
 
@@ -111,10 +114,10 @@ class PrefixRouter(RequestRouter):
             self._held_cache[key] = cached
         return cached[1]
 
-    def _least_loaded(self, by_load: list[RunningReplica]) -> RunningReplica:
+    def _least_loaded(self, by_load: list[RunningReplica], turn: itertools.count) -> RunningReplica:
         floor = self._load(by_load[0])
         tied = [r for r in by_load if self._load(r) == floor]
-        return tied[next(self._turn) % len(tied)]
+        return tied[next(turn) % len(tied)]
 
     @staticmethod
     def _ranks(first: RunningReplica, by_load: list[RunningReplica]) -> list[list[RunningReplica]]:
@@ -123,13 +126,12 @@ class PrefixRouter(RequestRouter):
 
     def _load(self, replica: RunningReplica) -> int:
         """Requests waiting on the replica plus those in flight to it: the larger of its
-        report and what this router has sent it and not seen finish."""
+        last report and what this router has sent it and not seen finish (a report is
+        up to a period old; Ray's own queue-length cache can be older still for a
+        replica not sent anything lately)."""
         stats = replica.routing_stats or {}
         reported = int(stats.get("waiting", 0)) + int(stats.get("busy", 0))
-        return max(reported, self._in_flight(replica))
-
-    def _in_flight(self, replica: RunningReplica) -> int:
-        return self.replica_queue_len_cache.get(replica.replica_id) or 0
+        return max(reported, len(self._open.get(replica_key(replica), ())))
 
     @staticmethod
     def _slots(replica: RunningReplica) -> int:
@@ -137,8 +139,13 @@ class PrefixRouter(RequestRouter):
 
     # -- bookkeeping -------------------------------------------------------------------
 
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        self._open.get(replica_id.unique_id, set()).discard(internal_request_id)
+
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: ReplicaResult) -> None:
+        if pending_request is not None and pending_request.metadata.call_method == "serve_http":
+            self._open.setdefault(replica_id.unique_id, set()).add(pending_request.metadata.internal_request_id)
         prompt = pending_request.kwargs.get("prompt_digests") if pending_request is not None else None
         if not prompt:
             return

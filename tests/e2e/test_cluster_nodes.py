@@ -73,9 +73,10 @@ def test_replicas_on_two_nodes_behind_the_head():
         assert len({info["node"] for info in replicas.values()}) == 2, replicas
         served = set()
         with server.client() as client:
-            for i in range(4):
+            for i in range(6):  # unrelated prompts (no shared prefix): placed by load, so both replicas serve
                 answer = client.post("/v1/chat/completions", json={
-                    "messages": [{"role": "user", "content": f"Say a number, {i}."}], "max_tokens": 4})
+                    "messages": [{"role": "system", "content": f"{i}: you count."},
+                                 {"role": "user", "content": "Say a number."}], "max_tokens": 4})
                 assert answer.status_code == 200, answer.text
                 served.add(answer.headers["x-mlxcel-replica"])
         assert len(served) == 2, served

@@ -48,17 +48,17 @@ def _router(mode="prefix"):
 
     router = PrefixRouter.__new__(PrefixRouter)  # no Ray: only the policy is exercised
     router.initialize_state(mode=mode)
-    router._in_flight = lambda _replica: 0  # noqa: SLF001 - Ray's queue-length cache is not there
     return router
 
 
-def _pending(**kwargs):
-    return SimpleNamespace(kwargs=kwargs, metadata=SimpleNamespace(call_method="serve_http"),
+def _pending(request_id="r", method="serve_http", **kwargs):
+    return SimpleNamespace(kwargs=kwargs, metadata=SimpleNamespace(call_method=method,
+                                                                   internal_request_id=request_id),
                            routing_context=SimpleNamespace(should_backoff=False))
 
 
-def _choose(router, replicas, **kwargs):
-    ranks = asyncio.run(router.choose_replicas(replicas, _pending(**kwargs)))
+def _choose(router, replicas, method="serve_http", **kwargs):
+    ranks = asyncio.run(router.choose_replicas(replicas, _pending(method=method, **kwargs)))
     return ranks[0][0].name
 
 
@@ -90,11 +90,29 @@ def test_no_prefix_means_least_loaded_and_sent_prompts_count_as_held():
     assert router.routed == {"prefix": 1, "load": 1, "round_robin": 0}
 
 
+def test_requests_in_flight_count_until_they_complete():
+    router = _router()
+    a, b = FakeReplica("a", stats()), FakeReplica("b", stats())
+    for request in ("r1", "r2"):
+        router.on_request_routed(_pending(request), SimpleNamespace(unique_id="a"), None)
+    assert {_choose(router, [a, b]) for _ in range(3)} == {"b"}  # a has 2 open, reports say 0
+    router.on_request_completed(SimpleNamespace(unique_id="a"), "r1")
+    router.on_request_completed(SimpleNamespace(unique_id="a"), "r2")
+    assert {_choose(router, [a, b]) for _ in range(4)} == {"a", "b"}
+
+
 def test_pinned_and_round_robin_and_not_ready():
     a, b = FakeReplica("a", stats()), FakeReplica("b", stats())
     assert _choose(_router(), [a, b], replica="b") == "b"
     robin = _router("round-robin")
     assert [_choose(robin, [a, b]) for _ in range(4)] == ["a", "b", "a", "b"]
+    # each request asks a replica for its prompt's digests first: that call must not skew the rotation
+    idle = _router()
+    placed = []
+    for _ in range(4):
+        _choose(idle, [a, b], method="prompt_digests")
+        placed.append(_choose(idle, [a, b]))
+    assert placed == ["a", "b", "a", "b"]
     a.routing_stats["ready"] = False
     assert {_choose(_router(), [a, b]) for _ in range(4)} == {"b"}
 
