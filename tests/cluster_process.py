@@ -4,10 +4,13 @@ its own process group, so whatever Ray started with it goes when it stops."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
@@ -20,14 +23,17 @@ class ClusterProcess(ServerProcess):
     def __init__(self, *args: str, model: str = DEFAULT_MODEL, env: dict | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        env = dict(env or {})
         self._state_dir = None
-        from pathlib import Path
+        if "--state-url" not in args:  # a store of its own, shared by its replicas, removed on stop
+            self._state_dir = tempfile.mkdtemp(prefix="mlxcel-test-state-")
+            env["MLXCEL_STATE_URL"] = f"sqlite://{self._state_dir}/state.sqlite3"
 
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mlxcel-cluster-{self.port}.log"
         self._log = open(self.log_path, "wb")
         command = [sys.executable, "-m", "mlxcel", "serve", "-m", model, "--port", str(self.port), *args]
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, **RAY_ENV, **(env or {})}, start_new_session=True)
+                                        env={**os.environ, **RAY_ENV, **env}, start_new_session=True)
 
     def wait_ready(self, timeout: float = 300.0, replicas: int = 1) -> ClusterProcess:
         """Ready when /health?ready=1 answers 200 with `replicas` replicas ready."""
@@ -62,3 +68,5 @@ class ClusterProcess(ServerProcess):
             pass
         self.process.wait()
         self._log.close()
+        if self._state_dir is not None:
+            shutil.rmtree(self._state_dir, ignore_errors=True)

@@ -68,6 +68,8 @@ def prompt_tokens(app: FastAPI, envelope: HttpEnvelope) -> list[int] | None:
     path = envelope.path.removeprefix(app.state.config.api_prefix or "")
     if host is None or not host.ready or envelope.method != "POST" or path not in ROUTED:
         return None
+    if _owner(app, envelope) == KEY_ID:  # a request the replica will refuse (401) costs no rendering
+        return None
     try:
         data = json.loads(envelope.body)
         if not isinstance(data, dict):

@@ -25,8 +25,10 @@ SYSTEM = ("You are a careful assistant for a team of geographers. Answer in one 
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    proc = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "4096", "--metrics")
+def cluster(redis_server):
+    """Two replicas sharing their Responses state in a real Redis."""
+    proc = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "4096", "--metrics",
+                          "--state-url", f"{redis_server.url}/3")
     try:
         yield proc.wait_ready(replicas=2)
     finally:
@@ -174,7 +176,8 @@ def test_client_disconnect_frees_the_slot(client, cluster):
 
 
 def test_zz_killed_replica_ends_its_stream_and_comes_back(client, cluster):
-    """Runs last in the module: it kills a replica."""
+    """Runs last in the module: it kills a replica; what was stored stays."""
+    stored = client.post("/v1/responses", json={"input": "Name a sea.", "max_output_tokens": 4}).json()["id"]
     before = cluster.ready_replicas()
     with client.stream("POST", "/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "Write a very long story about rivers."}],
@@ -199,3 +202,5 @@ def test_zz_killed_replica_ends_its_stream_and_comes_back(client, cluster):
         time.sleep(1)
     replicas = cluster.ready_replicas()
     assert len(replicas) == 2 and victim not in replicas, replicas
+    for _ in range(4):
+        assert client.get(f"/v1/responses/{stored}").status_code == 200

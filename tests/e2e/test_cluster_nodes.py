@@ -1,7 +1,7 @@
 """The many-hosts recipe on one machine: a Ray head and a worker node, each started
 with `ray start` and offering one CPU, then `mlxcel serve --ray-address HEAD
---replicas 2 -t 1`: the replicas land one on each node and the endpoint on the head
-serves through both."""
+--replicas 2 -t 1 --api-key K`: the replicas land one on each node and the endpoint
+on the head serves through both, keys checked as by one server."""
 
 from __future__ import annotations
 
@@ -66,13 +66,16 @@ def test_replicas_on_two_nodes_behind_the_head():
     nodes = RayNodes()
     server = None
     try:
-        server = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "2048",
+        server = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "2048", "--api-key", "k-secret",
                                 "--ray-address", f"127.0.0.1:{nodes.port}")
         server.wait_ready(replicas=2)
         replicas = server.ready_replicas()
         assert len({info["node"] for info in replicas.values()}) == 2, replicas
         served = set()
-        with server.client() as client:
+        with server.client() as anonymous:
+            refused = anonymous.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
+            assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+        with server.client(headers={"Authorization": "Bearer k-secret"}) as client:
             for i in range(6):  # unrelated prompts (no shared prefix): placed by load, so both replicas serve
                 answer = client.post("/v1/chat/completions", json={
                     "messages": [{"role": "system", "content": f"{i}: you count."},
