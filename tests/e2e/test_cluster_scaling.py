@@ -1,0 +1,36 @@
+"""Replicas scaled by queue depth: `--min-replicas 1 --max-replicas 2` starts one
+replica; requests queued beyond its slots bring the second."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import pytest
+
+from tests.cluster_process import ClusterProcess
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_queue_beyond_the_slots_adds_a_replica():
+    server = ClusterProcess("--min-replicas", "1", "--max-replicas", "2", "-t", "1", "-np", "1", "-c", "1024")
+    try:
+        server.wait_ready(replicas=1)
+        assert len(server.ready_replicas()) == 1
+
+        def long_request(i: int) -> int:
+            with server.client(timeout=300) as client:
+                return client.post("/v1/completions", json={"prompt": f"Story {i}:", "max_tokens": 400,
+                                                            "ignore_eos": True}).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            pending = [pool.submit(long_request, i) for i in range(6)]
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and len(server.ready_replicas()) < 2:
+                time.sleep(1)
+            scaled = len(server.ready_replicas())
+            assert all(p.result() == 200 for p in pending)
+        assert scaled == 2
+    finally:
+        server.stop()
