@@ -47,10 +47,26 @@ class SqliteBackend(StateBackend):
                                    check_same_thread=False)
         self._lock = threading.RLock()
         self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._db.execute("PRAGMA journal_mode = WAL")
+        self._retry_busy(lambda: self._db.execute("PRAGMA journal_mode = WAL"))
         self._db.execute("PRAGMA synchronous = NORMAL")
         with self._lock:
-            self._db.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\nCOMMIT;")
+            self._retry_busy(lambda: self._db.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\nCOMMIT;"))
+
+    def _retry_busy(self, step: Callable[[], object]) -> None:
+        """Run `step`, again while another process holds the file: switching to WAL can
+        answer "database is locked" at once, without the busy timeout (several
+        replicas opening a new file together)."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                step()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                time.sleep(0.02)
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
