@@ -73,7 +73,7 @@ def run_cluster(config: ServerConfig) -> int:
         serve.start(http_options={"host": host, "port": config.port}, logging_config={"log_level": "WARNING"})
         serve.run(_deployments(config, settings), name=APP_NAME, route_prefix="/", blocking=False)
     except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deploy
-        print(f"mlxcel: error: the replicas did not start: {exc}", file=sys.stderr)
+        print(f"mlxcel: error: the replicas did not start: {_deploy_failure(serve) or exc}", file=sys.stderr)
         _stop(ray, serve, local)
         return 1
     where = "a local Ray instance" if local else f"the Ray cluster at {settings.ray_address or os.environ['RAY_ADDRESS']}"
@@ -85,6 +85,16 @@ def run_cluster(config: ServerConfig) -> int:
     stop.wait()
     _stop(ray, serve, local)
     return 0
+
+
+def _deploy_failure(serve) -> str | None:
+    """The replicas' own reason (the last line Ray kept of their constructor's error)."""
+    try:
+        deployment = serve.status().applications[APP_NAME].deployments["engine"]
+    except Exception:  # noqa: BLE001 - no status to read: the caller says what it has
+        return None
+    reasons = [line.strip() for line in (deployment.message or "").splitlines() if "RuntimeError: replica" in line]
+    return reasons[-1].split("RuntimeError: ", 1)[1] if reasons else None
 
 
 def _stop(ray, serve, local: bool) -> None:

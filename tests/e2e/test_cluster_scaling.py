@@ -34,3 +34,15 @@ def test_a_queue_beyond_the_slots_adds_a_replica():
         assert scaled == 2
     finally:
         server.stop()
+
+
+def test_replicas_that_cannot_load_stop_the_start_with_their_reason(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(4092))
+    server = ClusterProcess("--replicas", "2", "-t", "1", model=str(broken))
+    try:
+        assert server.process.wait(240) == 1
+        errors = [line for line in server.log().splitlines() if line.startswith("mlxcel: error:")]
+        assert len(errors) == 1 and "could not load the model" in errors[0], server.log()[-2000:]
+    finally:
+        server.stop()
