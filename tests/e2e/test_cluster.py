@@ -91,6 +91,9 @@ def test_responses_chain_is_shared_by_every_replica(client):
                                                  "previous_response_id": first.json()["id"]})
     assert second.status_code == 200, second.text
     assert second.json()["previous_response_id"] == first.json()["id"]
+    # the continuation goes where the chain's prefix is cached
+    assert second.headers["x-mlxcel-replica"] == first.headers["x-mlxcel-replica"]
+    assert second.json()["usage"]["input_tokens_details"]["cached_tokens"] > 0
     seen = set()
     for _ in range(20):  # idle replicas tie on load and take turns; reports refresh twice a second
         got = client.get(f"/v1/responses/{first.json()['id']}")
@@ -109,6 +112,9 @@ def test_errors_keep_the_spec_format(client):
     assert anthropic.status_code == 400 and anthropic.json()["type"] == "error"
     missing = client.get("/v1/responses/resp_unknown")
     assert missing.status_code == 404 and "error" in missing.json()
+    preflight = client.options("/v1/chat/completions", headers={"Origin": "http://app.example",
+                                                                "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code in (200, 204) and preflight.headers["access-control-allow-origin"]
     lone = client.post("/v1/chat/completions", content=b'{"messages":[{"role":"user","content":"\\ud800"}]}',
                        headers={"content-type": "application/json"})
     assert lone.status_code == 400
