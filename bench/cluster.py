@@ -12,15 +12,20 @@ many of a conversation's turns landed on its most used replica.
 
 `decode`: `--streams` concurrent streamed /completion requests of `--n-predict`
 tokens (distinct short prompts, ignore_eos, no prompt cache) on `--replicas` replicas,
-on 1 replica (both through Ray, `--router prefix`) and on the single-process server,
-all with the same `-t`: aggregate tokens/s (all tokens / wall time), median of
-`--repeats`, and the requests each replica took.
+on 1 replica (both through Ray, `--router prefix`), on the replicas with `--router
+round-robin` and on the single-process server, all with the same `-t`: aggregate
+tokens/s (all tokens / wall time), median of `--repeats`, and the requests each
+replica took. Both parts print each pass's CPU shares (engines, gateway, Ray's proxy,
+the rest of Ray, this client, other processes).
 
-Each server is stopped with SIGINT (which shuts Ray down) and must leave no `ray::`
-process behind before the next one starts.
+Each server is stopped with SIGINT (which shuts Ray down) and must leave none of the
+processes it started (`ray::` workers, raylet, GCS) behind before the next one starts.
 
     .venv/bin/python bench/cluster.py [--only agent,decode] [--conversations 8] [--turns 10]
-        [--replicas 2] [--server-args "-t 1 -np 4 -c 16384"] [--json OUT]
+        [--replicas 2] [--server-args "-t 1 -np 4 -c 16384"] [--routers prefix,round-robin]
+        [--repeats 3] [--json OUT]
+
+See bench/README.md ("Replicas on Ray Serve") for the measured figures.
 """
 from __future__ import annotations
 
