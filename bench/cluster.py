@@ -82,10 +82,11 @@ def start(name: str, argv: list[str], log_dir: Path, replicas: int) -> Server:
     server.wait_healthy(600)
     while replicas:
         body = httpx.get(server.url + "/health", timeout=30, trust_env=False).json()
-        ready = [r for r, status in (body.get("replicas") or {}).items() if status == 200]
+        ready = [r for r, status in (body.get("replicas") or {}).items()
+                 if (status.get("status") if isinstance(status, dict) else status) == 200]
         if len(ready) >= replicas:
             break
-        if time.monotonic() - started > 600:
+        if time.monotonic() - started > 180:
             raise TimeoutError(f"{name}: {len(ready)} of {replicas} replicas ready\n{server.log_tail()}")
         time.sleep(0.5)
     log(f"{name} ready after {time.monotonic() - started:.1f} s")
@@ -448,6 +449,7 @@ def print_decode(results: dict, args) -> None:
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # stop the servers on the way out
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=MODEL)
     ap.add_argument("--only", default="agent,decode")
