@@ -79,16 +79,20 @@ def start(name: str, argv: list[str], log_dir: Path, replicas: int) -> Server:
     started = time.monotonic()
     log(f"starting {name}: {' '.join(server.argv)}")
     server.start()
-    server.wait_healthy(600)
-    while replicas:
-        body = httpx.get(server.url + "/health", timeout=30, trust_env=False).json()
-        ready = [r for r, status in (body.get("replicas") or {}).items()
-                 if (status.get("status") if isinstance(status, dict) else status) == 200]
-        if len(ready) >= replicas:
-            break
-        if time.monotonic() - started > 180:
-            raise TimeoutError(f"{name}: {len(ready)} of {replicas} replicas ready\n{server.log_tail()}")
-        time.sleep(0.5)
+    try:
+        server.wait_healthy(600)
+        while replicas:
+            body = httpx.get(server.url + "/health", timeout=30, trust_env=False).json()
+            ready = [r for r, status in (body.get("replicas") or {}).items()
+                     if (status.get("status") if isinstance(status, dict) else status) == 200]
+            if len(ready) >= replicas:
+                break
+            if time.monotonic() - started > 180:
+                raise TimeoutError(f"{name}: {len(ready)} of {replicas} replicas ready\n{server.log_tail()}")
+            time.sleep(0.5)
+    except BaseException:
+        stop(server)
+        raise
     log(f"{name} ready after {time.monotonic() - started:.1f} s")
     return server
 
