@@ -65,7 +65,9 @@ def run_cluster(config: ServerConfig) -> int:
         return 1
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     local = settings.ray_address is None and "RAY_ADDRESS" not in os.environ
-    init = {"num_cpus": settings.ray_cpus or os.cpu_count() or 1} if local else {"address": settings.ray_address}
+    # "local": a Ray instance of our own, even where `ray start` left a cluster behind
+    init = ({"address": "local", "num_cpus": settings.ray_cpus or os.cpu_count() or 1} if local
+            else {"address": settings.ray_address})
     ray.init(include_dashboard=False, log_to_driver=config.verbose, logging_level=logging.WARNING,
              **init)
     host = config.hosts[0]

@@ -69,14 +69,14 @@ def stats(held=(), waiting=0, busy=0, slots=2):
 def test_prefix_goes_to_the_replica_holding_the_longest_prefix():
     prompt = digests(list(range(64)))  # 4 blocks
     a = FakeReplica("a", stats(held=prompt[:1]))
-    b = FakeReplica("b", stats(held=prompt[:3], busy=1))
+    b = FakeReplica("b", stats(held=prompt[:3], busy=1))  # one busier than a: still within the bound
     assert _choose(_router(), [a, b], prompt_digests=prompt) == "b"
 
 
 def test_an_overloaded_holder_is_passed_over():
     prompt = digests(list(range(64)))
     a = FakeReplica("a", stats())
-    b = FakeReplica("b", stats(held=prompt, waiting=5, busy=2))  # 7 > 0 + 2 slots
+    b = FakeReplica("b", stats(held=prompt, busy=2))  # 2 > 0 + 1
     assert _choose(_router(), [a, b], prompt_digests=prompt) == "a"
 
 
