@@ -26,6 +26,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, R
 
 SENT_TTL_S = 30.0  # how long a prompt this router sent counts as held before a report confirms it
 SENT_MAX = 1 << 16
+RESERVED_TTL_S = 5.0
 LIVE: weakref.WeakSet[PrefixRouter] = weakref.WeakSet()  # routers in this process (the gateway reads them)
 
 
@@ -42,6 +43,9 @@ class PrefixRouter(RequestRouter):
         self._sent: dict[str, OrderedDict[int, float]] = {}  # replica -> digest -> when sent
         self._held_cache: dict[str, tuple[int, frozenset[int]]] = {}  # replica -> (id of report, its digests)
         self._open: dict[str, set[str]] = {}  # replica -> requests this router sent it that have not finished
+        # request -> (replica, when): chosen but not yet sent; counted as load for a while so a
+        # burst routed at once spreads instead of all seeing the same idle replica
+        self._reserved: dict[str, tuple[str, float]] = {}
         self.routed = {"prefix": 0, "load": 0, "round_robin": 0}  # requests served, by how they were placed
         # Ray may unpickle this class by value, with copies of this module's globals: the
         # registry the gateway reads is the imported module's
@@ -82,8 +86,11 @@ class PrefixRouter(RequestRouter):
         best = self._warmest(by_load, prompt) if prompt else None
         if best is None:
             self.routed["load"] += counted
-            return self._ranks(self._least_loaded(by_load, turn), by_load)
-        self.routed["prefix"] += counted
+            best = self._least_loaded(by_load, turn)
+        else:
+            self.routed["prefix"] += counted
+        if counted:
+            self._reserved[pending_request.metadata.internal_request_id] = (replica_key(best), time.monotonic())
         return self._ranks(best, by_load)
 
     def _warmest(self, by_load: list[RunningReplica], prompt: list[int]) -> RunningReplica | None:
@@ -134,7 +141,9 @@ class PrefixRouter(RequestRouter):
         replica not sent anything lately)."""
         stats = replica.routing_stats or {}
         reported = int(stats.get("waiting", 0)) + int(stats.get("busy", 0))
-        return max(reported, len(self._open.get(replica_key(replica), ())))
+        key, fresh = replica_key(replica), time.monotonic() - RESERVED_TTL_S
+        reserved = sum(1 for chosen, when in self._reserved.values() if chosen == key and when > fresh)
+        return max(reported, len(self._open.get(key, ())) + reserved)
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -144,7 +153,12 @@ class PrefixRouter(RequestRouter):
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: ReplicaResult) -> None:
         if pending_request is not None and pending_request.metadata.call_method == "serve_http":
-            self._open.setdefault(replica_id.unique_id, set()).add(pending_request.metadata.internal_request_id)
+            request = pending_request.metadata.internal_request_id
+            self._open.setdefault(replica_id.unique_id, set()).add(request)
+            self._reserved.pop(request, None)
+            stale = time.monotonic() - RESERVED_TTL_S  # chosen, then cancelled before it was sent
+            for old in [r for r, (_, when) in self._reserved.items() if when <= stale]:
+                del self._reserved[old]
         prompt = pending_request.kwargs.get("prompt_digests") if pending_request is not None else None
         if not prompt:
             return

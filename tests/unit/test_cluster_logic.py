@@ -57,8 +57,8 @@ def _pending(request_id="r", method="serve_http", **kwargs):
                            routing_context=SimpleNamespace(should_backoff=False))
 
 
-def _choose(router, replicas, method="serve_http", **kwargs):
-    ranks = asyncio.run(router.choose_replicas(replicas, _pending(method=method, **kwargs)))
+def _choose(router, replicas, method="serve_http", request_id="r", **kwargs):
+    ranks = asyncio.run(router.choose_replicas(replicas, _pending(request_id, method=method, **kwargs)))
     return ranks[0][0].name
 
 
@@ -136,3 +136,16 @@ def test_cluster_settings_from_flags():
                 _args(replicas=2, config_file="f.yaml")):
         with pytest.raises(ClusterUsageError):
             cluster_settings(bad)
+
+
+def test_a_burst_chosen_before_any_is_sent_spreads():
+    """Six requests sharing a prefix that `a` holds, all chosen before any is sent (or
+    reported): each choice counts as load at once, so `a` takes what the bound allows."""
+    prompt = digests(list(range(64)))
+    router = _router()
+    a, b = FakeReplica("a", stats(held=prompt)), FakeReplica("b", stats())
+    placed = [_choose(router, [a, b], request_id=f"q{i}", prompt_digests=prompt) for i in range(6)]
+    assert placed == ["a", "a", "b", "a", "b", "a"]
+    for i, name in enumerate(placed):  # once sent, a request counts as open there, not twice
+        router.on_request_routed(_pending(f"q{i}"), SimpleNamespace(unique_id=name), None)
+    assert router._load(a) == 4 and router._load(b) == 2  # noqa: SLF001
