@@ -41,7 +41,7 @@ class PrefixRouter(RequestRouter):
         self._turn = itertools.count()  # rotation among equals, for the requests served
         self._aux_turn = itertools.count()  # and for the other calls (prompt digests), apart
         self._sent: dict[str, OrderedDict[int, float]] = {}  # replica -> digest -> when sent
-        self._held_cache: dict[str, tuple[int, frozenset[int]]] = {}  # replica -> (id of report, its digests)
+        self._held_cache: dict[str, tuple[list, frozenset[int]]] = {}  # replica -> (report's list, as a set)
         self._open: dict[str, set[str]] = {}  # replica -> requests this router sent it that have not finished
         # request -> (replica, when): chosen but not yet sent; counted as load for a while so a
         # burst routed at once spreads instead of all seeing the same idle replica
@@ -115,12 +115,12 @@ class PrefixRouter(RequestRouter):
         return 0
 
     def _held(self, replica: RunningReplica) -> frozenset[int]:
-        stats = replica.routing_stats or {}
-        digests = stats.get("held") or []
+        """The digests of the replica's last report, as a set built once per report."""
+        digests = (replica.routing_stats or {}).get("held") or []
         key = replica_key(replica)
         cached = self._held_cache.get(key)
-        if cached is None or cached[0] != id(digests):
-            cached = (id(digests), frozenset(digests))
+        if cached is None or cached[0] is not digests:  # the list is kept, so `is` cannot match a new one
+            cached = (digests, frozenset(digests))
             self._held_cache[key] = cached
         return cached[1]
 
