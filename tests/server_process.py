@@ -23,6 +23,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
+    _state_dir: str | None = None  # a temporary store of this server's own, removed on stop
     def __init__(self, *args: str, model: str | None = DEFAULT_MODEL, env: dict | None = None) -> None:
         """`model=None` passes no -m (a server started with --config). Without a
         --state-url (or MLXCEL_STATE_URL), the server gets a state store of its own,
