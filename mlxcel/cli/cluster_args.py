@@ -25,14 +25,14 @@ def _router(value: str) -> str:
 # (flags, dest, type, default, env, help): the shape of serve_args' value options
 CLUSTER_OPTIONS = [
     (("--replicas",), "replicas", ranged(int, 0, 256), 0, "MLXCEL_REPLICAS",
-     "engine replicas on Ray Serve behind one endpoint (0: one process, no Ray); each has its own llama "
-     "context and -t threads (default: this machine's cores / replicas)"),
+     ("engine replicas on Ray Serve behind one endpoint (0: one process, no Ray); each has its own llama "
+      "context and -t threads (default: this machine's cores / replicas)")),
     (("--ray-address",), "ray_address", str, None, "MLXCEL_RAY_ADDRESS",
-     "join this Ray cluster (host:port of its head, or 'auto') instead of starting one; implies --replicas 1 "
-     "when --replicas is not given"),
+     ("join this Ray cluster (host:port of its head, or 'auto') instead of starting one; implies --replicas 1 "
+      "when --replicas is not given")),
     (("--router",), "router", _router, "prefix", "MLXCEL_ROUTER",
-     "how requests pick a replica: prefix (the one holding the longest prefix of the prompt, else the least "
-     "loaded) or round-robin"),
+     ("how requests pick a replica: prefix (the one holding the longest prefix of the prompt, else the least "
+      "loaded) or round-robin")),
     (("--min-replicas",), "min_replicas", ranged(int, 0, 256), None, "MLXCEL_MIN_REPLICAS",
      "with --max-replicas: scale replicas by queue depth between the two"),
     (("--max-replicas",), "max_replicas", ranged(int, 1, 256), None, "MLXCEL_MAX_REPLICAS",

@@ -8,12 +8,13 @@ Digests are the first 8 bytes of the host prompt cache's chained block hashes
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from typing import TYPE_CHECKING
 
 from mlxcel.engine.prompt_cache import block_hashes
-from mlxcel.http.auth import KEY_ID, _presented, key_id
+from mlxcel.http.auth import KEY_ID, key_id, presented_keys
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -54,8 +55,8 @@ def _owner(app: FastAPI, envelope: HttpEnvelope) -> str | None:
     keys = app.state.config.api_keys
     if not keys:
         return None
-    presented = _presented([(k.lower(), v) for k, v in envelope.headers])
-    accepted = [p for p in presented if p in {k.encode() for k in keys}]
+    presented = presented_keys([(k.lower(), v) for k, v in envelope.headers])
+    accepted = [p for p in presented if any(hmac.compare_digest(p, k.encode()) for k in keys)]
     return key_id(accepted[0]) if accepted else KEY_ID  # an impossible owner: finds nothing
 
 

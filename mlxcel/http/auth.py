@@ -37,7 +37,7 @@ def _error(path: str) -> bytes:
     return json.dumps({"error": {"code": 401, "message": INVALID_KEY, "type": "authentication_error"}}).encode()
 
 
-def _presented(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+def presented_keys(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
     """The keys a request presents: Authorization (Bearer or raw), then x-api-key."""
     found: dict[bytes, bytes] = {}
     for name, value in headers:
@@ -69,7 +69,7 @@ class APIKeyMiddleware:
             await self.app(scope, receive, send)
             return
         # every presented key is compared
-        accepted = [key for key in _presented(scope["headers"]) if self._accepts(key)]
+        accepted = [key for key in presented_keys(scope["headers"]) if self._accepts(key)]
         if not accepted:
             await self._reject(send, _error(path))
             return

@@ -13,7 +13,6 @@ import os
 import signal
 import time
 
-import httpx
 import pytest
 
 from tests.cluster_process import ClusterProcess

@@ -36,19 +36,19 @@ class RayNodes:
 
     def _start(self, args: list[str]) -> None:
         started = subprocess.run([RAY, *args], env={**os.environ, **RAY_ENV}, capture_output=True, text=True,
-                                 timeout=120, start_new_session=True)
+                                 check=False, timeout=120, start_new_session=True)
         if started.returncode != 0:
             raise RuntimeError(f"ray {' '.join(args)} failed:\n{started.stdout}\n{started.stderr}")
         self.groups.append(self._group_of_children())
 
     def _group_of_children(self) -> int:
         found = subprocess.run(["pgrep", "-f", f"--gcs-address=[0-9.]+:{self.port}"], capture_output=True,
-                               text=True).stdout.split()
+                               text=True, check=False).stdout.split()
         return os.getpgid(int(found[-1])) if found else 0
 
     def stop(self) -> None:
         pids = subprocess.run(["pgrep", "-f", f"{self.temp_dir}|[0-9.]+:{self.port}"], capture_output=True,
-                              text=True).stdout.split()
+                              text=True, check=False).stdout.split()
         for group in set(self.groups) - {0, os.getpgid(0)}:
             try:
                 os.killpg(group, signal.SIGKILL)

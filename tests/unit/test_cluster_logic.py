@@ -148,4 +148,4 @@ def test_a_burst_chosen_before_any_is_sent_spreads():
     assert placed == ["a", "a", "b", "a", "b", "a"]
     for i, name in enumerate(placed):  # once sent, a request counts as open there, not twice
         router.on_request_routed(_pending(f"q{i}"), SimpleNamespace(unique_id=name), None)
-    assert router._load(a) == 4 and router._load(b) == 2  # noqa: SLF001
+    assert router._load(a) == 4 and router._load(b) == 2
