@@ -38,8 +38,13 @@ class Speaker:
             self.voice.config.espeak_voice = espeak_voice
 
     def samples(self, text: str) -> np.ndarray:
-        """int16 mono samples at the voice's rate."""
-        return np.concatenate([chunk.audio_int16_array for chunk in self.voice.synthesize(text)])
+        """int16 mono samples at the voice's rate; without piper's random noise, so a
+        clip is the same in every run (with it, whisper-base heard one Spanish clip as
+        English in some runs and as Spanish in others)."""
+        from piper import SynthesisConfig
+
+        still = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+        return np.concatenate([chunk.audio_int16_array for chunk in self.voice.synthesize(text, syn_config=still)])
 
     def wav(self, text: str, silence_s: float = 0.0) -> bytes:
         return wav_bytes(self.samples(text), self.rate, silence_s)
