@@ -52,6 +52,17 @@ class Turn:
     completion_tokens: int
 
 
+def run_staggered(threads: list[threading.Thread], stagger_s: float) -> float:
+    """Start the conversations `stagger_s` apart, wait for all; the wall time."""
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+        time.sleep(stagger_s)
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def system_prompt(seed: str, n_words: int) -> str:
     """An agent's instructions and a tool list in JSON: the prefix every conversation shares."""
     rng = random.Random(seed)
@@ -144,13 +155,7 @@ def run_round(server: Server, seed: str, args) -> dict:
     threads = [threading.Thread(target=conversation,
                                 args=(server.url, i, seed, system, args.turns, args.max_tokens, turns, errors))
                for i in range(args.conversations)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-        time.sleep(args.stagger)
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
+    wall = run_staggered(threads, args.stagger)
     after = scrape(server.url)
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
     if errors:

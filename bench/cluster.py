@@ -46,7 +46,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from agent import MODEL, NO_KEEPALIVE, _events, pct, system_prompt, user_turn
+from agent import MODEL, NO_KEEPALIVE, _events, pct, run_staggered, system_prompt, user_turn
 from prompts import short_prompt
 from servers import HOST, Server, _host_busy_s, _process_cpu_s, free_port
 
@@ -272,13 +272,7 @@ def agent_round(server: Server, seed: str, args) -> dict:
     errors: list[str] = []
     threads = [threading.Thread(target=conversation, args=(url, i, seed, system, args, turns, errors))
                for i in range(args.conversations)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-        time.sleep(args.stagger)
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
+    wall = run_staggered(threads, args.stagger)
     cpu = watch.shares()
     after = routing(url)
     if errors:

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.server_process import free_port
+from tests.server_process import free_port, stop_process
 
 
 class RedisServer:
@@ -41,10 +41,4 @@ class RedisServer:
         raise TimeoutError("redis-server did not answer")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)

@@ -22,6 +22,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class ServerProcess:
     _state_dir: str | None = None  # a temporary store of this server's own, removed on stop
     def __init__(self, *args: str, model: str | None = DEFAULT_MODEL, env: dict | None = None) -> None:
@@ -64,13 +75,7 @@ class ServerProcess:
         return httpx.Client(base_url=self.base_url, timeout=kwargs.pop("timeout", 120), **kwargs)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self._log.close()
         if self._state_dir is not None:
             shutil.rmtree(self._state_dir, ignore_errors=True)
