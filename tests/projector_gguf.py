@@ -21,6 +21,9 @@ Both decode causally with ordinary (not M-RoPE) positions.
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import numpy as np
 from gguf import GGUFWriter
 
@@ -39,6 +42,18 @@ def audio_tokens(n_samples: int, stack_factor: int = 60) -> int:
     """Tokens one 16 kHz clip of ``n_samples`` takes with ``write_audio_projector``."""
     n_frames = (n_samples + 30 * AUDIO_SAMPLE_RATE) // 160 + 1
     return (n_frames // AUDIO_FRAMES_PER_WINDOW) * (_AUDIO_POSITIONS // stack_factor)
+
+
+def png_bytes(width: int, height: int) -> bytes:
+    """A deterministic RGB PNG (a colour gradient), stdlib only, for image_url data URIs."""
+    rows = b"".join(b"\x00" + bytes((x * 7 + y * 3 + c * 50) % 256 for x in range(width) for c in range(3))
+                    for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 
 class _Weights:

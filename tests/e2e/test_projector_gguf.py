@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 from llama_cpp import mtmd_cpp as mtmd
 
+from tests.audio_clips import wav_bytes
 from tests.projector_gguf import (
     AUDIO_SAMPLE_RATE,
     audio_tokens,
     image_tokens,
+    png_bytes,
     write_audio_projector,
     write_vision_projector,
 )
@@ -83,10 +85,22 @@ def rgb(width: int, height: int):
     return mtmd.mtmd_bitmap_init(width, height, (ctypes.c_uint8 * len(pixels)).from_buffer_copy(pixels))
 
 
-def tone(seconds: float):
+def pcm(seconds: float) -> np.ndarray:
     n = int(seconds * AUDIO_SAMPLE_RATE)
-    pcm = (0.3 * np.sin(2 * math.pi * 440 * np.arange(n) / AUDIO_SAMPLE_RATE)).astype(np.float32)
-    return mtmd.mtmd_bitmap_init_from_audio(n, pcm.ctypes.data_as(ctypes.POINTER(ctypes.c_float))), n
+    return (0.3 * np.sin(2 * math.pi * 440 * np.arange(n) / AUDIO_SAMPLE_RATE)).astype(np.float32)
+
+
+def tone(seconds: float):
+    samples = pcm(seconds)
+    return mtmd.mtmd_bitmap_init_from_audio(len(samples), samples.ctypes.data_as(ctypes.POINTER(ctypes.c_float))), len(samples)
+
+
+def from_file_bytes(ctx: Mtmd, data: bytes):
+    """What llama-server does with a media file: mtmd's helper decodes it (stb_image, miniaudio)."""
+    buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(ctx.ctx, buf, len(data), False)
+    assert bitmap, "mtmd could not decode the file"
+    return bitmap
 
 
 def test_projector_files_are_deterministic(tmp_path):
@@ -157,5 +171,37 @@ def test_audio_encodes_to_window_token_count(audio, seconds):
         first = audio.encode(chunk, n_tokens)
         assert np.isfinite(first).all() and first.std() > 0
         assert np.array_equal(first, audio.encode(chunk, n_tokens))
+    finally:
+        mtmd.mtmd_bitmap_free(bitmap)
+
+
+def test_png_decoded_by_mtmd_helper_takes_the_same_tokens(vision):
+    bitmap = from_file_bytes(vision, png_bytes(100, 60))
+    try:
+        assert (mtmd.mtmd_bitmap_get_nx(bitmap), mtmd.mtmd_bitmap_get_ny(bitmap)) == (100, 60)
+        chunks = vision.tokenize(vision.marker, [bitmap])
+        assert [(c[0], c[1]) for c in chunks] == [(CHUNK_IMAGE, image_tokens())]
+    finally:
+        mtmd.mtmd_bitmap_free(bitmap)
+
+
+def test_wav_decoded_by_mtmd_helper_takes_the_same_tokens(audio):
+    samples = (pcm(3) * 32767).astype(np.int16)
+    bitmap = from_file_bytes(audio, wav_bytes(samples, AUDIO_SAMPLE_RATE))
+    try:
+        assert mtmd.mtmd_bitmap_is_audio(bitmap)
+        chunks = audio.tokenize(audio.marker, [bitmap])
+        assert [(c[0], c[1]) for c in chunks] == [(CHUNK_AUDIO, audio_tokens(3 * AUDIO_SAMPLE_RATE))]
+    finally:
+        mtmd.mtmd_bitmap_free(bitmap)
+
+
+def test_audio_past_30_seconds_is_one_chunk_per_window(audio):
+    bitmap, n_samples = tone(31)
+    try:
+        chunks = audio.tokenize(audio.marker, [bitmap])
+        assert [(c[0], c[1]) for c in chunks] == [(CHUNK_AUDIO, 25), (CHUNK_AUDIO, 25)]
+        assert audio_tokens(n_samples) == 50
+        assert all(np.isfinite(audio.encode(c[2], c[1])).all() for c in chunks)
     finally:
         mtmd.mtmd_bitmap_free(bitmap)
