@@ -116,6 +116,9 @@ class ServerConfig:
     cache_ttl_seconds: float = 3600.0
     spec_type: str = "ngram-simple"  # ngram-simple (prompt lookup) | none | draft (--model-draft)
     model_draft: str | None = None
+    mmproj: str | None = None  # --mmproj: a multimodal projector GGUF beside the model (images, audio)
+    image_min_tokens: int = -1  # --image-min-tokens / --image-max-tokens: a dynamic-resolution
+    image_max_tokens: int = -1  # projector's token budget per image (-1: the projector's own)
     spec_ngram_size: int = 3
     spec_ngram_size_m: int = 48  # prompt lookup: most tokens drafted per round
     spec_draft_max: int = 16

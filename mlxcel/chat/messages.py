@@ -10,32 +10,35 @@ import json
 from typing import Any
 
 from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.media_parts import MEDIA_PART_TYPES, MediaIntake, join_parts, unsupported
 
-MEDIA_PART_TYPES = {"image_url", "image", "input_image", "video_url", "video", "input_audio", "audio", "file"}
 ROLE_ALIASES = {"developer": "system", "function": "tool"}
 
 
-def content_text(content: Any, where: str) -> str:
-    """A string, or an array of text parts joined by newlines. Media on this text-only
-    server is a 400 naming the part."""
+def content_text(content: Any, where: str, media: MediaIntake | None = None) -> str:
+    """A string, or an array of text parts joined by newlines. A media part becomes
+    the media marker, recorded in `media`, when the model takes its kind; else (and
+    always without `media`) it is a 400 naming the part."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    texts = []
+    texts: list[tuple[str, bool]] = []
     for i, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
-        text = part.get("text") if isinstance(part, dict) else getattr(part, "text", None)
+        if not isinstance(part, dict) and hasattr(part, "model_dump"):
+            part = part.model_dump(exclude_none=True)
+        kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("text", "input_text", "output_text"):
-            texts.append(text or "")
+            texts.append((part.get("text") or "", False))
         elif kind in MEDIA_PART_TYPES:
-            raise ChatInputError(
-                f"{where}.content[{i}]: {kind} input is not supported: the loaded model is text-only",
-                code="unsupported_content_type",
-            )
+            if media is None:
+                raise unsupported(kind, f"{where}.content[{i}]", None)
+            texts.append((media.take(part, f"{where}.content[{i}]"), True))
         else:
             raise ChatInputError(f"{where}.content[{i}]: unknown content part type {kind!r}")
-    return "\n".join(texts)
+    if any(is_marker for _, is_marker in texts):
+        return join_parts(texts)
+    return "\n".join(text for text, _ in texts)
 
 
 def _arguments_object(arguments: Any) -> Any:
@@ -48,11 +51,11 @@ def _arguments_object(arguments: Any) -> Any:
     return arguments
 
 
-def normalise_messages(messages: list[dict]) -> list[dict]:
+def normalise_messages(messages: list[dict], media: MediaIntake | None = None) -> list[dict]:
     result = []
     for i, message in enumerate(messages):
         role = ROLE_ALIASES.get(message["role"], message["role"])
-        out: dict[str, Any] = {"role": role, "content": content_text(message.get("content"), f"messages[{i}]")}
+        out: dict[str, Any] = {"role": role, "content": content_text(message.get("content"), f"messages[{i}]", media)}
         if message.get("name"):
             out["name"] = message["name"]
         if message.get("tool_call_id"):

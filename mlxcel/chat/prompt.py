@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxcel.chat.continuation import PromptEnding, continued_text, generation_prompt
+from mlxcel.chat.media_parts import MediaIntake
 from mlxcel.chat.messages import add_instruction, normalise_messages
 from mlxcel.chat.reasoning import ReasoningMarkers, strip_prior_reasoning
 from mlxcel.chat.template import ChatTemplate
@@ -17,11 +18,13 @@ from mlxcel.engine.tokenizer import Tokenizer
 @dataclass
 class PreparedChat:
     prompt: str
-    tokens: list[int]
+    tokens: list[int]  # with media: empty until the projector has tokenized `prompt`
     plan: ToolPlan
     parse_reasoning: bool  # the output may carry a reasoning block
     start_in_reasoning: bool  # the generation prompt already opened it
     markers: ReasoningMarkers  # what opens and closes the reasoning block
+    add_special: bool = True  # the prompt gets the tokenizer's BOS (it does not start with it)
+    media: MediaIntake | None = None  # media parts, each a marker in `prompt`, in order
 
 
 def prepare_chat(
@@ -32,8 +35,11 @@ def prepare_chat(
     tool_choice: Any,
     template_kwargs: dict[str, Any],
     ending: PromptEnding = PromptEnding(),
+    media: MediaIntake | None = None,
 ) -> PreparedChat:
-    messages = normalise_messages(messages)
+    """With `media`, media parts the model takes become markers (recorded there) and
+    the tokens are left to the projector."""
+    messages = normalise_messages(messages, media)
     markers = template.reasoning_markers
     continued = messages.pop() if ending.continue_final and messages else None
     messages = strip_prior_reasoning(messages, preserve=bool(template_kwargs.get("preserve_thinking", False)),
@@ -44,7 +50,8 @@ def prepare_chat(
     prompt = _render(template, messages, plan, template_kwargs, ending, continued)
     bos_text = tokenizer.special_piece(tokenizer.bos).decode("utf-8", "replace") if tokenizer.bos >= 0 else ""
     add_special = not (bos_text and prompt.startswith(bos_text))
-    tokens = tokenizer.encode(prompt, add_special=add_special, parse_special=True)
+    has_media = media is not None and bool(media.refs)
+    tokens = [] if has_media else tokenizer.encode(prompt, add_special=add_special, parse_special=True)
     start_in_reasoning = prompt.rstrip().endswith(markers.open)
     return PreparedChat(
         prompt=prompt,
@@ -53,6 +60,8 @@ def prepare_chat(
         parse_reasoning=template.supports_thinking or start_in_reasoning,
         start_in_reasoning=start_in_reasoning,
         markers=markers,
+        add_special=add_special,
+        media=media if has_media else None,
     )
 
 

@@ -25,10 +25,9 @@ _refuse("downloads or selects models another way (use -m with a path or a catalo
         "--embd-gemma-default", "--vision-gemma-4b-default", "--vision-gemma-12b-default", "--spec-default")
 _refuse("serves several models (the router mode is not implemented)",
         "--models-dir", "--models-preset", "--models-max", "--models-autoload", "--no-models-autoload")
-_refuse("adds media input (multimodal projectors are not implemented)",
-        "-mm", "--mmproj", "-mmu", "--mmproj-url", "--mmproj-auto", "--mmproj-offload", "--image-min-tokens",
-        "--image-max-tokens", "--video-fps", "--video-ffmpeg-dir", "--video-timestamp-interval",
-        "--mtmd-batch-max-tokens", "--media-path")
+_refuse("downloads a multimodal projector (give --mmproj a path)", "-mmu", "--mmproj-url", "--mmproj-auto")
+_refuse("changes how video is cut into frames (mlxcel samples frames with --video-max-frames and the part's fps)",
+        "--video-ffmpeg-dir", "--video-timestamp-interval")
 _refuse("changes the model's weights or activations (adapters and control vectors are not implemented)",
         "--lora", "--lora-scaled", "--lora-init-without-apply", "--control-vector", "--control-vector-scaled",
         "--control-vector-layer-range")

@@ -208,6 +208,12 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
       " only where they pay, so output is unchanged and text that is not copied runs at plain speed), or none")),
     (("-md", "--model-draft", "--spec-draft-model"), "model_draft", str, None, "LLAMA_ARG_SPEC_DRAFT_MODEL",
      "draft model for speculative decoding (catalog name or .gguf path; same vocabulary as --model)"),
+    (("-mm", "--mmproj"), "mmproj", str, None, "LLAMA_ARG_MMPROJ",
+     "multimodal projector GGUF for the model: images and/or audio in messages (llama.cpp's mtmd)"),
+    (("--image-min-tokens",), "image_min_tokens", _ranged(int, -1, 1 << 16), -1, "LLAMA_ARG_IMAGE_MIN_TOKENS",
+     "dynamic-resolution projectors: fewest tokens per image (-1: the projector's own)"),
+    (("--image-max-tokens",), "image_max_tokens", _ranged(int, -1, 1 << 16), -1, "LLAMA_ARG_IMAGE_MAX_TOKENS",
+     "dynamic-resolution projectors: most tokens per image (-1: the projector's own)"),
     (("--spec-ngram-simple-size-n",), "spec_ngram_size", _ranged(int, 1, 64), 3, "LLAMA_ARG_SPEC_NGRAM_SIMPLE_SIZE_N",
      "prompt lookup: length of the n-gram searched for"),
     (("--spec-ngram-simple-size-m",), "spec_ngram_size_m", _ranged(int, 1, 1024), 48,
@@ -521,6 +527,8 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         _check_model(args.model)
     if args.model_draft:
         _check_model(args.model_draft)
+    if args.mmproj and not Path(args.mmproj).expanduser().is_file():
+        raise UsageError(f"--mmproj {args.mmproj}: no such file")
     if args.embedding_model:
         _check_model(args.embedding_model, "--embedding-model")
     if args.embedding and args.embedding_model:
@@ -599,6 +607,9 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         cache_ttl_seconds=args.cache_ttl,
         spec_type="draft" if args.model_draft else args.spec_type,
         model_draft=args.model_draft,
+        mmproj=str(Path(args.mmproj).expanduser().resolve()) if args.mmproj else None,
+        image_min_tokens=args.image_min_tokens,
+        image_max_tokens=args.image_max_tokens,
         spec_ngram_size=args.spec_ngram_size,
         spec_ngram_size_m=args.spec_ngram_size_m,
         spec_draft_max=args.spec_draft_max,

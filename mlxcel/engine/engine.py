@@ -32,6 +32,7 @@ from mlxcel.engine.faults import (
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
+from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk, plan_media_chunk
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
 from mlxcel.engine.prompt_cache import HostPromptCache
@@ -354,6 +355,8 @@ class Engine:
             busy = [s for s in self.slots if s.request is not None] if reuse else []
             self._memory.clear_idle(slot, self.slots)  # a unified pool: before a restore needs the room
             self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
+            if request.media:  # never keep part of a non-causal media span
+                self._memory.cut(slot, request.media.safe_prefix(slot.n_past))
             sampler = self.config.sampler(
                 request.sampling,
                 self.runtime.vocab,
@@ -383,7 +386,10 @@ class Engine:
 
     def _step(self) -> None:
         started = time.perf_counter()
-        spans = self._plan()
+        media = self._plan_media()
+        if media is not None:
+            self._decode_media(media)
+        spans = self._plan(media.n if media is not None else 0)
         self.stats.step_schedule_seconds += time.perf_counter() - started
         if not spans:
             return
@@ -397,9 +403,45 @@ class Engine:
         finally:
             self._collect_masks()
 
-    def _plan(self) -> list[_Span]:
+    def _prefilling(self) -> list[Slot]:
+        return sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at)
+
+    def _plan_media(self) -> MediaChunk | None:
+        """This step's media prefill chunk, if a prefilling slot stands at media."""
+        decoding = any(slot.state is SlotState.DECODE for slot in self.slots)
+        budget = self.config.prefill_chunk if decoding else self._batch.capacity
+        return plan_media_chunk(self._prefilling(), budget)
+
+    def _decode_media(self, chunk: MediaChunk) -> None:
+        """Decode a media chunk in a batch of its own; when it ends the prompt, sample
+        its slot now, before the next decode replaces the logits."""
+        slot, request = chunk.slot, chunk.slot.request
+        started = time.perf_counter()
+        batch = EmbeddingBatch(chunk.span.embeddings[chunk.offset : chunk.offset + chunk.n], chunk.start, slot.id,
+                               logits_last=chunk.last)
+        rc = self.runtime.decode(batch.struct, causal=not chunk.span.non_causal)
+        self.stats.step_decode_seconds += time.perf_counter() - started
+        if rc != 0:
+            self.runtime.seq_remove(slot.id, slot.n_past, -1)
+            if rc not in REQUEST_LEVEL_CODES:
+                raise ContextFailed(f"llama_decode returned {rc} for {chunk.n} media positions")
+            self._fail_slot(slot, f"llama_decode failed ({rc}) for this request's media (engine request {request.id})")
+            return
+        slot.cached_tokens.extend(request.prompt_tokens[chunk.start : chunk.start + chunk.n])
+        self.stats.prefill_chunks += 1
+        if request.report_progress:
+            self._report_progress(slot)
+        if chunk.last:
+            if request.constraint is not None:
+                slot.mask_row = self._masker.fill_async([request.constraint]).result()[0]
+            slot.batch_index = chunk.n - 1
+            self._sample_spans([_Span(slot, [], chunk.start, prefill=True)])
+
+    def _plan(self, media_rows: int = 0) -> list[_Span]:
         """This step's batch as spans: every decoding slot's next token (and drafts),
-        then prompt chunks of prefilling slots, oldest first, within the budget."""
+        then prompt chunks of prefilling slots, oldest first, within the budget (less
+        the rows of a media chunk decoded this step). A prompt's text chunk stops where
+        its next media span starts."""
         spans: list[_Span] = []
         # a draft is sized against the whole batch it joins (every decoding slot's next
         # token and the drafts planned so far): sized against a partial batch, the
@@ -426,13 +468,16 @@ class Engine:
                 expected_yield += gain
         n_decode = len(spans)
         room = self._batch.capacity - sum(len(span.tokens) for span in spans)
-        budget = room if n_decode == 0 else min(room, self.config.prefill_chunk)
-        prefilling = sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at)
-        for slot in prefilling:
+        budget = (room if n_decode == 0 else min(room, self.config.prefill_chunk)) - media_rows
+        for slot in self._prefilling():
             if budget <= 0:
                 break
             start = slot.n_past
             take = min(budget, slot.prompt_remaining)
+            if slot.request.media:
+                take = slot.request.media.text_run(start, take)
+                if take == 0:
+                    continue  # at media: a media chunk takes it
             chunk = slot.request.prompt_tokens[start : start + take]
             spans.append(_Span(slot, chunk, start, prefill=True, last=take == slot.prompt_remaining))
             budget -= take
@@ -594,6 +639,8 @@ class Engine:
             return [], 0.0
         if slot.shifted_keep is not None:  # its history no longer matches its positions: no drafting
             return [], 0.0
+        if request.media:  # a drafter cannot see media, and prompt lookup would copy stand-in ids
+            return [], 0.0
         if slot.budget is not None and not slot.budget.done:
             return [], 0.0
         room = self._batch.capacity - batch_tokens
@@ -740,7 +787,7 @@ class Engine:
             self._finish(slot, FinishReason.STOP)
         elif 0 <= request.max_tokens <= slot.n_generated:
             self._finish(slot, FinishReason.LENGTH)
-        elif slot.n_past + 1 >= self.n_ctx_slot and not self.config.context_shift:
+        elif slot.n_past + 1 >= self.n_ctx_slot and not (self.config.context_shift and not request.media):
             self._finish(slot, FinishReason.LENGTH, truncated=True)  # llama-server's stop at the context's end
         else:
             slot.next_token = token

@@ -199,6 +199,12 @@ class LlamaRuntime:
     def n_embd(self) -> int:
         return int(llama_cpp.llama_model_n_embd(self.model))
 
+    def n_embd_input(self) -> int:
+        """The width of an input embedding row (a projector's output)."""
+        if hasattr(llama_cpp, "llama_model_n_embd_inp"):
+            return int(llama_cpp.llama_model_n_embd_inp(self.model))
+        return self.n_embd()
+
     def vocab_type(self) -> int:
         return int(llama_cpp.llama_vocab_type(self.vocab))
 
@@ -244,8 +250,16 @@ class LlamaRuntime:
     def restore_seq_state(self, seq_id: int, state: np.ndarray) -> bool:
         return llama_cpp.llama_state_seq_set_data(self.ctx, state.ctypes.data_as(_BYTE_P), len(state), seq_id) > 0
 
-    def decode(self, batch: llama_cpp.llama_batch) -> int:
-        return int(llama_cpp.llama_decode(self.ctx, batch))
+    def decode(self, batch: llama_cpp.llama_batch, causal: bool = True) -> int:
+        """llama_decode; `causal` False: the batch's positions attend to each other both
+        ways (a non-causal projector's media), only for this call."""
+        if causal:
+            return int(llama_cpp.llama_decode(self.ctx, batch))
+        llama_cpp.llama_set_causal_attn(self.ctx, False)
+        try:
+            return int(llama_cpp.llama_decode(self.ctx, batch))
+        finally:
+            llama_cpp.llama_set_causal_attn(self.ctx, True)
 
     def close(self) -> None:
         if self.ctx:

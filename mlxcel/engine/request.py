@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlxcel.engine.constraints import TokenConstraint
+from mlxcel.engine.media_span import MediaLayout
 from mlxcel.engine.sampling import SamplingParams
 
 
@@ -164,6 +165,8 @@ class GenerationRequest:
     reasoning_open_at_start: bool = False
     report_progress: bool = False  # emit PromptProgressEvents while prefilling
     constraint: TokenConstraint | None = None  # every token keeps the output valid (structured output)
+    # positions of prompt_tokens fed from a projector's embeddings (images, audio); they hold stand-in ids
+    media: MediaLayout = field(default_factory=lambda: MediaLayout(()))
     fault: Any = None  # mlxcel.engine.faults.Fault: a fault a test injects (never set in service)
     id: int = field(default_factory=lambda: next(_request_ids))
     created: float = field(default_factory=time.monotonic)

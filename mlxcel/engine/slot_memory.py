@@ -125,6 +125,15 @@ class SlotMemory:
             return  # an entry already holds nearly all of it: the rest is cheaper to prefill than to store
         self.host_cache.insert(list(tokens), self.runtime.seq_state(slot.id))
 
+    def cut(self, slot: Slot, n_keep: int) -> None:
+        """Keep only the first `n_keep` positions of the slot's sequence."""
+        if n_keep >= slot.n_past:
+            return
+        if n_keep <= 0 or not self.runtime.seq_remove(slot.id, n_keep, -1):
+            self.runtime.seq_clear(slot.id)
+            n_keep = 0
+        del slot.cached_tokens[n_keep:]
+
     def _cut(self, slot: Slot, prompt: list[int], n_keep: int) -> None:
         """Cut the sequence back to the reusable prefix (at least one prompt token is
         always decoded again so its logits exist)."""

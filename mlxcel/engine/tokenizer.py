@@ -86,6 +86,8 @@ class Tokenizer:
         return self._vocab
 
     def _piece(self, token: int, *, special: bool) -> bytes:
+        if token < 0:  # a media position's stand-in id
+            return b""
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
         if n < 0:
@@ -129,6 +131,9 @@ class Tokenizer:
         return self._piece(token, special=True)
 
     def decode(self, tokens: list[int], *, render_special: bool = True) -> str:
+        """The text of `tokens`; a media position's stand-in id (negative) has none."""
+        if any(token < 0 for token in tokens):
+            tokens = [token for token in tokens if token >= 0]
         if not tokens:
             return ""
         arr = (llama_cpp.llama_token * len(tokens))(*tokens)

@@ -27,10 +27,9 @@ COSMETIC = {"theme": "the terminal chat's colors", "themes": "the terminal chat'
             "talk": "the voice client", "assistant": "the assistant's tools and memory"}
 UNSUPPORTED_TOP = {"discover": "list each model under `models` (no folder scan at start)"}
 MODEL_KEYS = ("path", "profile", "profiles", "overrides", "family", "draft_gguf", "speculative", "pin", "ttl_s",
-              "ctx_size", "parallel")
+              "ctx_size", "parallel", "mmproj")
 _STREAMING = "streaming weights from disk is MLX-only; llama.cpp maps the GGUF (offload with -ngl)"
 UNSUPPORTED_MODEL = {
-    "mmproj": "multimodal projectors are not loaded yet (issue 20)",
     "adapter": "LoRA adapters are not loaded (llama-server's --lora is not supported either)",
     "native_mtp": "llama.cpp's MTP heads are not used; set `draft_gguf`",
     "speculative_width_cap": "the drafter runs at every batch width",
@@ -275,11 +274,16 @@ class _FileReader:
                            parallel=check.integer(block.get("parallel"), f"{key}.parallel", low=1, high=256))
         path = self._model_path(block.get("path"), f"{key}.path", KIND_CHAT)
         draft_path = self._model_path(draft, f"{key}.draft_gguf", KIND_CHAT) if draft else None
-        if path is None or (draft and draft_path is None):
+        mmproj = check.string(block.get("mmproj"), f"{key}.mmproj")
+        mmproj_path = self._find_file(mmproj) if mmproj else None
+        if mmproj and mmproj_path is None:
+            check.warn(f"{key}.mmproj", f"the file {mmproj} is missing ({self._searched()})")
+        if path is None or (draft and draft_path is None) or (mmproj and mmproj_path is None):
             check.warn(key, "dropped: its file is missing; a request for it gets 404")
             return None
         entry = ModelEntry(id=model_id, path=path, profile=profile, profiles=changes, overrides=overrides,
                            family=family, draft=draft_path, speculative=speculative,
+                           mmproj=str(mmproj_path) if mmproj_path else None,
                            pin=check.boolean(block.get("pin", False), f"{key}.pin"),
                            ttl_s=ttl)
         return with_effective_load(entry, server["default_profile"], rules, profiles, own)

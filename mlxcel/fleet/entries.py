@@ -47,6 +47,7 @@ class ModelEntry:
     overrides: Profile | None = None  # wins over every profile, below the request
     family: str | None = None  # None: detected from the GGUF header (general.architecture)
     draft: str | None = None  # gmlx draft_gguf: a drafter (catalog name or GGUF path)
+    mmproj: str | None = None  # a multimodal projector GGUF (images, audio), as --mmproj
     speculative: bool = False
     pin: bool = False
     ttl_s: float | None = None  # None: server.defaults.ttl_s; 0: never idles out
@@ -55,7 +56,7 @@ class ModelEntry:
 
     def load_key(self) -> tuple:
         """Everything a reload compares: an entry whose key is unchanged keeps its loaded copy."""
-        return (self.path, self.draft, self.speculative, self.load, self.chat_template)
+        return (self.path, self.draft, self.speculative, self.load, self.chat_template, self.mmproj)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ def host_config(base: ServerConfig, entry: ModelEntry) -> ServerConfig:
     chosen = {"ctx_size": load.ctx_size, "parallel": load.parallel, "cache_type_k": load.cache_type_k,
               "cache_type_v": load.cache_type_v, "flash_attn": load.flash_attn, "chat_template": entry.chat_template}
     changes.update({key: value for key, value in chosen.items() if value is not None})
+    if entry.mmproj is not None:
+        changes["mmproj"] = entry.mmproj
     if entry.draft is not None:
         changes.update(model_draft=entry.draft, spec_type="draft")
     elif entry.speculative and base.spec_type == "none":

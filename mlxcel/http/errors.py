@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from mlxcel.chat.errors import ChatInputError
+from mlxcel.media.types import MediaError
 from mlxcel.chat.template import TemplateError
 from mlxcel.fleet.errors import (
     ModelBusy,
@@ -158,6 +159,8 @@ def as_api_error(exc: Exception) -> APIError:
         return invalid_request(str(exc), code="template_error")
     if isinstance(exc, ChatInputError):
         return invalid_request(exc.message, code=exc.code)
+    if isinstance(exc, MediaError):
+        return APIError(exc.status, exc.message, "invalid_request_error", exc.code)
     if isinstance(exc, RequestValidationError):
         return invalid_request(describe_validation_errors(exc.errors()))
     if isinstance(exc, StarletteHTTPException):
@@ -185,8 +188,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _known(request: Request, exc: Exception) -> JSONResponse:
         return render_error(request, exc)
 
-    for kind in (APIError, TurnError, StructuredOutputError, TemplateError, ChatInputError, RequestValidationError,
-                 StarletteHTTPException):
+    for kind in (APIError, TurnError, StructuredOutputError, TemplateError, ChatInputError, MediaError,
+                 RequestValidationError, StarletteHTTPException):
         app.add_exception_handler(kind, _known)
 
     @app.exception_handler(ClientDisconnect)

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from mlxcel.chat.continuation import PromptEnding
 from mlxcel.chat.deltas import ParsedDelta, ToolCallDelta
+from mlxcel.chat.media_parts import MediaIntake
 from mlxcel.chat.output import ChatOutputParser, FinalChat
 from mlxcel.chat.prompt import PreparedChat, prepare_chat
+from mlxcel.engine.media_span import MediaLayout
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, TokenEvent
 from mlxcel.engine.sampling import DEFAULT_SEED
 from mlxcel.structured import request_grammar
@@ -23,6 +25,7 @@ from mlxcel.structured.errors import StructuredOutputError
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import InvalidRequest, generation_error
 from mlxcel.turn.generation import GenerationGroup
+from mlxcel.turn.media_input import project_media
 from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.sampling_fields import SamplingFields
 from mlxcel.turn.structured_output import compile_forced_tool_call, compile_grammar
@@ -113,22 +116,46 @@ class RenderedTurn:
         self.host = host
         self.spec = spec
         self.prepared = prepared
+        self.media = MediaLayout(())  # the prompt's media positions, once projected
+        self._projected = prepared.media is None
 
     @classmethod
     def render(cls, host: ModelHost, spec: ChatTurnSpec) -> RenderedTurn:
         """Template and tokenizer: CPU work, so call it on a worker thread. The route's
-        opening has checked that the model is ready."""
+        opening has checked that the model is ready. A prompt with media is not
+        tokenized yet: `project` does that (`prepare` does both)."""
+        modalities = host.modalities
+        intake = MediaIntake(host.model_id, vision=modalities["vision"], audio=modalities["audio"])
         prepared = prepare_chat(host.template, host.tokenizer, spec.messages, spec.tools, spec.tool_choice,
-                                spec.template_kwargs, spec.ending)
+                                spec.template_kwargs, spec.ending, intake)
         return cls(host, spec, prepared)
+
+    @classmethod
+    async def prepare(cls, host: ModelHost, spec: ChatTurnSpec) -> RenderedTurn:
+        """Rendered (off the event loop) and, with media, projected: ready to count or build."""
+        rendered = await asyncio.to_thread(cls.render, host, spec)
+        await rendered.project()
+        return rendered
+
+    async def project(self) -> None:
+        """Fetch, decode, tokenize and encode the prompt's media (nothing without)."""
+        if self._projected:
+            return
+        projected = await project_media(self.host, self.prepared)
+        self.prepared.tokens = projected.tokens
+        self.media = MediaLayout(projected.spans)
+        self._projected = True
 
     @property
     def prompt_tokens(self) -> int:
+        if not self._projected:  # a blocking count of a prompt whose media was never loaded
+            raise InvalidRequest("counting a prompt with media here is not supported")
         return len(self.prepared.tokens)
 
     async def build(self, context: RequestContext) -> ChatTurn:
         """The turn with its engine request complete (limits, sampling, constraint,
         logprobs, thinking budget), not yet submitted."""
+        await self.project()
         host, spec, prepared = self.host, self.spec, self.prepared
         output = request_grammar(spec.grammar, spec.json_schema, spec.response_format)
         if spec.grammar and prepared.plan.tools:  # llama-server's rule and message
@@ -146,6 +173,7 @@ class RenderedTurn:
                                      self._shaping(constraints))
         for index, generation in enumerate(generations):
             generation.report_progress = spec.report_progress
+            generation.media = self.media
             seed = generation.sampling.seed
             if index and seed is not None and 0 <= seed != DEFAULT_SEED:  # a seeded request: choice i, seed + i
                 generation.sampling.seed = (seed + index) % DEFAULT_SEED
@@ -216,7 +244,7 @@ class ChatTurn:
     async def start(cls, host: ModelHost, spec: ChatTurnSpec, context: RequestContext) -> ChatTurn:
         """Render (off the event loop), build and submit: the turn every chat-shaped
         API runs."""
-        rendered = await asyncio.to_thread(RenderedTurn.render, host, spec)
+        rendered = await RenderedTurn.prepare(host, spec)
         turn = await rendered.build(context)
         turn.submit()
         return turn
@@ -287,5 +315,6 @@ class ChatTurn:
 
 
 def count_prompt_tokens(host: ModelHost, spec: ChatTurnSpec) -> int:
-    """The prompt tokens a spec renders to (blocking: call it on a worker thread)."""
+    """The prompt tokens a spec renders to (blocking: call it on a worker thread; a
+    prompt with media needs `RenderedTurn.prepare` instead)."""
     return RenderedTurn.render(host, spec).prompt_tokens

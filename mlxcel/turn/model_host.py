@@ -92,6 +92,7 @@ class ModelHost:
         self.template_caps: dict[str, bool] | None = None  # /props' chat_template_caps, probed once
         self.model_family: str | None = None  # general.architecture
         self.host_cache = self._make_host_cache(config)
+        self.projector = None  # mlxcel.engine.projector.Projector, with --mmproj
         self.created = int(time.time())
         self.error: str | None = None
         self._on_failure: Callable[[str], None] = lambda _message: None
@@ -147,6 +148,7 @@ class ModelHost:
             runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)))
             tokenizer = Tokenizer(runtime.vocab)
             self._load_chat_support(runtime, tokenizer)
+            projector = self._load_projector(runtime) if cfg.mmproj else None
             if cfg.warmup:
                 runtime.warm_up(max(tokenizer.bos, 0))
             drafter = self._load_drafter(cfg, tokenizer, runtime.n_ctx) if cfg.model_draft else None
@@ -183,7 +185,7 @@ class ModelHost:
             log.error("could not load the model: %s", self.error)
             on_failure(f"could not load the model: {self.error}")
             return
-        self.runtime, self.tokenizer, self.engine = runtime, tokenizer, engine
+        self.runtime, self.tokenizer, self.engine, self.projector = runtime, tokenizer, engine, projector
         self.model_family = runtime.metadata("general.architecture")
         self.state = HostState.READY
         log.info(
@@ -207,6 +209,22 @@ class ModelHost:
             runtime.close()
             raise ValueError(f"--model-draft {cfg.model_draft} has {draft_vocab} tokens, the model {tokenizer.n_vocab}")
         return DraftModel(runtime, tokenizer.n_vocab)
+
+    def _load_projector(self, runtime: LlamaRuntime):
+        from mlxcel.engine.projector import Projector
+
+        cfg = self.config
+        projector = Projector(Path(cfg.mmproj), runtime.model, runtime.n_embd_input(), cfg.threads_batch or cfg.threads,
+                              cfg.image_min_tokens, cfg.image_max_tokens)
+        kinds = [kind for kind, present in (("images", projector.vision), ("audio", projector.audio)) if present]
+        log.info("projector %s loaded: %s", Path(cfg.mmproj).name, " and ".join(kinds) or "no media")
+        return projector
+
+    @property
+    def modalities(self) -> dict[str, bool]:
+        """What the model takes besides text (/props' `modalities`)."""
+        projector = self.projector
+        return {"vision": bool(projector and projector.vision), "audio": bool(projector and projector.audio)}
 
     @staticmethod
     def _make_host_cache(config: ServerConfig) -> HostPromptCache | None:
@@ -283,6 +301,9 @@ class ModelHost:
                 drafter.runtime.close()
         self.state = HostState.ABSENT
         self.engine = self.runtime = None
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         if runtime is not None and (engine is None or not engine.alive):
             runtime.close()
         if self.host_cache is not None:

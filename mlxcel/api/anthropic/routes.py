@@ -20,7 +20,7 @@ from mlxcel.http.errors import as_api_error
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse, keepalive_seconds, with_heartbeat
-from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, count_prompt_tokens
+from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, RenderedTurn
 from mlxcel.turn.errors import generation_error
 
 router = APIRouter()
@@ -61,11 +61,10 @@ async def create_message(request: Request, opened: Opened[MessagesRequest] = Dep
 async def count_tokens(opened: Opened[CountTokensRequest] = Depends(COUNT_TOKENS)):
     host, data, body = opened.host, opened.data, opened.body
 
-    def render() -> int:
-        return count_prompt_tokens(host, turn_spec(data, body, host.config.chat_template_kwargs,
-                                                   host.config.prefill_assistant))
-
-    return JSONResponse({"input_tokens": await asyncio.to_thread(render)})
+    spec = await asyncio.to_thread(turn_spec, data, body, host.config.chat_template_kwargs,
+                                   host.config.prefill_assistant)
+    rendered = await RenderedTurn.prepare(host, spec)
+    return JSONResponse({"input_tokens": rendered.prompt_tokens})
 
 
 async def _stream(turn: ChatTurn, writer: MessageStream) -> AsyncIterator[str]:

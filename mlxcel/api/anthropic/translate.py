@@ -21,6 +21,7 @@ from mlxcel.turn.chat_turn import ChatOutcome, ChatTurnSpec
 log = logging.getLogger("mlxcel.anthropic")
 
 MEDIA_BLOCK_TYPES = {"image", "document"}
+IMAGE_MEDIA_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
 
 
 # --- request -----------------------------------------------------------------
@@ -66,10 +67,33 @@ def _tool_result_text(block: dict, where: str) -> str:
     return "".join(_text_of(part, f"{where}.content[{i}]") for i, part in enumerate(content))
 
 
+def image_part(block: dict, where: str) -> dict:
+    """An image block as the chat content part it stands for: a base64 source becomes
+    a data URI, a url source its URL."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise ChatInputError(f"{where}.source must be an object")
+    kind = source.get("type")
+    if kind == "base64":
+        media_type, data = source.get("media_type"), source.get("data")
+        if media_type not in IMAGE_MEDIA_TYPES:
+            raise ChatInputError(f"{where}.source.media_type must be one of {', '.join(sorted(IMAGE_MEDIA_TYPES))}")
+        if not isinstance(data, str) or not data:
+            raise ChatInputError(f"{where}.source.data must be a non-empty base64 string")
+        return {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
+    if kind == "url":
+        url = source.get("url")
+        if not isinstance(url, str) or not url:
+            raise ChatInputError(f"{where}.source.url must be a non-empty string")
+        return {"type": "image_url", "image_url": {"url": url}}
+    raise ChatInputError(f"{where}.source.type must be 'base64' or 'url'")
+
+
 def _user_messages(blocks: list[dict], where: str, tool_names: dict[str, str]) -> list[dict]:
     """Tool results become `tool` messages (first, as templates expect them right
-    after the calls); the rest of the turn is one user message."""
-    results, texts = [], []
+    after the calls); the rest of the turn is one user message (content parts when it
+    holds images)."""
+    results, texts, parts = [], [], []
     for i, block in enumerate(blocks):
         at = f"{where}.content[{i}]"
         kind = block["type"]
@@ -81,9 +105,14 @@ def _user_messages(blocks: list[dict], where: str, tool_names: dict[str, str]) -
             if call_id in tool_names:
                 result["name"] = tool_names[call_id]
             results.append(result)
+        elif kind == "image":
+            parts.append(image_part(block, at))
         elif not _is_server_tool_block(kind):
             texts.append(_text_of(block, at))
-    if texts or not results:
+            parts.append({"type": "text", "text": texts[-1]})
+    if len(parts) > len(texts):  # images: the chat layer places each one
+        results.append({"role": "user", "content": parts})
+    elif texts or not results:
         results.append({"role": "user", "content": "\n".join(texts)})
     return results
 

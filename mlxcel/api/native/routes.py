@@ -19,7 +19,8 @@ from mlxcel.turn.completion_probs import CompletionProbs, requested_n_probs
 from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import Completion, GenerationGroup
 from mlxcel.turn.live_timings import LiveTimings
-from mlxcel.turn.prompts import per_completion, tokenize_prompts
+from mlxcel.turn.media_input import completion_prompts
+from mlxcel.turn.prompts import per_completion
 from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
 
@@ -38,15 +39,17 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
         raise invalid_request("response_format is not supported on /completion; use json_schema or grammar, "
                               "or /v1/chat/completions")
     grammar = body.output_grammar()
-    prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
-    prompts = per_completion(prompts, body.completions_per_prompt(), host.config.parallel)
+    prompts, layouts = await completion_prompts(host, body.prompt, host.config.limits.max_prompts)
+    n_each = body.completions_per_prompt()
+    prompts = per_completion(prompts, n_each, host.config.parallel)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens
     n_probs = requested_n_probs(body.wanted_probs())
     shaping = TurnShaping(logprobs=n_probs, post_sampling_probs=body.post_sampling_probs)
     group = GenerationGroup(engine)
     shaping.constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
     requests = build_requests(host, body, prompts, max_tokens, opened.context, group, shaping)
-    for generation in requests:
+    for generation, media in zip(requests, per_completion(layouts, n_each, host.config.parallel)):
+        generation.media = media
         generation.report_progress = body.stream and (body.return_progress or body.timings_per_token)
     answer = CompletionAnswer(host.model_id, tokenizer, body.return_tokens, body.stream, body.wanted_probs() or 0,
                      CompletionProbs(tokenizer, body.post_sampling_probs) if n_probs is not None else None,

@@ -87,7 +87,7 @@ async def apply_template(opened: Opened[ChatCompletionRequest] = Depends(APPLY_T
 async def count_input_tokens(opened: Opened[ChatCompletionRequest] = Depends(COUNT_TOKENS)):
     """llama-server's token count for a chat body: the prompt it would render to."""
     spec = turn_spec(opened.data, opened.body, opened.host)
-    rendered = await asyncio.to_thread(RenderedTurn.render, opened.host, spec)
+    rendered = await RenderedTurn.prepare(opened.host, spec)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": rendered.prompt_tokens})
 
 

@@ -17,7 +17,8 @@ from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse, sse_data
 from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import GenerationGroup
-from mlxcel.turn.prompts import per_completion, tokenize_prompts
+from mlxcel.turn.media_input import completion_prompts
+from mlxcel.turn.prompts import per_completion
 from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.structured_output import compile_grammar
 
@@ -33,15 +34,18 @@ def finish_reason(event: FinishEvent) -> str:
 async def create_completion(request: Request, opened: Opened[CompletionRequest] = Depends(OPENING)):
     host, body, completion_id = opened.host, opened.body, opened.id
     engine, tokenizer = host.engine, host.tokenizer
-    prompts = await asyncio.to_thread(tokenize_prompts, tokenizer, body.prompt, host.config.limits.max_prompts)
+    prompts, layouts = await completion_prompts(host, body.prompt, host.config.limits.max_prompts)
     prompts = per_completion(prompts, body.n, host.config.parallel)  # choice i*n + j: prompt i's j-th
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
     grammar = body.output_grammar(body.response_format)
     constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
     k = requested_logprobs(body.logprobs)
     group = GenerationGroup(engine)
-    group.submit(build_requests(host, body, prompts, max_tokens, opened.context, group,
-                                TurnShaping(constraints=constraints, logprobs=k)))
+    requests = build_requests(host, body, prompts, max_tokens, opened.context, group,
+                              TurnShaping(constraints=constraints, logprobs=k))
+    for generation, media in zip(requests, per_completion(layouts, body.n, host.config.parallel)):
+        generation.media = media
+    group.submit(requests)
     created = int(time.time())
     echoes = [body.prompt if isinstance(body.prompt, str) else tokenizer.decode(p) for p in prompts] if body.echo else None
     logprobs = None

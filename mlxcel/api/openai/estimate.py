@@ -65,7 +65,7 @@ async def estimate_for(request: Request, data: dict, body: ChatCompletionRequest
                           free_bytes=_free_bytes(monitor), drained_bytes=None, resident=False)
         return {"model": model_id, **answer, "prompt_tokens_estimated": True}
     spec = turn_spec(data, body, host)
-    rendered = await asyncio.to_thread(RenderedTurn.render, host, spec)
+    rendered = await RenderedTurn.prepare(host, spec)
     tokens = rendered.prepared.tokens
     engine = host.engine
     slot_tokens = [list(slot.cached_tokens) for slot in engine.slots]  # copies: the engine thread owns them

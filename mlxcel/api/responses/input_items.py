@@ -6,7 +6,8 @@ so a previous `response.output` replays as input), function_call and
 function_call_output items, reasoning items (their text goes onto the assistant turn
 that follows) and compaction items. A compaction item stands for everything before it
 but the system and developer messages: it replays as its summary and the items it
-retained. Media on this text-only server, and file inputs, are 400s.
+retained. Images and audio in user and system messages become chat media parts
+(placed by the chat layer when the model has a projector); file inputs are 400s.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def _part_text(part: Any, role: str, where: str) -> str:
     if kind == "refusal" and role == "assistant":
         return str(part.get("refusal") or "")
     if kind in MEDIA_PARTS:
-        raise ChatInputError(f"{where}: {kind} input is not supported: the loaded model is text-only",
+        raise ChatInputError(f"{where}: {kind} input is not supported here (only in user and system messages)",
                              code="unsupported_content_type")
     if kind == "input_file":
         raise ChatInputError(f"{where}: input_file parts are not supported", code="unsupported_content_type")
@@ -107,6 +108,40 @@ def content_string(content: Any, role: str, where: str) -> str:
     if not isinstance(content, list):
         raise ChatInputError(f"{where}.content must be a string or an array of content parts")
     return "\n".join(_part_text(p, role, f"{where}.content[{n}]") for n, p in enumerate(content))
+
+
+def _media_part(part: dict, where: str) -> dict:
+    """A Responses media part as the chat content part it stands for."""
+    kind = part.get("type")
+    if kind == "input_image":
+        if part.get("image_url") is None and part.get("file_id") is not None:
+            raise ChatInputError(f"{where}: input_image by file_id is not supported (send image_url: a URL or a "
+                                 "data URI)", code="unsupported_content_type")
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        if not isinstance(url, str) or not url:
+            raise ChatInputError(f"{where}: input_image needs a string 'image_url'")
+        return {"type": "image_url", "image_url": {"url": url}}
+    if kind == "audio":
+        raise ChatInputError(f"{where}: audio parts are not supported (send input_audio)",
+                             code="unsupported_content_type")
+    return part  # image_url and input_audio have the chat shape already
+
+
+def message_content(content: Any, role: str, where: str) -> str | list[dict]:
+    """A user or system message's content: a string, or chat content parts when it
+    holds images or audio."""
+    if role == "assistant" or not isinstance(content, list) or not any(
+            isinstance(p, dict) and p.get("type") in MEDIA_PARTS for p in content):
+        return content_string(content, role, where)
+    parts = []
+    for n, part in enumerate(content):
+        at = f"{where}.content[{n}]"
+        if isinstance(part, dict) and part.get("type") in MEDIA_PARTS:
+            parts.append(_media_part(part, at))
+        else:
+            parts.append({"type": "text", "text": _part_text(part, role, at)})
+    return parts
 
 
 def _reasoning_text(item: dict, where: str) -> str:
@@ -157,7 +192,7 @@ class _MessageBuilder:
         role = item.get("role")
         if role not in MESSAGE_ROLES:
             raise ChatInputError(f"{where}.role must be one of {', '.join(MESSAGE_ROLES)}")
-        text = content_string(item.get("content"), role, where)
+        text = message_content(item.get("content"), role, where)
         if role == "assistant":
             message = self._assistant(can_merge=False)
             message["content"] = text

@@ -122,7 +122,7 @@ class ResponseRun:
     async def ready(self) -> None:
         """Compaction when due, the conversation's byte budget (400 when the history
         alone is over it), then the engine request (limits, constraint)."""
-        turn = await asyncio.to_thread(RenderedTurn.render, self.host, self.spec)
+        turn = await RenderedTurn.prepare(self.host, self.spec)
         if self.policy is not None:
             turn = await self._compact_if_due(turn)
             room = self.host.slot_context - turn.prompt_tokens - 1
@@ -155,7 +155,7 @@ class ResponseRun:
             return turn  # the threshold is reached, but there is nothing older to summarize
         self.history = self.compaction.items
         self.spec = await asyncio.to_thread(self._spec, self.history)
-        return await asyncio.to_thread(RenderedTurn.render, self.host, self.spec)
+        return await RenderedTurn.prepare(self.host, self.spec)
 
     # -- generation ---------------------------------------------------------------
 

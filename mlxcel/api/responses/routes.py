@@ -31,7 +31,7 @@ from mlxcel.http.errors import invalid_request, server_busy
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse, keepalive_seconds
-from mlxcel.turn.chat_turn import count_prompt_tokens
+from mlxcel.turn.chat_turn import RenderedTurn, count_prompt_tokens
 from mlxcel.turn.structured_output import compile_response_format
 
 router = APIRouter()
@@ -166,7 +166,7 @@ async def count_input_tokens(request: Request, opened: Opened[ResponsesRequest] 
     host, data, body = opened.host, opened.data, opened.body
     run = ResponseRun(_state(request), host, data, body, opened.context)
     await run.translate()
-    tokens = await asyncio.to_thread(run.count, run.history)
+    tokens = (await RenderedTurn.prepare(host, run.spec)).prompt_tokens
     return JSONResponse({"object": "response.input_tokens", "input_tokens": tokens})
 
 

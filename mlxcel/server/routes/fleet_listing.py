@@ -44,7 +44,7 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         "pinned": model_id in fleet.pinned,
         "kept": resident is not None and resident.kept,
         "speculative": entry.speculative or entry.draft is not None,
-        "vlm": False,
+        "vlm": entry.mmproj is not None,  # a projector is configured (images and/or audio)
         "profile": profile,
         "default": model_id == fleet.default_id,
         "context_length": _context_length(fleet, model_id),

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-import secrets
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel import __version__
 from mlxcel.api.rerank import listing as rerank_listing
+from mlxcel.chat.media_parts import MEDIA_MARKER
 from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
 from mlxcel.server.routes.fleet_listing import fleet_listing, max_context_at_width_1
@@ -149,9 +149,16 @@ def _model_entry(host: ModelHost) -> dict:
 def _markers(host: ModelHost, monitor) -> dict:
     """003's markers on the one model of a -m server: resident and pinned while loaded."""
     config = host.config
-    return {"resident": host.ready, "pinned": True, "speculative": config.spec_type != "none", "vlm": False,
+    return {"resident": host.ready, "pinned": True, "speculative": config.spec_type != "none",
+            "vlm": config.mmproj is not None, "modalities": _modalities(host),
             "profile": None, "default": True, "context_length": host.slot_context if host.ready else None,
             "max_context_at_width_1": max_context_at_width_1(monitor, host)}
+
+
+def _capabilities(host: ModelHost) -> list[str]:
+    """llama-server's capability names: completion, and multimodal with a projector."""
+    modalities = host.modalities
+    return ["completion", *(["multimodal"] if modalities["vision"] or modalities["audio"] else [])]
 
 
 def _ollama_entry(host: ModelHost | EmbeddingHost, capability: str = "completion") -> dict:
@@ -159,7 +166,8 @@ def _ollama_entry(host: ModelHost | EmbeddingHost, capability: str = "completion
     details = {"parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "",
                "quantization_level": ""}
     return {"name": host.model_id, "model": host.model_id, "modified_at": "", "size": "", "digest": "",
-            "type": "model", "description": "", "tags": [""], "capabilities": [capability], "parameters": "",
+            "type": "model", "description": "", "tags": [""], "parameters": "",
+            "capabilities": _capabilities(host) if isinstance(host, ModelHost) else [capability],
             "details": details}
 
 
@@ -192,8 +200,10 @@ def _template_caps(host: ModelHost) -> dict[str, bool]:
     return host.template_caps
 
 
-# llama-server draws its media marker at start so no prompt text can forge it
-MEDIA_MARKER = f"<__media_{secrets.token_urlsafe(24).replace('-', 'a').replace('_', 'b')}__>"
+def _modalities(host: ModelHost) -> dict[str, bool]:
+    """What the model takes besides text: a projector's images (and video, as frames), audio."""
+    modalities = host.modalities
+    return {"vision": modalities["vision"], "video": modalities["vision"], "audio": modalities["audio"]}
 
 
 @router.get("/props")
@@ -224,7 +234,7 @@ async def props(request: Request):
         "model_path": str(host.model_path),
         "n_ctx": host.runtime.n_ctx,
         "n_ctx_slot": host.slot_context,
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": _modalities(host),
         "endpoint_slots": config.slots_endpoint,
         "endpoint_props": False,  # POST /props is not served
         "endpoint_metrics": config.metrics,
@@ -236,7 +246,7 @@ async def props(request: Request):
         "build_info": f"mlxcel {__version__}",
         "is_sleeping": False,
         "cors_proxy_enabled": False,
-        "media_marker": MEDIA_MARKER,  # where media would go in a prompt (none is accepted yet)
+        "media_marker": MEDIA_MARKER,  # where /completion's multimodal_data goes in a prompt
         "ui_settings": {},
         **({"embedding_model": _embedding_props(embedding)} if embedding is not None and embedding.ready else {}),
         **({"rerank": rerank_listing.props_entry(reranker)} if reranker is not None else {}),
