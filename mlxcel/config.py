@@ -53,6 +53,27 @@ class ClusterSettings:
     ray_cpus: int | None = None  # CPUs a local Ray instance offers (default: all of this machine's)
 
 
+@dataclass(frozen=True)
+class MediaSettings:
+    """How media content parts are fetched and decoded (mlxcel.media): the spec's access
+    policy and the size, time and count limits, each a `serve` flag or variable."""
+
+    media_paths: tuple[str, ...] = ()  # --media-path roots (real paths); none: local files refused
+    allow_private_urls: bool = False  # MLXCEL_ALLOW_PRIVATE_MEDIA_URLS=1: remote URLs may reach any address
+    video_dirs: tuple[str, ...] = ()  # MLXCEL_VIDEO_DIR_ALLOWLIST, read once at start; none: no local video
+    max_bytes: int = 20 * 1024 * 1024  # one image or audio item, encoded
+    max_video_bytes: int = 100 * 1024 * 1024  # one video item, encoded
+    fetch_timeout_s: float = 10.0  # one remote fetch, redirects included
+    load_timeout_s: float = 60.0  # all the media of one request, fetched and decoded
+    max_redirects: int = 5
+    max_items: int = 16  # media parts in one request
+    max_pixels: int = 1 << 25  # width * height of one image or frame (decompression bombs)
+    max_audio_seconds: float = 600.0
+    video_max_frames: int = 32  # frames sampled from one video
+    video_fps: float = 4.0  # frames sampled per second when a part gives no fps (llama-server's default)
+    temp_dir: str | None = None  # where downloaded video is written (None: the system's temp dir)
+
+
 @dataclass
 class ServerConfig:
     model: str
@@ -137,6 +158,7 @@ class ServerConfig:
     audio_queue_depth: int = 8  # audio requests waiting per worker; beyond it 503
     audio_request_timeout_secs: float = 300.0  # an audio request running longer answers 504
     state_url: str | None = None  # --state-url: the state store (None: SQLite under $MLXCEL_HOME)
+    media: MediaSettings = field(default_factory=MediaSettings)  # media content parts (mlxcel.media)
 
     @property
     def embedding_source(self) -> str | None:

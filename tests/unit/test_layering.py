@@ -17,6 +17,7 @@ LAYERS = [
     {"engine"},
     {"config"},
     {"state"},
+    {"media"},
     {"structured"},
     {"chat"},
     {"turn"},
@@ -29,7 +30,7 @@ LAYERS = [
     {"cluster"},
     {"cli", "__main__"},
 ]
-HTTP_FREE = {"engine", "models", "config", "state", "structured", "chat", "turn", "speech", "fleet"}
+HTTP_FREE = {"engine", "models", "config", "state", "media", "structured", "chat", "turn", "speech", "fleet"}
 HTTP_MODULES = ("fastapi", "starlette", "uvicorn")
 
 

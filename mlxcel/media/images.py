@@ -1,0 +1,40 @@
+"""Images to RGB8 pixels with Pillow: JPEG, PNG, WebP and GIF (its first frame). The
+dimensions are read from the header and checked before any pixel is decoded, so a
+decompression bomb costs nothing."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+from PIL import Image, UnidentifiedImageError
+
+from mlxcel.media.types import DecodedImage, MediaError, image_of
+
+FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
+
+
+def check_pixels(width: int, height: int, max_pixels: int, where: str) -> None:
+    if width <= 0 or height <= 0:
+        raise MediaError(f"{where}: the image has no pixels ({width}x{height})", "invalid_media")
+    if width * height > max_pixels:
+        raise MediaError(f"{where}: the image is {width}x{height} pixels, more than the {max_pixels}-pixel limit",
+                         "media_too_large", 413)
+
+
+def decode_image(data: bytes, max_pixels: int, where: str) -> DecodedImage:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=FORMATS) as image:
+                check_pixels(image.width, image.height, max_pixels, where)
+                image.seek(0)
+                rgb = image.convert("RGB")
+    except UnidentifiedImageError:
+        raise MediaError(f"{where}: unsupported image format (JPEG, PNG, WebP or GIF expected)",
+                         "unsupported_media_type", 415) from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise MediaError(f"{where}: the image is too large to decode safely", "media_too_large", 413) from None
+    except (OSError, ValueError, SyntaxError, EOFError) as exc:
+        raise MediaError(f"{where}: the image could not be decoded ({exc})", "invalid_media") from None
+    return image_of(rgb.width, rgb.height, rgb.tobytes())
