@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlxcel.chat.errors import ChatInputError
-from mlxcel.media.types import MediaRef
+from mlxcel.media import MediaRef, check_combination
 
 # drawn at start, as llama-server does, so no prompt text can forge it
 MEDIA_MARKER = f"<__media_{secrets.token_urlsafe(24).replace('-', 'a').replace('_', 'b')}__>"
@@ -41,6 +41,7 @@ class MediaIntake:
         """The part's marker text, its MediaRef recorded; a 400 for a part the model
         cannot take or one that is malformed."""
         ref = media_ref(part, where)
+        check_combination([*self.refs, ref])  # the spec's 400 comes first, whatever the projector takes
         if not getattr(self, NEEDS[ref.kind]):
             raise unsupported(part.get("type"), where, self.model)
         self.refs.append(ref)

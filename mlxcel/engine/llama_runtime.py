@@ -78,6 +78,14 @@ def _llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
             log.log(py_level, "%s", message)
 
 
+def route_mtmd_logs() -> None:
+    """llama.cpp's multimodal library logs through its own hooks: the same routing."""
+    from llama_cpp import mtmd_cpp
+
+    mtmd_cpp.mtmd_log_set(_llama_log, ctypes.c_void_p(0))
+    mtmd_cpp.mtmd_helper_log_set(_llama_log, ctypes.c_void_p(0))
+
+
 def _init_backend() -> None:
     global _backend_ready
     with _backend_lock:

@@ -68,7 +68,9 @@ class MediaLayout:
 
     def text_run(self, position: int, limit: int) -> int:
         """How many positions from `position` (at most `limit`) are text, before the
-        next span starts."""
+        next span starts (0 at a span)."""
+        if self.at(position) is not None:
+            return 0
         i = bisect_right(self._starts, position)
         if i < len(self.spans):
             return max(0, min(limit, self.spans[i].start - position))

@@ -22,6 +22,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import mtmd_cpp as mtmd
 
+from mlxcel.engine.llama_runtime import route_mtmd_logs
 from mlxcel.engine.media_span import MediaSpan, stand_in_tokens
 
 log = logging.getLogger("mlxcel.projector")
@@ -57,6 +58,7 @@ class ProjectedPrompt:
 class Projector:
     def __init__(self, path: Path, model: llama_cpp.llama_model_p, n_embd: int, n_threads: int,
                  image_min_tokens: int = -1, image_max_tokens: int = -1) -> None:
+        route_mtmd_logs()
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = False
         params.print_timings = False

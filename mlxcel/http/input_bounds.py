@@ -76,16 +76,32 @@ def _is_valid_text(text: str) -> bool:
     return True
 
 
+# where media payloads (URLs, base64 data) sit: bounded by the body size and the media
+# limits (--media-max-bytes), not by --max-chars, which bounds text a tokenizer reads
+_MEDIA_FIELDS = {("image_url", "url"), ("video_url", "url"), ("input_video", "url"), ("input_audio", "data"),
+                 ("input_audio", "url"), ("source", "data"), ("source", "url")}
+
+
+def _is_media_payload(path: tuple) -> bool:
+    if len(path) >= 2 and (path[-2], path[-1]) in _MEDIA_FIELDS:
+        return True
+    if path and path[-1] == "image_url":  # Responses' input_image: the URL itself
+        return True
+    return len(path) >= 2 and path[-2] == "multimodal_data" and isinstance(path[-1], int)
+
+
 def check_strings_and_nesting(data, max_depth: int, max_chars: int) -> int:
     """Walk the whole body (without recursion): every key and string valid Unicode,
-    nesting within `max_depth`, all strings together within `max_chars` characters.
-    Returns the characters counted."""
+    nesting within `max_depth`, all strings together within `max_chars` characters
+    (media payloads are not text: they are bounded elsewhere). Returns the characters
+    counted."""
     total = 0
     stack: list[tuple[object, tuple, int]] = [(data, (), 0)]
     while stack:
         value, path, depth = stack.pop()
         if isinstance(value, str):
-            total += len(value)
+            if not _is_media_payload(path):
+                total += len(value)
             if not _is_valid_text(value):
                 raise BodyError(f"{field_path(path)}: the string is not valid Unicode (a lone surrogate?)")
             continue

@@ -148,6 +148,12 @@ def render(host: ModelHost, window: ScrapeWindow) -> str:
         _family(lines, f"llamacpp:{name}", "counter", help_text, read(snapshot))
     for name, help_text, value in _llamacpp_gauges(snapshot, window):
         _family(lines, f"llamacpp:{name}", "gauge", help_text, value)
+    projector = host.projector
+    if projector is not None:
+        _family(lines, "mlxcel_media_chunks_encoded_total", "counter",
+                "Media chunks (images, audio windows, video frames) the projector encoded", projector.encoded)
+        _family(lines, "mlxcel_media_chunks_reused_total", "counter",
+                "Media chunks taken from the projector's embedding cache instead of encoded again", projector.reused)
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from mlxcel.engine.engine import Engine, EngineConfig
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.media import MediaLoader
 from mlxcel.models.catalog import CATALOG
 from mlxcel.models.store import mlxcel_home
 from mlxcel.structured.constraint import BatchMasker
@@ -93,6 +94,7 @@ class ModelHost:
         self.model_family: str | None = None  # general.architecture
         self.host_cache = self._make_host_cache(config)
         self.projector = None  # mlxcel.engine.projector.Projector, with --mmproj
+        self.media_loader = MediaLoader(config.media)  # fetches and decodes media parts under the policy
         self.created = int(time.time())
         self.error: str | None = None
         self._on_failure: Callable[[str], None] = lambda _message: None

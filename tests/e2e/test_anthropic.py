@@ -331,7 +331,7 @@ def test_image_on_a_text_model(claude, content):
     with pytest.raises(anthropic.BadRequestError) as caught:
         claude.messages.create(model="m", max_tokens=4, messages=[{"role": "user", "content": content}])
     assert caught.value.body["error"]["type"] == "invalid_request_error"
-    assert "text-only" in caught.value.body["error"]["message"]
+    assert "not supported" in caught.value.body["error"]["message"]
 
 
 @pytest.fixture(scope="module")

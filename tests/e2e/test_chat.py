@@ -65,7 +65,7 @@ def test_developer_role_renders_as_system_and_text_parts_as_string(http):
 def test_media_parts_on_a_text_model_are_400(http, part):
     response = _chat(http, messages=[{"role": "user", "content": [{"type": "text", "text": "look"}, part]}])
     assert response.status_code == 400
-    assert "text-only" in response.json()["error"]["message"]
+    assert "not supported by model" in response.json()["error"]["message"]
 
 
 def test_multi_turn_with_tool_messages_renders(http):

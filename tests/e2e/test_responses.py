@@ -180,7 +180,7 @@ def test_a_finished_response_cannot_be_cancelled(openai_client):
     ({"truncation": "auto"}, "truncation"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]}, "input_file"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/a.png"}]}]},
-     "text-only"),
+     "not supported by model"),
     ({"stream": True, "background": True}, "background"),
     ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nonsense"}}}}, ""),
     ({"input": []}, "empty"),

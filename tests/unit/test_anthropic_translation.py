@@ -80,18 +80,28 @@ def test_only_tool_results_make_no_empty_user_message():
     assert chat_messages(None, body.messages) == [{"role": "tool", "tool_call_id": "t", "content": "ok"}]
 
 
-@pytest.mark.parametrize("content", [
-    [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}],
-    [{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}],
-    [{"type": "tool_result", "tool_use_id": "t", "content": [
-        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}],
-    [{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}],
+def test_image_blocks_become_chat_image_parts():
+    content = [{"type": "text", "text": "see"},
+               {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+               {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]
+    messages = chat_messages(None, _request(messages=[{"role": "user", "content": content}]).messages)
+    assert messages == [{"role": "user", "content": [
+        {"type": "text", "text": "see"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]
+
+
+@pytest.mark.parametrize("content, needle", [
+    ([{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}], "not supported"),
+    ([{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}], "not supported"),
+    ([{"type": "image", "source": {"type": "base64", "media_type": "image/tiff", "data": "AAAA"}}], "media_type"),
+    ([{"type": "image", "source": {"type": "file", "file_id": "f"}}], "source.type"),
 ])
-def test_media_is_refused_on_a_text_model(content):
+def test_media_anthropic_cannot_place_is_refused(content, needle):
     body = _request(messages=[{"role": "user", "content": content}])
-    with pytest.raises(ChatInputError, match="text-only") as caught:
+    with pytest.raises(ChatInputError, match=needle):
         chat_messages(None, body.messages)
-    assert caught.value.code == "unsupported_content_type"
 
 
 def test_unknown_block_type_is_refused():

@@ -170,7 +170,6 @@ ERRORS = [
     ("models: {smol: {path: SMOL, pinned: true}}", "models.smol.pinned", "did you mean `pin`?"),
     ("modles: {}\nmodels: {a: {path: SMOL}}", "modles", "did you mean `models`?"),
     ("models: {a: {path: SMOL}}\nsrever: {}", "srever", "did you mean `server`?"),
-    ("models: {a: {path: SMOL, mmproj: x.gguf}}", "models.a.mmproj", "not supported by mlxcel: multimodal"),
     ("models: {a: {path: SMOL, adapter: x.gguf}}", "models.a.adapter", "not supported by mlxcel: LoRA"),
     ("models: {a: {path: SMOL, stream: experts}}", "models.a.stream", "not supported by mlxcel"),
     ("models: {a: {path: SMOL, moe_experts: 4}}", "models.a.moe_experts", "not supported by mlxcel"),
@@ -310,3 +309,16 @@ def test_the_speech_roles_reach_the_server_settings_unless_a_flag_set_them(tmp_p
     assert (config.stt_model, config.tts_model) == ("whisper-base", "piper-joe")
     config, _ = fleet_settings(ServerConfig(model=SMOL, config_file=str(path), stt_model="whisper-tiny.en"))
     assert config.stt_model == "whisper-tiny.en"
+
+
+def test_mmproj_names_a_projector_beside_the_model(tmp_path, caplog):
+    (tmp_path / "proj.gguf").write_bytes(b"GGUF")
+    config = _load(tmp_path, f"models: {{a: {{path: {SMOL}, mmproj: proj.gguf}}, b: {{path: {SMOL}}}}}")
+    assert config.models["a"].mmproj == str((tmp_path / "proj.gguf").resolve())
+    assert config.models["b"].mmproj is None
+    assert config.models["a"].load_key() != config.models["b"].load_key()
+    from mlxcel.config import ServerConfig
+    from mlxcel.fleet.residency import host_config
+    assert host_config(ServerConfig(model=SMOL), config.models["a"]).mmproj == config.models["a"].mmproj
+    missing = _load(tmp_path, f"models: {{a: {{path: {SMOL}, mmproj: nowhere.gguf}}, b: {{path: {SMOL}}}}}")
+    assert list(missing.models) == ["b"] and "models.a.mmproj" in caplog.text

@@ -52,8 +52,17 @@ def test_instructions_join_the_leading_system_messages():
                         {"role": "user", "content": "hi"}]
 
 
+def test_media_parts_become_chat_media_parts():
+    messages = items_to_messages([{"role": "user", "content": [
+        {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "http://x/y.png"},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}])
+    assert messages == [{"role": "user", "content": [
+        {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]
+
+
 @pytest.mark.parametrize("part, needle", [
-    ({"type": "input_image", "image_url": "http://x/y.png"}, "text-only"),
+    ({"type": "input_image", "file_id": "file_1"}, "file_id"),
     ({"type": "input_file", "file_id": "file_1"}, "input_file"),
     ({"type": "mystery"}, "unknown content part"),
 ])

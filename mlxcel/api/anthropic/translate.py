@@ -27,7 +27,7 @@ IMAGE_MEDIA_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
 # --- request -----------------------------------------------------------------
 
 def _media_error(kind: str, where: str) -> ChatInputError:
-    return ChatInputError(f"{where}: {kind} input is not supported: the loaded model is text-only",
+    return ChatInputError(f"{where}: {kind} blocks are not supported here (images go in a user message's content)",
                           code="unsupported_content_type")
 
 

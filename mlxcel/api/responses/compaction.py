@@ -128,7 +128,7 @@ def item_text(item: dict) -> str:
     kind = item_kind(item)
     if kind == "message":
         role = item.get("role", "user")
-        text = content_string(item.get("content"), role, "item")
+        text = content_string(item.get("content"), role, "item", describe_media=True)
         return text if _is_summary(item) else f"{role}: {text}"
     if kind == "function_call":
         return f"assistant called {item.get('name')}({item.get('arguments', '')})"

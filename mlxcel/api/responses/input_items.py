@@ -100,14 +100,22 @@ def _part_text(part: Any, role: str, where: str) -> str:
     raise ChatInputError(f"{where}: unknown content part type {kind!r}")
 
 
-def content_string(content: Any, role: str, where: str) -> str:
+def content_string(content: Any, role: str, where: str, describe_media: bool = False) -> str:
+    """The content as text; with `describe_media`, a media part is a short placeholder
+    ("[image]") instead of an error (a transcript to summarize)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise ChatInputError(f"{where}.content must be a string or an array of content parts")
-    return "\n".join(_part_text(p, role, f"{where}.content[{n}]") for n, p in enumerate(content))
+
+    def text(part: Any, at: str) -> str:
+        if describe_media and isinstance(part, dict) and part.get("type") in MEDIA_PARTS:
+            return "[audio]" if "audio" in part["type"] else "[image]"
+        return _part_text(part, role, at)
+
+    return "\n".join(text(p, f"{where}.content[{n}]") for n, p in enumerate(content))
 
 
 def _media_part(part: dict, where: str) -> dict:

@@ -1,0 +1,97 @@
+"""Audio in prompts, end to end: SmolLM2 with the tiny ultravox-style projector the
+tests write (25 tokens per 30 s window, 16 kHz). Every container the issue names is
+decoded and resampled to the projector's rate; the same clip costs the same tokens
+whatever it was sent as; a clip is cached by content."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+
+from tests.projector_gguf import png_bytes, write_audio_projector
+from tests.server_process import ServerProcess
+from tests.unit.media_samples import encoded_audio, tone, wav_bytes
+
+WINDOW_TOKENS = 25
+
+
+@pytest.fixture(scope="module")
+def audio(tmp_path_factory):
+    projector = tmp_path_factory.mktemp("projector") / "audio-mmproj.gguf"
+    write_audio_projector(projector)
+    proc = ServerProcess("-c", "2048", "-np", "2", "--metrics", "--mmproj", str(projector))
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def client(audio):
+    with audio.client(timeout=120) as http:
+        yield http
+
+
+def audio_part(data: bytes, fmt: str) -> dict:
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
+
+
+def prompt_tokens(client, content) -> int:
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 3, "temperature": 0}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()["usage"]["prompt_tokens"]
+
+
+def test_the_modalities_are_audio_only(client):
+    assert client.get("/props").json()["modalities"] == {"vision": False, "video": False, "audio": True}
+
+
+@pytest.mark.parametrize("fmt, data", [
+    ("wav", wav_bytes(tone(44100, 1.0), 44100)),
+    ("wav", wav_bytes(tone(8000, 1.0, channels=2), 8000, bits=8)),
+    ("mp3", encoded_audio("mp3", "libmp3lame")),
+    ("flac", encoded_audio("flac", "flac")),
+    ("ogg", encoded_audio("ogg", "libopus", rate=48000)),
+])
+def test_every_container_becomes_one_window_of_tokens(client, fmt, data):
+    n_text = prompt_tokens(client, "Listen.")
+    assert prompt_tokens(client, [{"type": "text", "text": "Listen."}, audio_part(data, fmt)]) == n_text + WINDOW_TOKENS
+
+
+def test_a_long_clip_takes_a_window_per_30_seconds_and_is_cached_by_content(client):
+    clip = audio_part(wav_bytes(0.2 * np.sin(np.linspace(0, 9000, 16000 * 35))[:, None], 16000), "wav")
+    body = {"messages": [{"role": "user", "content": [clip]}], "max_tokens": 3, "temperature": 0}
+    first = client.post("/v1/chat/completions", json=body).json()
+    second = client.post("/v1/chat/completions", json=body).json()
+    assert first["usage"]["prompt_tokens"] == prompt_tokens(client, "") + 2 * WINDOW_TOKENS
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"] - 1
+    assert second["choices"] == first["choices"]
+
+
+def test_responses_input_audio(client):
+    part = audio_part(wav_bytes(tone(16000, 0.5), 16000), "wav")
+    body = {"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hear this."}, part]}],
+            "max_output_tokens": 3, "temperature": 0, "store": False}
+    response = client.post("/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    text_only = client.post("/v1/responses", json={**body, "input": "Hear this."}).json()
+    assert response.json()["usage"]["input_tokens"] == text_only["usage"]["input_tokens"] + WINDOW_TOKENS
+
+
+def test_an_image_on_an_audio_only_projector_is_a_400(client):
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png_bytes(8, 8)).decode()}}
+    body = {"messages": [{"role": "user", "content": [image]}], "max_tokens": 3}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "unsupported_content_type"
+
+
+def test_a_corrupt_clip_fails_alone(client):
+    body = {"messages": [{"role": "user", "content": [audio_part(b"RIFF\x00\x00\x00\x00WAVEjunk", "wav")]}],
+            "max_tokens": 3}
+    response = client.post("/v1/chat/completions", json=body)
+    assert 400 <= response.status_code < 500, response.text
+    assert prompt_tokens(client, "Still fine?") > 0
