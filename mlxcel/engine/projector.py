@@ -10,6 +10,7 @@ encoded again even after its KV memory was evicted.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import threading
@@ -27,6 +28,14 @@ from mlxcel.engine.media_span import MediaSpan, stand_in_tokens
 
 log = logging.getLogger("mlxcel.projector")
 EMBEDDING_CACHE_BYTES = 256 << 20
+
+
+@functools.lru_cache(maxsize=64)
+def projector_caps(path: str) -> tuple[bool, bool]:
+    """(takes images, takes audio) read from a projector file's header, without loading it."""
+    route_mtmd_logs()
+    caps = mtmd.mtmd_get_cap_from_file(path.encode())
+    return bool(caps.inp_vision), bool(caps.inp_audio)
 
 
 class ProjectorError(RuntimeError):

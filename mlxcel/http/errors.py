@@ -13,7 +13,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from mlxcel.chat.errors import ChatInputError
-from mlxcel.media.types import MediaError
 from mlxcel.chat.template import TemplateError
 from mlxcel.fleet.errors import (
     ModelBusy,
@@ -24,6 +23,7 @@ from mlxcel.fleet.errors import (
     ServerOverloaded,
     UnknownProfile,
 )
+from mlxcel.media.types import MediaError
 from mlxcel.speech.errors import AudioModelMissing, AudioTimedOut
 from mlxcel.structured.errors import GrammarError, StructuredOutputError
 from mlxcel.turn.errors import (

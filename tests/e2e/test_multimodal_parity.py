@@ -71,7 +71,7 @@ def pair(request, tmp_path_factory):
 
 
 def test_props_report_the_same_modalities(pair):
-    kind, ours, theirs = pair
+    _, ours, theirs = pair
     mine, reference = ours.get("/props").json()["modalities"], theirs.get("/props").json()["modalities"]
     assert mine["vision"] == reference["vision"] and mine["audio"] == reference["audio"]
 

@@ -5,7 +5,6 @@ prompt counted at four characters a token (`prompt_tokens_estimated: true`)."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 
 from fastapi import APIRouter, Request

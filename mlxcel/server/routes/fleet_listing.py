@@ -4,6 +4,7 @@ profile, default) and its two context figures."""
 
 from __future__ import annotations
 
+from mlxcel.engine.projector import projector_caps
 from mlxcel.fleet.capacity import max_context_at_width_1 as table_width_1
 from mlxcel.fleet.footprint import estimate_footprint
 from mlxcel.fleet.monitor import ServerMonitor
@@ -35,6 +36,12 @@ def max_context_at_width_1(monitor: ServerMonitor, host: ModelHost | None) -> in
     return table_width_1(monitor.table(host))
 
 
+def _modalities(mmproj: str | None) -> dict[str, bool]:
+    """What a configured projector takes, from its file's header (the model need not be loaded)."""
+    vision, audio = projector_caps(mmproj) if mmproj is not None else (False, False)
+    return {"vision": vision, "video": vision, "audio": audio}
+
+
 def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | None, created: int) -> dict:
     entry = fleet.config.models[model_id]
     resident = fleet.resident(model_id)
@@ -45,6 +52,7 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         "kept": resident is not None and resident.kept,
         "speculative": entry.speculative or entry.draft is not None,
         "vlm": entry.mmproj is not None,  # a projector is configured (images and/or audio)
+        "modalities": _modalities(entry.mmproj),
         "profile": profile,
         "default": model_id == fleet.default_id,
         "context_length": _context_length(fleet, model_id),
