@@ -27,8 +27,8 @@ _refuse("serves several models (the router mode is not implemented)",
         "--models-dir", "--models-preset", "--models-max", "--models-autoload", "--no-models-autoload")
 _refuse("adds media input (multimodal projectors are not implemented)",
         "-mm", "--mmproj", "-mmu", "--mmproj-url", "--mmproj-auto", "--mmproj-offload", "--image-min-tokens",
-        "--image-max-tokens", "--video-fps", "--video-ffmpeg-dir", "--video-timestamp-interval",
-        "--mtmd-batch-max-tokens", "--media-path")
+        "--image-max-tokens", "--video-ffmpeg-dir", "--video-timestamp-interval",
+        "--mtmd-batch-max-tokens")
 _refuse("changes the model's weights or activations (adapters and control vectors are not implemented)",
         "--lora", "--lora-scaled", "--lora-init-without-apply", "--control-vector", "--control-vector-scaled",
         "--control-vector-layer-range")
