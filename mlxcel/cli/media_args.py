@@ -111,7 +111,9 @@ def _allow_private(environ: Mapping[str, str]) -> bool:
 
 def media_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> MediaSettings:
     """The MediaSettings of the parsed flags and the environment; a MediaUsageError for a
-    --media-path that is not a directory or an unreadable variable."""
+    --media-path or --media-temp-dir that is not a directory, or an unreadable variable."""
+    if args.media_temp_dir is not None and not os.path.isdir(args.media_temp_dir):
+        raise MediaUsageError(f"--media-temp-dir: not a directory: {args.media_temp_dir}")
     return MediaSettings(
         media_paths=_media_roots(args, environ),
         allow_private_urls=_allow_private(environ),

@@ -55,7 +55,8 @@ def test_environment_variables_are_read_at_start(tmp_path, monkeypatch):
     assert not parse_serve_args([]).media.allow_private_urls
 
 
-@pytest.mark.parametrize("argv", [["--media-path", "/no/such/dir"], ["--video-max-frames", "0"],
+@pytest.mark.parametrize("argv", [["--media-path", "/no/such/dir"], ["--media-temp-dir", "/no/such/dir"],
+                                  ["--video-max-frames", "0"],
                                   ["--video-fps", "0"], ["--media-max-bytes", "10"], ["--media-fetch-timeout", "x"]])
 def test_bad_media_settings_fail_at_start(argv):
     with pytest.raises(UsageError):

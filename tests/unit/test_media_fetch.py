@@ -54,7 +54,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def route_image_png(self, query):
+        started = time.monotonic()
         time.sleep(float(query.get("delay", 0)))
+        self.server.spans.append((started, time.monotonic()))
         self.send_body(PNG)
 
     def route_clip_mp4(self, query):
@@ -94,6 +96,7 @@ def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
     httpd.seen = []
+    httpd.spans = []
     httpd.clip = video_bytes(seconds=1.0)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -105,6 +108,7 @@ def server():
 @pytest.fixture
 def base(server):
     server.seen.clear()
+    server.spans.clear()
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
@@ -221,13 +225,13 @@ def test_a_slow_server_times_out_within_the_timeout(server, base, route):
     started = time.monotonic()
     error = refused(settings, f"{base}/{route}")
     assert error.code == "media_timeout" and "1 s" in error.message
-    assert time.monotonic() - started < 1.8
+    assert time.monotonic() - started < 2.5  # the server stalls for 10 s, trickles for 20 s
     # the fetch itself, in a thread of its own: it is over by the deadline, not left reading
     policy = FetchPolicy(allow_private=True, max_redirects=0, timeout_s=0.5)
     thread = threading.Thread(target=lambda: pytest.raises(MediaError, fetch, f"{base}/{route}", 10_000, policy,
                                                            FetchGuard(), lambda chunk: None, "p"), daemon=True)
     thread.start()
-    thread.join(1.2)
+    thread.join(2.0)
     assert not thread.is_alive()
 
 
@@ -236,23 +240,22 @@ def test_the_whole_load_is_bounded_and_leaves_no_worker_behind(server, base):
     started = time.monotonic()
     with pytest.raises(MediaError, match="longer than 0.5 s") as caught:
         asyncio.run(loader.load([MediaRef("image", f"{base}/stall?for=20", "p")], 16000))
-    assert caught.value.code == "media_timeout" and time.monotonic() - started < 1.2
+    assert caught.value.code == "media_timeout" and time.monotonic() - started < 2.0
     closer = threading.Thread(target=loader._executor.shutdown, kwargs={"wait": True}, daemon=True)
     closer.start()
-    closer.join(1.0)
+    closer.join(2.0)
     assert not closer.is_alive(), "a media worker is still reading after the load gave up"
 
 
 def test_parts_are_fetched_concurrently_and_a_failure_stops_the_rest(server, base):
-    refs = [MediaRef("image", f"{base}/image.png?delay=0.6", f"p{i}") for i in range(3)]
-    started = time.monotonic()
+    refs = [MediaRef("image", f"{base}/image.png?delay=0.5", f"p{i}") for i in range(3)]
     assert len(load(PRIVATE, *refs)) == 3
-    assert time.monotonic() - started < 1.5  # not 3 x 0.6 s
+    assert max(start for start, _ in server.spans) < min(end for _, end in server.spans)  # all three at once
     started = time.monotonic()
     refs = [MediaRef("image", f"{base}/stall?for=20", "slow"), MediaRef("image", f"{base}/missing.png", "bad")]
     with pytest.raises(MediaError, match="^bad: .*HTTP 404"):
         load(replace(PRIVATE, fetch_timeout_s=30.0), *refs)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.0  # the stalled part (20 s) was cut short
 
 
 def test_remote_video_is_downloaded_to_a_private_file_and_removed(server, base, tmp_path):
@@ -275,7 +278,7 @@ def tls_server(tmp_path_factory):
                     "-addext", "subjectAltName=DNS:media.example.com"], check=True, capture_output=True)
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
-    httpd.seen = []
+    httpd.seen, httpd.spans = [], []
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)

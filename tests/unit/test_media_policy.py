@@ -76,6 +76,8 @@ def test_classify_sources():
     assert classify("UklGRiQAAABXQVZF", "p") == Inline("UklGRiQAAABXQVZF")  # bare base64 (input_audio)
     jpeg = base64.b64encode(image_bytes("JPEG")).decode()
     assert jpeg.startswith("/9j/") and classify(jpeg, "p") == Inline(jpeg)  # not a path
+    mp3 = base64.b64encode(b"\xff\xfb\x90\x64" + bytes(60)).decode()
+    assert mp3.startswith("//") and classify(mp3, "p") == Inline(mp3)
 
 
 @pytest.mark.parametrize("url, status", [
