@@ -298,3 +298,21 @@ def test_https_is_pinned_with_the_hostname_checked(tls_server, monkeypatch):
     error = refused(PRIVATE, f"https://other.example.com:{port}/image.png", resolver=resolver)
     assert "certificate" in error.message.lower() or "hostname" in error.message.lower()
     refused(MediaSettings(), f"https://media.example.com:{port}/image.png", resolver=resolver)
+
+
+def test_fetching_and_decoding_leave_the_event_loop_free(server, base):
+    async def run():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        await MediaLoader(PRIVATE).load([MediaRef("image", f"{base}/image.png?delay=0.5", "p")], 16000)
+        task.cancel()
+        return ticks
+
+    assert asyncio.run(run()) >= 10  # the loop kept turning while the part was fetched
