@@ -264,6 +264,24 @@ def test_video_frames_are_sampled_in_order_at_the_fps():
     refused(MediaSettings(max_pixels=100), MediaRef("video", clip, "p"), 413)
 
 
+@pytest.mark.parametrize("container, codec", [("webm", "libvpx"), ("matroska", "mpeg4"), ("avi", "mpeg4"),
+                                             ("mpegts", "mpeg2video")])
+def test_other_containers_sample_the_same_times(container, codec):
+    clip = data_uri("video/x", video_bytes(seconds=1.0, container=container, codec=codec))
+    (video,) = load(MediaSettings(), MediaRef("video", clip, "p"))
+    assert [abs(frame.rgb[0] - grey) <= 8 for frame, grey in zip(video.frames, (0, 30, 50, 80))] == [True] * 4
+
+
+def test_video_demuxers_are_chosen_by_magic_never_probed(tmp_path):
+    playlist = b"#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\nfile:///etc/passwd\n#EXT-X-ENDLIST\n"
+    refused(MediaSettings(), MediaRef("video", data_uri("video/mp4", playlist), "p"), 415)
+    concat = b"ffconcat version 1.0\nfile /etc/passwd\n"
+    refused(MediaSettings(), MediaRef("video", data_uri("video/mp4", concat), "p"), 415)
+    gif = data_uri("image/gif", gif_bytes())  # an animated GIF is a clip too
+    (video,) = load(MediaSettings(), MediaRef("video", gif, "p", fps=10.0))
+    assert [frame.rgb[:3] for frame in video.frames] == [bytes((255, 0, 0)), bytes((0, 0, 255))]
+
+
 def test_video_files_are_private_and_removed(tmp_path):
     with private_file(str(tmp_path)) as (file, path):
         directory = os.path.dirname(path)
