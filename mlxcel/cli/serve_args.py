@@ -17,6 +17,7 @@ from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.cluster_args import CLUSTER_OPTIONS, ClusterUsageError, cluster_settings, replica_threads
 from mlxcel.cli.flag_policy import REFUSED, refusal
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS
+from mlxcel.cli.media_args import MEDIA_LISTS, MEDIA_OPTIONS, MediaUsageError, add_media_lists, media_settings
 from mlxcel.cli.sampling_args import (
     SAMPLING_LISTS,
     SAMPLING_OPTIONS,
@@ -313,6 +314,9 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = 
 ]
 
 
+_ALL_VALUE_OPTIONS = _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS + MEDIA_OPTIONS
+
+
 def _env_value(name: str, parse: Callable[[str], Any]) -> Any:
     text = os.environ[name]
     try:
@@ -331,11 +335,12 @@ def _env_bool(name: str) -> bool:
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
-    for flags, dest, kind, default, env, help_text in _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS:
+    for flags, dest, kind, default, env, help_text in _ALL_VALUE_OPTIONS:
         if env in os.environ:
             default = _env_value(env, kind)
         parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
     add_sampling_lists(parser)
+    add_media_lists(parser)
     for positive, negative, dest, default, env, help_text in _SWITCHES + SAMPLING_SWITCHES:
         if env in os.environ:
             default = _env_bool(env)
@@ -345,9 +350,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 
 
 def implemented_flags() -> set[str]:
-    flags = {flag for option in _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS for flag in option[0]}
+    flags = {flag for option in _ALL_VALUE_OPTIONS for flag in option[0]}
     flags |= {flag for switch in _SWITCHES + SAMPLING_SWITCHES for flag in switch[0] + switch[1]}
-    flags |= {flag for option in SAMPLING_LISTS for flag in option[0]}
+    flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]}
     return flags | {"-h", "--help", "--version"}
 
 
@@ -547,6 +552,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     except ClusterUsageError as exc:
         raise UsageError(str(exc)) from None
     threads = replica_threads(args, cluster) or max(1, os.cpu_count() or 1)
+    try:
+        media = media_settings(args)
+    except MediaUsageError as exc:
+        raise UsageError(str(exc)) from None
     sampling = sampling_defaults(args)
     return ServerConfig(
         model=args.model,
@@ -630,6 +639,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         audio_queue_depth=args.audio_queue_depth,
         audio_request_timeout_secs=args.audio_request_timeout_secs,
         state_url=args.state_url,
+        media=media,
     )
 
 

@@ -67,7 +67,7 @@ def _read_wav(data: bytes, max_seconds: float, where: str) -> tuple[np.ndarray, 
 def _wav_samples(body: bytes, tag: int, channels: int, rate: int, bits: int, max_seconds: float,
                  where: str) -> tuple[np.ndarray, int]:
     width = bits // 8
-    if channels < 1 or rate < 1 or bits % 8 or not 1 <= width <= 8:
+    if channels < 1 or not 1 <= rate <= 768_000 or bits % 8 or not 1 <= width <= 8:
         raise MediaError(f"{where}: malformed WAV header", "invalid_media")
     frames = len(body) // (width * channels)
     if frames / rate > max_seconds:

@@ -93,7 +93,7 @@ class MediaLoader:
                                 stop=lambda: guard.tripped)
         except MediaError:
             raise
-        except Exception as exc:  # a malformed file a decoder did not foresee is still the client's
+        except Exception as exc:  # noqa: BLE001 - a malformed file no decoder foresaw is still the client's
             log.warning("media %s: %s: %s", ref.where, type(exc).__name__, exc)
             raise MediaError(f"{ref.where}: the {ref.kind} could not be read ({type(exc).__name__})",
                              "invalid_media") from None

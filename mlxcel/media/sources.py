@@ -11,9 +11,8 @@ from urllib.parse import unquote
 
 from mlxcel.media.types import MediaError
 
-# what decoded bare base64 starting with "/" must begin with to be read as media, not as
-# a path ("/9j/" is how every base64 JPEG starts)
-_MEDIA_MAGIC = (b"\xff\xd8\xff",)
+# bare base64 may start with "/" like a path: every JPEG does ("/9j/"), and an MP3 without
+# an ID3 tag ("//s", "//u"); decoded, their first byte is 0xFF, which no path's is
 _BASE64 = re.compile(rb"[A-Za-z0-9+/=_-]*")
 _DATA_MEDIA_TYPES = ("image/", "audio/", "video/", "application/octet-stream")
 
@@ -84,7 +83,7 @@ def _looks_like_base64_media(text: str) -> bool:
         head = base64.b64decode(text[:16], validate=True)
     except (binascii.Error, ValueError):
         return False
-    return head.startswith(_MEDIA_MAGIC)
+    return head.startswith((b"\xff\xd8\xff", b"\xff\xfb", b"\xff\xf3", b"\xff\xf2", b"\xff\xe3"))
 
 
 def decode_inline(source: Inline, cap: int, where: str) -> bytes:

@@ -31,7 +31,7 @@ class DecodedImage:
     digest: bytes  # sha256 over the dimensions and the pixels
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by digest (an array has no single truth value)
 class DecodedAudio:
     samples: np.ndarray  # mono float32 in [-1, 1]
     sample_rate: int

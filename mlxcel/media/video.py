@@ -9,8 +9,26 @@ import math
 from mlxcel.media.images import check_pixels
 from mlxcel.media.types import DecodedImage, DecodedVideo, MediaError, image_of, video_of
 
-# demuxers a video part may use (ffmpeg's names); anything else is refused unread
-CONTAINERS = {"mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm", "avi", "mpeg", "mpegts", "gif", "ogg"}
+
+def sniff(head: bytes) -> str | None:
+    """The demuxer for a clip starting with `head`, by its magic bytes; None for anything
+    else. The demuxer is named, never probed: ffmpeg's playlist demuxers (HLS, concat)
+    would open other files and URLs behind the access policy's back."""
+    if head[4:8] == b"ftyp":
+        return "mp4"
+    if head[:4] == b"\x1a\x45\xdf\xa3":
+        return "matroska"
+    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return "avi"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if head[:4] == b"OggS":
+        return "ogg"
+    if head[:4] == b"\x00\x00\x01\xba":
+        return "mpeg"
+    if len(head) > 376 and head[0] == head[188] == head[376] == 0x47:
+        return "mpegts"
+    return None
 
 
 def sample_times(duration: float | None, fps: float, max_frames: int) -> list[float]:
@@ -27,25 +45,35 @@ def sample_times(duration: float | None, fps: float, max_frames: int) -> list[fl
 
 def decode_video(source, fps: float, max_frames: int, max_pixels: int, where: str,
                  stop=lambda: False) -> DecodedVideo:
-    """`source` is a path or a readable binary file."""
+    """`source` is a path or a readable, seekable binary file."""
     import av
 
+    if isinstance(source, str):
+        with open(source, "rb") as file:
+            head = file.read(512)
+    else:
+        head = source.read(512)
+        source.seek(0)
+    demuxer = sniff(head)
+    if demuxer is None:
+        raise MediaError(f"{where}: unsupported video format (MP4/MOV, WebM/MKV, AVI, MPEG, GIF or Ogg expected)",
+                         "unsupported_media_type", 415)
     frames: list[DecodedImage] = []
     try:
-        with av.open(source, mode="r") as container:
-            if container.format.name not in CONTAINERS:
-                raise MediaError(f"{where}: unsupported video container {container.format.name!r}",
-                                 "unsupported_media_type", 415)
+        with av.open(source, mode="r", format=demuxer) as container:
             if not container.streams.video:
                 raise MediaError(f"{where}: the file has no video stream", "invalid_media")
             stream = container.streams.video[0]
             check_pixels(stream.codec_context.width, stream.codec_context.height, max_pixels, where)
             times = sample_times(_duration(container, stream), fps, max_frames)
             due = 0  # the next sample time to fill
+            origin: float | None = None  # the first frame's time (an MPEG-TS clip starts past 0)
             for frame in container.decode(stream):
                 if stop():
                     raise MediaError(f"{where}: decoding the video was cut short", "media_timeout")
                 when = frame.time if frame.time is not None else due / fps
+                origin = when if origin is None else origin
+                when -= origin
                 if when + 1e-6 < times[due]:
                     continue
                 check_pixels(frame.width, frame.height, max_pixels, where)

@@ -79,13 +79,14 @@ def encoded_audio(container: str, codec: str, rate: int = 44100, seconds: float 
     return buffer.getvalue()
 
 
-def video_bytes(seconds: float = 2.0, fps: int = 10, size=(32, 24)) -> bytes:
-    """An MP4 whose frame i is filled with grey level 10 * i (so a frame's time can be read back)."""
+def video_bytes(seconds: float = 2.0, fps: int = 10, size=(32, 24), container: str = "mp4",
+                codec: str = "mpeg4") -> bytes:
+    """A clip whose frame i is filled with grey level 10 * i (so a frame's time can be read back)."""
     import av
 
     buffer = io.BytesIO()
-    with av.open(buffer, mode="w", format="mp4") as out:
-        stream = out.add_stream("mpeg4", rate=fps)
+    with av.open(buffer, mode="w", format=container) as out:
+        stream = out.add_stream(codec, rate=fps)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
         stream.options = {"qscale": "1"}
