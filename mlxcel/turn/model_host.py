@@ -289,6 +289,7 @@ class ModelHost:
         return "mlxcel" if self.tool_parser_cls is not None else None
 
     def shutdown(self) -> None:
+        self.media_loader.close()
         if self.engine is not None:
             self.engine.stop()
 

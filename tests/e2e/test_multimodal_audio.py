@@ -6,6 +6,8 @@ whatever it was sent as; a clip is cached by content."""
 from __future__ import annotations
 
 import base64
+import http.server
+import threading
 
 import numpy as np
 import pytest
@@ -19,9 +21,12 @@ WINDOW_TOKENS = 25
 
 @pytest.fixture(scope="module")
 def audio(tmp_path_factory):
+    """With MLXCEL_ALLOW_PRIVATE_MEDIA_URLS=1: remote media may come from loopback (the
+    vision tests' server runs without it and refuses loopback)."""
     projector = tmp_path_factory.mktemp("projector") / "audio-mmproj.gguf"
     write_audio_projector(projector)
-    proc = ServerProcess("-c", "2048", "-np", "2", "--metrics", "--mmproj", str(projector))
+    proc = ServerProcess("-c", "2048", "-np", "2", "--metrics", "--mmproj", str(projector),
+                         env={"MLXCEL_ALLOW_PRIVATE_MEDIA_URLS": "1"})
     try:
         yield proc.wait_ready()
     finally:
@@ -95,3 +100,38 @@ def test_a_corrupt_clip_fails_alone(client):
     response = client.post("/v1/chat/completions", json=body)
     assert 400 <= response.status_code < 500, response.text
     assert prompt_tokens(client, "Still fine?") > 0
+
+
+@pytest.fixture
+def clip_server():
+    """A real HTTP server on loopback serving one WAV clip at /clip.wav."""
+    clip = wav_bytes(tone(16000, 0.5), 16000)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            found = self.path == "/clip.wav"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Length", str(len(clip) if found else 0))
+            self.end_headers()
+            if found:
+                self.wfile.write(clip)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_loopback_url_is_fetched_when_private_addresses_are_allowed(client, clip_server):
+    part = {"type": "input_audio", "input_audio": {"url": f"{clip_server}/clip.wav", "format": "wav"}}
+    assert prompt_tokens(client, [part]) == prompt_tokens(client, "") + WINDOW_TOKENS
+    missing = {"type": "input_audio", "input_audio": {"url": f"{clip_server}/none.wav", "format": "wav"}}
+    body = {"messages": [{"role": "user", "content": [missing]}], "max_tokens": 3}
+    assert client.post("/v1/chat/completions", json=body).status_code == 400

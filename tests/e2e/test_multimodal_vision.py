@@ -25,15 +25,26 @@ GREEDY = {"temperature": 0, "max_tokens": 8}
 def media_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("media-root")
     (root / "photo.png").write_bytes(png_bytes(40, 30))
+    outside = tmp_path_factory.mktemp("outside") / "secret.png"
+    outside.write_bytes(png_bytes(8, 8))
+    (root / "escape.png").symlink_to(outside)
     return root
 
 
 @pytest.fixture(scope="module")
-def vision(tmp_path_factory, media_root):
+def video_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("videos")
+    (folder / "clip.mp4").write_bytes(video_bytes(seconds=1.0, fps=10))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def vision(tmp_path_factory, media_root, video_dir):
     projector = tmp_path_factory.mktemp("projector") / "vision-mmproj.gguf"
     write_vision_projector(projector)
     proc = ServerProcess("-c", "4096", "-np", "2", "--metrics", "--mmproj", str(projector),
-                         "--media-path", str(media_root), "--prefill-chunk", "16")
+                         "--media-path", str(media_root), "--prefill-chunk", "16",
+                         env={"MLXCEL_VIDEO_DIR_ALLOWLIST": str(video_dir)})
     try:
         yield proc.wait_ready()
     finally:
@@ -160,7 +171,8 @@ def test_anthropic_image_blocks_base64_and_url(client, media_root):
     response = client.post("/v1/messages", json={"model": "m", "max_tokens": 4, "temperature": 0,
                                                   "messages": [{"role": "user", "content": blocks}]})
     assert response.status_code == 200, response.text
-    assert response.json()["usage"]["input_tokens"] == n_text + IMAGE_TOKENS
+    usage = response.json()["usage"]  # Anthropic's input_tokens leave out what the cache held
+    assert usage["input_tokens"] + usage.get("cache_read_input_tokens", 0) == n_text + IMAGE_TOKENS
     local = [{"type": "image", "source": {"type": "url", "url": (media_root / "photo.png").as_uri()}}]
     assert count(local) > IMAGE_TOKENS
 
@@ -203,6 +215,20 @@ def test_video_frames_are_ordered_images(client):
     assert n_frames == 3
 
 
+def test_local_media_only_under_the_roots_and_video_only_under_the_allowlist(client, media_root, video_dir):
+    ok = client.post("/v1/chat/completions", json=chat([image_part(str(media_root / "photo.png"))]))
+    assert ok.status_code == 200, ok.text
+    escape = client.post("/v1/chat/completions", json=chat([image_part((media_root / "escape.png").as_uri())]))
+    assert escape.status_code == 400, escape.text
+    dotdot = client.post("/v1/chat/completions", json=chat([image_part(f"{media_root}/../x/../photo.png")]))
+    assert dotdot.status_code == 400, dotdot.text
+    video = {"type": "video_url", "video_url": {"url": str(video_dir / "clip.mp4"), "fps": 2}}
+    assert client.post("/v1/chat/completions", json=chat([video])).status_code == 200
+    (media_root / "clip.mp4").write_bytes((video_dir / "clip.mp4").read_bytes())
+    outside = {"type": "video_url", "video_url": {"url": str(media_root / "clip.mp4")}}
+    assert client.post("/v1/chat/completions", json=chat([outside])).status_code == 400
+
+
 @pytest.mark.parametrize("content, status, needle", [
     ([image_part("data:image/png;base64,@@@not-base64@@@")], 400, "base64"),
     ([image_part(data_uri(b"not an image at all"))], 415, ""),
@@ -234,3 +260,24 @@ def test_media_on_a_text_only_model_is_a_400_naming_it(http):
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "unsupported_content_type" and "smollm2" in error["message"].lower()
+
+
+def test_a_config_file_gives_one_model_its_projector(tmp_path):
+    """Many models in one server (--config): a model's `mmproj` key is its --mmproj."""
+    projector = tmp_path / "mmproj.gguf"
+    write_vision_projector(projector)
+    config = tmp_path / "models.yaml"
+    config.write_text(f"models:\n  seeing:\n    path: smollm2-135m-instruct\n    mmproj: {projector}\n"
+                      "  blind:\n    path: smollm2-135m-instruct\n")
+    proc = ServerProcess("--config", str(config), model=None)
+    try:
+        with proc.wait_ready().client(timeout=120) as fleet:
+            listed = {m["id"]: m for m in fleet.get("/v1/models").json()["data"]}
+            assert listed["seeing"]["vlm"] is True and listed["seeing"]["modalities"]["vision"] is True
+            assert listed["blind"]["vlm"] is False
+            seen = fleet.post("/v1/chat/completions", json={**chat([image_part(PNG)]), "model": "seeing"})
+            assert seen.status_code == 200, seen.text
+            refused = fleet.post("/v1/chat/completions", json={**chat([image_part(PNG)]), "model": "blind"})
+            assert refused.status_code == 400 and "blind" in refused.json()["error"]["message"]
+    finally:
+        proc.stop()
