@@ -420,7 +420,8 @@ class Engine:
         batch = EmbeddingBatch(chunk.span.embeddings[chunk.offset : chunk.offset + chunk.n], chunk.start, slot.id,
                                logits_last=chunk.last)
         rc = self.runtime.decode(batch.struct, causal=not chunk.span.non_causal)
-        self.stats.step_decode_seconds += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self.stats.step_decode_seconds += elapsed
         if rc != 0:
             self.runtime.seq_remove(slot.id, slot.n_past, -1)
             if rc not in REQUEST_LEVEL_CODES:
@@ -429,6 +430,8 @@ class Engine:
             return
         slot.cached_tokens.extend(request.prompt_tokens[chunk.start : chunk.start + chunk.n])
         self.stats.prefill_chunks += 1
+        self.stats.prefill_tokens += chunk.n  # prompt tokens processed (llama-server counts media ones too)
+        self.stats.prompt_seconds += elapsed
         if request.report_progress:
             self._report_progress(slot)
         if chunk.last:
