@@ -16,7 +16,14 @@ No text is added around the audio.
     windows = ((n_samples + 480000) // 160 + 1) // 3000   (1 for any clip under ~30 s)
     audio tokens = windows * (1500 // stack_factor)
 
-Both decode causally with ordinary (not M-RoPE) positions.
+Non-causal vision: projector type ``gemma3``: a SigLIP ViT (post-LN, no pre-LN), the
+patch grid average-pooled by ``merge`` x ``merge``, RMS-norm, one projection. mtmd
+resizes every image to ``image_size`` square like ``mlp``, and adds the text
+``<start_of_image>`` before and ``<end_of_image>`` after each image (plain text for
+SmolLM2: several tokens each). Its rows decode NON-causally (mtmd_decode_use_non_causal).
+    image tokens = (image_size // patch_size // merge) ** 2, whatever the input size.
+
+The others decode causally; all use ordinary (not M-RoPE) positions.
 """
 
 from __future__ import annotations
@@ -36,6 +43,11 @@ _AUDIO_POSITIONS = 1500  # encoder positions per window (conv stride 2)
 def image_tokens(image_size: int = 64, patch_size: int = 8) -> int:
     """Tokens one image takes with ``write_vision_projector``'s geometry."""
     return (image_size // patch_size) ** 2
+
+
+def gemma3_image_tokens(image_size: int = 96, patch_size: int = 8, merge: int = 2) -> int:
+    """Tokens one image takes with ``write_gemma3_projector``'s geometry (text around it not counted)."""
+    return (image_size // patch_size // merge) ** 2
 
 
 def audio_tokens(n_samples: int, stack_factor: int = 60) -> int:
@@ -175,3 +187,36 @@ def write_audio_projector(path, n_embd_text: int = 576, stack_factor: int = 60,
     t.rand("mm.a.mlp.2.weight", n_embd_text, hidden)
     _finish(w)
     return _AUDIO_POSITIONS // stack_factor
+
+
+def write_gemma3_projector(path, n_embd_text: int = 576, image_size: int = 96, patch_size: int = 8,
+                           merge: int = 2, n_embd: int = 32, n_head: int = 4, n_layer: int = 2,
+                           seed: int = SEED + 2) -> int:
+    """Write a ``gemma3`` (non-causal) vision mmproj to ``path``; return tokens per image."""
+    if (image_size // patch_size) % merge:
+        raise ValueError("merge must divide the patch grid's side")
+    w = GGUFWriter(str(path), "clip")
+    w.add_name("mlxcel-test-gemma3")
+    w.add_file_type(0)
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_string("clip.projector_type", "gemma3")
+    _encoder_hparams(w, "vision", n_embd, n_head, 2 * n_embd, n_layer, n_embd_text)
+    w.add_uint32("clip.vision.image_size", image_size)
+    w.add_uint32("clip.vision.patch_size", patch_size)
+    w.add_uint32("clip.vision.projector.scale_factor", merge)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    w.add_bool("clip.use_gelu", True)
+
+    t = _Weights(w, seed)
+    n_patches = (image_size // patch_size) ** 2
+    t.rand("v.patch_embd.weight", n_embd, 3, patch_size, patch_size)
+    t.rand("v.patch_embd.bias", n_embd)
+    t.rand("v.position_embd.weight", n_patches, n_embd)
+    t.encoder_blocks("v", n_layer, n_embd, 2 * n_embd)
+    t.norm("v.post_ln", n_embd)
+    t.ones("mm.soft_emb_norm.weight", n_embd)
+    # ggml ne [n_embd_text, n_embd]: the graph transposes it before the matmul
+    t.rand("mm.input_projection.weight", n_embd, n_embd_text, scale=0.5)
+    _finish(w)
+    return gemma3_image_tokens(image_size, patch_size, merge)

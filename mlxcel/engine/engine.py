@@ -350,6 +350,9 @@ class Engine:
                 raise InjectedFault("admission")
             if not request.prompt_tokens:  # nothing to take logits from: it would sample another slot's row
                 raise ValueError("the prompt is empty")
+            if request.media and request.media.widest_non_causal() > self.runtime.n_ubatch:
+                raise ValueError(f"a media chunk of {request.media.widest_non_causal()} positions must be decoded in "
+                                 f"one micro-batch, larger than --ubatch-size {self.runtime.n_ubatch}")
             if request.constraint is not None and self._masker is None:
                 raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []

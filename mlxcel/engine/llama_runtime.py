@@ -167,6 +167,7 @@ class LlamaRuntime:
             self.n_ctx_seq = min(self.n_ctx_seq, config.n_ctx_seq_cap)
         self.kv_unified = config.kv_unified
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)
+        self.n_ubatch = llama_cpp.llama_n_ubatch(self.ctx)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
 
     def warm_up(self, token: int) -> None:

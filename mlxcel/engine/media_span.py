@@ -76,6 +76,11 @@ class MediaLayout:
             return max(0, min(limit, self.spans[i].start - position))
         return limit
 
+    def widest_non_causal(self) -> int:
+        """The most positions a non-causal span takes (0 without one): llama.cpp must
+        decode it in one micro-batch (n_ubatch), or it aborts the process."""
+        return max((span.n_tokens for span in self.spans if span.non_causal), default=0)
+
     def safe_prefix(self, n_kept: int) -> int:
         """A reusable prefix length no longer than `n_kept` that does not end inside
         a non-causal span (its rows were computed together: a part of them is wrong)."""

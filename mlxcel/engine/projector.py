@@ -66,7 +66,7 @@ class ProjectedPrompt:
 
 class Projector:
     def __init__(self, path: Path, model: llama_cpp.llama_model_p, n_embd: int, n_threads: int,
-                 image_min_tokens: int = -1, image_max_tokens: int = -1) -> None:
+                 image_min_tokens: int = -1, image_max_tokens: int = -1, n_ubatch: int = 0) -> None:
         route_mtmd_logs()
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = False
@@ -84,6 +84,7 @@ class Projector:
                                  "which mlxcel does not run yet")
         self.path = path
         self.n_embd = n_embd
+        self.n_ubatch = n_ubatch  # a non-causal chunk must fit one micro-batch (0: unchecked)
         self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
         self.audio = bool(mtmd.mtmd_support_audio(self.ctx))
         self.audio_sample_rate = int(mtmd.mtmd_get_audio_sample_rate(self.ctx)) if self.audio else 0
@@ -160,8 +161,11 @@ class Projector:
             ordinal = seen.get(media_id, 0)
             seen[media_id] = ordinal + 1
             key = hashlib.sha256(media_id + b"/" + str(ordinal).encode() + b"/" + str(n_tokens).encode()).digest()
-            rows = self._embeddings(chunk, key, n_tokens) if encode else np.zeros((n_tokens, 0), np.float32)
             non_causal = bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk))
+            if non_causal and 0 < self.n_ubatch < n_tokens:
+                raise ProjectorError(f"a media chunk of {n_tokens} tokens, which this projector decodes in one "
+                                     f"micro-batch, exceeds the server's --ubatch-size {self.n_ubatch}")
+            rows = self._embeddings(chunk, key, n_tokens) if encode else np.zeros((n_tokens, 0), np.float32)
             spans.append(MediaSpan(len(tokens), rows, non_causal))
             tokens.extend(stand_in_tokens(key, n_tokens))
         return ProjectedPrompt(tokens, tuple(spans))

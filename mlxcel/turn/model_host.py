@@ -217,7 +217,7 @@ class ModelHost:
 
         cfg = self.config
         projector = Projector(Path(cfg.mmproj), runtime.model, runtime.n_embd_input(), cfg.threads_batch or cfg.threads,
-                              cfg.image_min_tokens, cfg.image_max_tokens)
+                              cfg.image_min_tokens, cfg.image_max_tokens, runtime.n_ubatch)
         kinds = [kind for kind, present in (("images", projector.vision), ("audio", projector.audio)) if present]
         log.info("projector %s loaded: %s", Path(cfg.mmproj).name, " and ".join(kinds) or "no media")
         return projector

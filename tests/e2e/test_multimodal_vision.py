@@ -205,6 +205,21 @@ def test_completion_multimodal_data_at_the_media_marker(client):
     assert client.post("/completion", json=wrong).status_code == 400
 
 
+def test_a_prompt_ending_in_an_image_samples_right_after_it(client):
+    """The image is the prompt's last item (the mlp projector adds no text after it): its
+    last row's logits are sampled, after the whole image (64 rows, prefilled in chunks of
+    16 beside nothing) and, from the cache, after that row alone; both answer as with no
+    cache. (llama-server aborts on this prompt: GGML_ASSERT(batch.size() > 0).)"""
+    marker = client.get("/props").json()["media_marker"]
+    body = {"prompt": {"prompt_string": f"Look: {marker}", "multimodal_data": [base64.b64encode(png_bytes(28, 36)).decode()]},
+            "n_predict": 8, "temperature": 0}
+    first, second = (client.post("/completion", json=body).json() for _ in range(2))
+    uncached = client.post("/completion", json={**body, "cache_prompt": False}).json()
+    assert first["content"] == second["content"] == uncached["content"] != ""
+    assert second["timings"]["cache_n"] == first["tokens_evaluated"] - 1
+    assert uncached["timings"]["cache_n"] == 0
+
+
 def test_video_frames_are_ordered_images(client):
     clip = data_uri(video_bytes(seconds=1.0, fps=10), "video/mp4")
     body = chat([{"type": "text", "text": "What happens?"},

@@ -19,9 +19,11 @@ from tests.audio_clips import wav_bytes
 from tests.projector_gguf import (
     AUDIO_SAMPLE_RATE,
     audio_tokens,
+    gemma3_image_tokens,
     image_tokens,
     png_bytes,
     write_audio_projector,
+    write_gemma3_projector,
     write_vision_projector,
 )
 
@@ -108,7 +110,8 @@ def test_projector_files_are_deterministic(tmp_path):
     for i in range(2):
         write_vision_projector(tmp_path / f"v{i}.gguf")
         write_audio_projector(tmp_path / f"a{i}.gguf")
-        digests.add(b"".join(hashlib.sha256((tmp_path / f"{k}{i}.gguf").read_bytes()).digest() for k in "va"))
+        write_gemma3_projector(tmp_path / f"g{i}.gguf")
+        digests.add(b"".join(hashlib.sha256((tmp_path / f"{k}{i}.gguf").read_bytes()).digest() for k in "vag"))
     assert len(digests) == 1
 
 
@@ -128,6 +131,48 @@ def audio(text_model, tmp_path_factory):
     ctx = Mtmd(path, text_model)
     yield ctx
     ctx.close()
+
+
+@pytest.fixture(scope="module")
+def gemma3(text_model, tmp_path_factory):
+    path = tmp_path_factory.mktemp("mmproj") / "gemma3.gguf"
+    write_gemma3_projector(path)
+    ctx = Mtmd(path, text_model)
+    yield ctx
+    ctx.close()
+
+
+def text_of(chunk) -> list[int]:
+    n = ctypes.c_size_t(0)
+    pointer = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+    return pointer[: n.value]
+
+
+@pytest.mark.parametrize("size", [(32, 32), (100, 60)])
+def test_gemma3_image_is_non_causal_between_start_and_end_of_image_text(gemma3, text_model, size):
+    assert mtmd.mtmd_support_vision(gemma3.ctx) and not mtmd.mtmd_decode_use_mrope(gemma3.ctx)
+    bitmap = rgb(*size)
+    try:
+        chunks = gemma3.tokenize(gemma3.marker, [bitmap])
+        assert [c[0] for c in chunks] == [CHUNK_TEXT, CHUNK_IMAGE, CHUNK_TEXT]
+        _, n_tokens, chunk = chunks[1]
+        assert mtmd.mtmd_decode_use_non_causal(gemma3.ctx, chunk)
+        assert n_tokens == gemma3_image_tokens() == 36
+        vocab = llama_cpp.llama_model_get_vocab(text_model)
+        around = []
+        for kind, _, text_chunk in (chunks[0], chunks[2]):
+            pieces = []
+            for token in text_of(text_chunk):
+                buf = ctypes.create_string_buffer(64)
+                n = llama_cpp.llama_token_to_piece(vocab, token, buf, 64, 0, False)
+                pieces.append(buf.raw[:n].decode())
+            around.append("".join(pieces))
+        assert around == ["<start_of_image>", "<end_of_image>"]
+        first = gemma3.encode(chunk, n_tokens)
+        assert np.isfinite(first).all() and first.std() > 0
+        assert np.array_equal(first, gemma3.encode(chunk, n_tokens))
+    finally:
+        mtmd.mtmd_bitmap_free(bitmap)
 
 
 def test_vision_projector_loads_causal_and_without_mrope(vision):

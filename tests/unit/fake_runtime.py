@@ -91,6 +91,7 @@ class FakeRuntime:
                  kv_unified: bool = False):
         self.config = FakeRuntimeConfig(n_parallel)
         self.n_batch = n_batch
+        self.n_ubatch = n_batch  # llama.cpp caps n_ubatch at n_batch
         self.n_ctx_seq = n_ctx_seq
         self.kv_unified = kv_unified  # then n_ctx_seq is the whole pool, as llama.cpp gives it
         self.n_ctx = n_ctx_seq if kv_unified else n_ctx_seq * n_parallel

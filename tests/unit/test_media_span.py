@@ -39,6 +39,11 @@ def test_a_kept_prefix_never_ends_inside_a_non_causal_span():
     assert layout.safe_prefix(23) == 23  # a causal span may be kept in part
 
 
+def test_the_widest_non_causal_span_is_what_must_fit_one_micro_batch():
+    assert MediaLayout((span(0, 64), span(70, 8))).widest_non_causal() == 0  # causal spans may be split
+    assert MediaLayout((span(0, 36, non_causal=True), span(40, 64), span(110, 20, True))).widest_non_causal() == 36
+
+
 def _prefilling(n_past: int, layout: MediaLayout, length: int) -> Slot:
     slot = Slot(id=0, state=SlotState.PREFILL)
     slot.request = GenerationRequest(prompt_tokens=[1] * length, emit=lambda event: None, media=layout)
