@@ -44,13 +44,19 @@ def image_body(seed: int, max_tokens: int) -> dict:
 
 
 def ttft(url: str, rounds: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"cold": [], "warm": []}
+    """`warm-text`: a text-only request sent twice, the second's TTFT: what a repeated
+    request costs without media, for comparison with `warm`."""
+    out: dict[str, list[float]] = {"cold": [], "warm": [], "warm-text": []}
     with httpx.Client(timeout=300, limits=NO_KEEPALIVE) as client:
         client.post(f"{url}/v1/chat/completions", json=image_body(999, 1))  # warm-up: first-use costs
         for r in range(rounds):
             body = image_body(r, 4)
             out["cold"].append(streamed(client, f"{url}/v1/chat/completions", body)[0])
             out["warm"].append(streamed(client, f"{url}/v1/chat/completions", body)[0])
+            text = {"messages": [{"role": "user", "content": f"{r} " + "word " * 250}], "max_tokens": 4,
+                    "temperature": 0}
+            streamed(client, f"{url}/v1/chat/completions", text)
+            out["warm-text"].append(streamed(client, f"{url}/v1/chat/completions", text)[0])
     return out
 
 

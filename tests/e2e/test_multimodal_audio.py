@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import http.server
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ def audio(tmp_path_factory):
     projector = tmp_path_factory.mktemp("projector") / "audio-mmproj.gguf"
     write_audio_projector(projector)
     proc = ServerProcess("-c", "2048", "-np", "2", "--metrics", "--mmproj", str(projector),
-                         env={"MLXCEL_ALLOW_PRIVATE_MEDIA_URLS": "1"})
+                         "--media-fetch-timeout", "2", env={"MLXCEL_ALLOW_PRIVATE_MEDIA_URLS": "1"})
     try:
         yield proc.wait_ready()
     finally:
@@ -109,6 +110,14 @@ def clip_server():
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the stdlib's name
+            if self.path == "/slow.wav":  # headers, then a body that never comes
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(clip)))
+                self.end_headers()
+                self.wfile.write(clip[:100])
+                self.wfile.flush()
+                time.sleep(6)
+                return
             found = self.path == "/clip.wav"
             self.send_response(200 if found else 404)
             self.send_header("Content-Length", str(len(clip) if found else 0))
@@ -135,3 +144,12 @@ def test_a_loopback_url_is_fetched_when_private_addresses_are_allowed(client, cl
     missing = {"type": "input_audio", "input_audio": {"url": f"{clip_server}/none.wav", "format": "wav"}}
     body = {"messages": [{"role": "user", "content": [missing]}], "max_tokens": 3}
     assert client.post("/v1/chat/completions", json=body).status_code == 400
+
+
+def test_a_slow_media_server_times_out_cleanly(client, clip_server):
+    slow = {"type": "input_audio", "input_audio": {"url": f"{clip_server}/slow.wav", "format": "wav"}}
+    response = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [slow]}],
+                                                         "max_tokens": 3})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "media_timeout"
+    assert prompt_tokens(client, "Still serving?") > 0
