@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from features import MODEL, NO_KEEPALIVE, ROOT, streamed  # noqa: E402
+from features import MODEL, NO_KEEPALIVE, ROOT, streamed, words  # noqa: E402
 from reference import ensure_llama_server  # noqa: E402
 from servers import start_server, supports_flag  # noqa: E402
 
@@ -53,8 +53,8 @@ def ttft(url: str, rounds: int) -> dict[str, list[float]]:
             body = image_body(r, 4)
             out["cold"].append(streamed(client, f"{url}/v1/chat/completions", body)[0])
             out["warm"].append(streamed(client, f"{url}/v1/chat/completions", body)[0])
-            text = {"messages": [{"role": "user", "content": f"{r} " + "word " * 250}], "max_tokens": 4,
-                    "temperature": 0}
+            text = {"messages": [{"role": "user", "content": f"Read this list, then tell a story about it: "
+                                  f"{words(f'w{r}', 60)}"}], "max_tokens": 4, "temperature": 0}
             streamed(client, f"{url}/v1/chat/completions", text)
             out["warm-text"].append(streamed(client, f"{url}/v1/chat/completions", text)[0])
     return out
