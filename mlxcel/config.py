@@ -69,6 +69,7 @@ class MediaSettings:
     max_items: int = 16  # media parts in one request
     max_pixels: int = 1 << 25  # width * height of one image or frame (decompression bombs)
     max_audio_seconds: float = 600.0
+    max_decoded_bytes: int = 1 << 30  # decoded media (pixels, samples) all requests may hold at once
     video_max_frames: int = 32  # frames sampled from one video
     video_fps: float = 4.0  # frames sampled per second when a part gives no fps (llama-server's default)
     temp_dir: str | None = None  # where downloaded video is written (None: the system's temp dir)

@@ -51,6 +51,9 @@ MEDIA_OPTIONS = [
      "most pixels (width x height, read from the header before decoding) in one image or video frame"),
     (("--media-max-audio-seconds",), "media_max_audio_seconds", ranged(float, 0.1), _DEFAULTS.max_audio_seconds,
      "MLXCEL_MEDIA_MAX_AUDIO_SECONDS", "longest audio part"),
+    (("--media-memory",), "media_memory", ranged(int, 1, 1 << 20), _DEFAULTS.max_decoded_bytes // _MIB,
+     "MLXCEL_MEDIA_MEMORY", ("MiB of decoded media (pixels, samples) all requests may hold at once; a request "
+                            "needing more alone is a 413, one arriving while others hold it a 503")),
     (("--media-temp-dir",), "media_temp_dir", str, None, "MLXCEL_MEDIA_TEMP_DIR",
      ("where fetched and inline video is written (a private 0700 directory per video) before decoding "
       "(default: the system's temporary directory)")),
@@ -126,6 +129,7 @@ def media_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.env
         max_items=args.media_max_items,
         max_pixels=args.media_max_pixels,
         max_audio_seconds=args.media_max_audio_seconds,
+        max_decoded_bytes=args.media_memory * _MIB,
         video_max_frames=args.video_max_frames,
         video_fps=args.video_fps,
         temp_dir=args.media_temp_dir,

@@ -160,7 +160,8 @@ def as_api_error(exc: Exception) -> APIError:
     if isinstance(exc, ChatInputError):
         return invalid_request(exc.message, code=exc.code)
     if isinstance(exc, MediaError):
-        return APIError(exc.status, exc.message, "invalid_request_error", exc.code)
+        kind = "server_busy" if exc.status == 503 else "invalid_request_error"
+        return APIError(exc.status, exc.message, kind, exc.code, **({"retry_after": 1} if exc.status == 503 else {}))
     if isinstance(exc, RequestValidationError):
         return invalid_request(describe_validation_errors(exc.errors()))
     if isinstance(exc, StarletteHTTPException):

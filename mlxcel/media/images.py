@@ -22,12 +22,16 @@ def check_pixels(width: int, height: int, max_pixels: int, where: str) -> None:
                          "media_too_large", 413)
 
 
-def decode_image(data: bytes, max_pixels: int, where: str) -> DecodedImage:
+def decode_image(data: bytes, max_pixels: int, where: str, reserve=None) -> DecodedImage:
+    """`reserve(n_bytes, where)`: called with the decoded size once the header gives it,
+    before decoding (a decoded-media budget; it raises to refuse)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=FORMATS) as image:
                 check_pixels(image.width, image.height, max_pixels, where)
+                if reserve is not None:
+                    reserve(image.width * image.height * 3, where)
                 image.seek(0)
                 rgb = image.convert("RGB")
     except UnidentifiedImageError:

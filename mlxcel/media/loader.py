@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mlxcel.config import MediaSettings
 from mlxcel.media.audio import decode_audio
+from mlxcel.media.budget import BudgetLease, DecodedBudget
 from mlxcel.media.fetch import FetchGuard, FetchPolicy, Resolver, default_resolver, fetch
 from mlxcel.media.images import decode_image
 from mlxcel.media.local import open_regular, read_file, resolve
@@ -39,18 +40,33 @@ class MediaLoader:
                                    resolver or default_resolver)
         self._executor = ThreadPoolExecutor(max_workers=max(2, min(settings.max_items, 8)),
                                             thread_name_prefix="mlxcel-media")
+        self.budget = DecodedBudget(settings.max_decoded_bytes)
+
+    def lease(self) -> BudgetLease:
+        """A request's share of the decoded-media budget: pass it to `load`, release it
+        once the decoded media are no longer needed."""
+        return self.budget.lease()
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def load(self, refs: list[MediaRef], audio_sample_rate: int) -> list[Decoded]:
-        """Each ref decoded, in order; a MediaError naming the part that failed."""
+    async def load(self, refs: list[MediaRef], audio_sample_rate: int, lease: BudgetLease | None = None
+                   ) -> list[Decoded]:
+        """Each ref decoded, in order; a MediaError naming the part that failed. What is
+        decoded is taken from `lease`, which the caller releases; without one, the budget
+        bounds this load only while it runs."""
+        if lease is None:
+            lease = self.budget.lease()
+            try:
+                return await self.load(refs, audio_sample_rate, lease)
+            finally:
+                lease.release()
         if not refs:
             return []
         self._check(refs)
         loop = asyncio.get_running_loop()
         guards = [FetchGuard() for _ in refs]
-        futures = [loop.run_in_executor(self._executor, self._load_one, ref, guard, audio_sample_rate)
+        futures = [loop.run_in_executor(self._executor, self._load_one, ref, guard, audio_sample_rate, lease)
                    for ref, guard in zip(refs, guards)]
         for future in futures:  # a part still running when the load gives up must not log its outcome
             future.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -81,16 +97,18 @@ class MediaLoader:
                 raise MediaError(f"{ref.where}: fps must be a positive number", "invalid_media")
         check_combination(refs)
 
-    def _load_one(self, ref: MediaRef, guard: FetchGuard, audio_sample_rate: int) -> Decoded:
+    def _load_one(self, ref: MediaRef, guard: FetchGuard, audio_sample_rate: int, lease: BudgetLease) -> Decoded:
         try:
             source = classify(ref.url, ref.where)
             if ref.kind == "video":
-                return self._video(ref, source, guard)
+                return self._video(ref, source, guard, lease)
             data = self._bytes(ref, source, guard)
             if ref.kind == "image":
-                return decode_image(data, self.settings.max_pixels, ref.where)
-            return decode_audio(data, audio_sample_rate, self.settings.max_audio_seconds, ref.where,
-                                stop=lambda: guard.tripped)
+                return decode_image(data, self.settings.max_pixels, ref.where, reserve=lease.take)
+            audio = decode_audio(data, audio_sample_rate, self.settings.max_audio_seconds, ref.where,
+                                 stop=lambda: guard.tripped)
+            lease.take(audio.samples.nbytes, ref.where)  # bounded by --media-max-audio-seconds while decoding
+            return audio
         except MediaError:
             raise
         except Exception as exc:  # noqa: BLE001 - a malformed file no decoder foresaw is still the client's
@@ -109,13 +127,13 @@ class MediaLoader:
         fetch(source.url, cap, self._policy, guard, body.extend, ref.where)
         return bytes(body)
 
-    def _video(self, ref: MediaRef, source: Source, guard: FetchGuard) -> DecodedVideo:
+    def _video(self, ref: MediaRef, source: Source, guard: FetchGuard, lease: BudgetLease) -> DecodedVideo:
         settings = self.settings
         cap = settings.max_video_bytes
 
         def decode(video) -> DecodedVideo:
             return decode_video(video, ref.fps or settings.video_fps, settings.video_max_frames,
-                                settings.max_pixels, ref.where, stop=lambda: guard.tripped)
+                                settings.max_pixels, ref.where, stop=lambda: guard.tripped, reserve=lease.take)
 
         if isinstance(source, Local):
             real = resolve(source.path, settings.video_dirs, ref.where, "MLXCEL_VIDEO_DIR_ALLOWLIST")

@@ -44,8 +44,9 @@ def sample_times(duration: float | None, fps: float, max_frames: int) -> list[fl
 
 
 def decode_video(source, fps: float, max_frames: int, max_pixels: int, where: str,
-                 stop=lambda: False) -> DecodedVideo:
-    """`source` is a path or a readable, seekable binary file."""
+                 stop=lambda: False, reserve=None) -> DecodedVideo:
+    """`source` is a path or a readable, seekable binary file. `reserve(n_bytes, where)`
+    is called before each sampled frame is kept (a decoded-media budget)."""
     import av
 
     if isinstance(source, str):
@@ -77,6 +78,8 @@ def decode_video(source, fps: float, max_frames: int, max_pixels: int, where: st
                 if when + 1e-6 < times[due]:
                     continue
                 check_pixels(frame.width, frame.height, max_pixels, where)
+                if reserve is not None:
+                    reserve(frame.width * frame.height * 3, where)
                 image = frame.to_ndarray(format="rgb24")
                 frames.append(image_of(image.shape[1], image.shape[0], image.tobytes()))
                 while due < len(times) and times[due] <= when + 1e-6:  # a sparse clip fills several

@@ -48,13 +48,16 @@ async def project_media(host: ModelHost, prepared: PreparedChat, encode: bool = 
     refs = prepared.media.refs
     check_combination(refs)
     projector = host.projector
-    decoded = await host.media_loader.load(refs, projector.audio_sample_rate or 16000)
-    pieces = pieces_of(prepared.prompt, decoded)
-    loop = asyncio.get_running_loop()
+    lease = host.media_loader.lease()  # the decoded media count against --media-memory until projected
     try:
+        decoded = await host.media_loader.load(refs, projector.audio_sample_rate or 16000, lease)
+        pieces = pieces_of(prepared.prompt, decoded)
+        loop = asyncio.get_running_loop()
         return await loop.run_in_executor(projector.executor, projector.project, pieces, prepared.add_special, encode)
     except ProjectorError as exc:
         raise ChatInputError(str(exc), code="invalid_media") from exc
+    finally:
+        lease.release()
 
 
 # the first bytes of the audio containers llama.cpp's mtmd reads (WAV, MP3, FLAC, OGG)

@@ -153,3 +153,20 @@ def test_a_slow_media_server_times_out_cleanly(client, clip_server):
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "media_timeout"
     assert prompt_tokens(client, "Still serving?") > 0
+
+
+def test_media_memory_bounds_what_one_request_may_decode(tmp_path):
+    """--media-memory 1 (MiB): a clip decoded to more than that is a 413, smaller ones pass."""
+    projector = tmp_path / "audio-mmproj.gguf"
+    write_audio_projector(projector)
+    proc = ServerProcess("-c", "1024", "-np", "1", "--mmproj", str(projector), "--media-memory", "1")
+    try:
+        with proc.wait_ready().client(timeout=120) as small:
+            big = audio_part(wav_bytes(tone(16000, 20.0), 16000), "wav")  # 20 s: 1.2 MiB of float32 samples
+            body = {"messages": [{"role": "user", "content": [big]}], "max_tokens": 2}
+            response = small.post("/v1/chat/completions", json=body)
+            assert response.status_code == 413, response.text
+            assert "--media-memory" in response.json()["error"]["message"]
+            assert prompt_tokens(small, [audio_part(wav_bytes(tone(16000, 2.0), 16000), "wav")]) > WINDOW_TOKENS
+    finally:
+        proc.stop()
