@@ -103,6 +103,19 @@ class _Weights:
             self.linear(f"{blk}.ffn_down", n_ff, n_embd)
 
 
+def _projector_writer(path, name: str, projector_type: str, kind: str, n_embd: int, n_head: int, n_layer: int,
+                      n_embd_text: int) -> GGUFWriter:
+    """A clip GGUF with the header every test projector shares: all f32, one encoder
+    (``kind`` vision or audio) with a feed-forward twice its width."""
+    w = GGUFWriter(str(path), "clip")
+    w.add_name(name)
+    w.add_file_type(0)  # all f32
+    w.add_bool(f"clip.has_{kind}_encoder", True)
+    w.add_string("clip.projector_type", projector_type)
+    _encoder_hparams(w, kind, n_embd, n_head, 2 * n_embd, n_layer, n_embd_text)
+    return w
+
+
 def _encoder_hparams(w: GGUFWriter, kind: str, n_embd: int, n_head: int, n_ff: int,
                      n_layer: int, n_embd_text: int) -> None:
     w.add_uint32(f"clip.{kind}.embedding_length", n_embd)
@@ -127,12 +140,7 @@ def write_vision_projector(path, n_embd_text: int = 576, image_size: int = 64,
 
     The LLaVA graph runs ``n_layer - 1`` blocks (it takes the second-to-last layer).
     """
-    w = GGUFWriter(str(path), "clip")
-    w.add_name("mlxcel-test-vision")
-    w.add_file_type(0)  # all f32
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_string("clip.projector_type", "mlp")
-    _encoder_hparams(w, "vision", n_embd, n_head, 2 * n_embd, n_layer, n_embd_text)
+    w = _projector_writer(path, "mlxcel-test-vision", "mlp", "vision", n_embd, n_head, n_layer, n_embd_text)
     w.add_uint32("clip.vision.image_size", image_size)
     w.add_uint32("clip.vision.patch_size", patch_size)
     w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
@@ -162,12 +170,7 @@ def write_audio_projector(path, n_embd_text: int = 576, stack_factor: int = 60,
     """
     if _AUDIO_POSITIONS % stack_factor:
         raise ValueError("stack_factor must divide 1500")
-    w = GGUFWriter(str(path), "clip")
-    w.add_name("mlxcel-test-audio")
-    w.add_file_type(0)
-    w.add_bool("clip.has_audio_encoder", True)
-    w.add_string("clip.projector_type", "ultravox")
-    _encoder_hparams(w, "audio", n_embd, n_head, 2 * n_embd, n_layer, n_embd_text)
+    w = _projector_writer(path, "mlxcel-test-audio", "ultravox", "audio", n_embd, n_head, n_layer, n_embd_text)
     w.add_uint32("clip.audio.num_mel_bins", n_mel)
     w.add_uint32("clip.audio.projector.stack_factor", stack_factor)
 
@@ -195,12 +198,7 @@ def write_gemma3_projector(path, n_embd_text: int = 576, image_size: int = 96, p
     """Write a ``gemma3`` (non-causal) vision mmproj to ``path``; return tokens per image."""
     if (image_size // patch_size) % merge:
         raise ValueError("merge must divide the patch grid's side")
-    w = GGUFWriter(str(path), "clip")
-    w.add_name("mlxcel-test-gemma3")
-    w.add_file_type(0)
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_string("clip.projector_type", "gemma3")
-    _encoder_hparams(w, "vision", n_embd, n_head, 2 * n_embd, n_layer, n_embd_text)
+    w = _projector_writer(path, "mlxcel-test-gemma3", "gemma3", "vision", n_embd, n_head, n_layer, n_embd_text)
     w.add_uint32("clip.vision.image_size", image_size)
     w.add_uint32("clip.vision.patch_size", patch_size)
     w.add_uint32("clip.vision.projector.scale_factor", merge)

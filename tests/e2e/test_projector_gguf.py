@@ -115,31 +115,28 @@ def test_projector_files_are_deterministic(tmp_path):
     assert len(digests) == 1
 
 
-@pytest.fixture(scope="module")
-def vision(text_model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("mmproj") / "vision.gguf"
-    write_vision_projector(path)
+def _loaded(text_model, tmp_path_factory, write):
+    """The projector `write` makes, loaded by mtmd against the text model."""
+    path = tmp_path_factory.mktemp("mmproj") / f"{write.__name__}.gguf"
+    write(path)
     ctx = Mtmd(path, text_model)
     yield ctx
     ctx.close()
+
+
+@pytest.fixture(scope="module")
+def vision(text_model, tmp_path_factory):
+    yield from _loaded(text_model, tmp_path_factory, write_vision_projector)
 
 
 @pytest.fixture(scope="module")
 def audio(text_model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("mmproj") / "audio.gguf"
-    write_audio_projector(path)
-    ctx = Mtmd(path, text_model)
-    yield ctx
-    ctx.close()
+    yield from _loaded(text_model, tmp_path_factory, write_audio_projector)
 
 
 @pytest.fixture(scope="module")
 def gemma3(text_model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("mmproj") / "gemma3.gguf"
-    write_gemma3_projector(path)
-    ctx = Mtmd(path, text_model)
-    yield ctx
-    ctx.close()
+    yield from _loaded(text_model, tmp_path_factory, write_gemma3_projector)
 
 
 def text_of(chunk) -> list[int]:
