@@ -302,3 +302,13 @@ def test_a_config_file_gives_one_model_its_projector(tmp_path):
             assert refused.status_code == 400 and "blind" in refused.json()["error"]["message"]
     finally:
         proc.stop()
+
+
+def test_a_dry_run_renders_a_media_request_without_loading_its_media(client):
+    """003: a media request is rendered but not estimated: nothing is fetched or encoded."""
+    encoded = metric(client, "mlxcel_media_chunks_encoded_total")
+    body = chat([{"type": "text", "text": "Describe this."}, image_part(data_uri(png_bytes(71, 13)))], dry_run=True)
+    answer = client.post("/v1/chat/completions", json=body).json()
+    assert answer["media_parts"] == 1 and answer["est_ttft_s"] is None and answer["prompt_tokens_estimated"] is True
+    assert answer["prompt_tokens"] == text_tokens(client, "Describe this.")  # the text, media not counted
+    assert metric(client, "mlxcel_media_chunks_encoded_total") == encoded

@@ -5,11 +5,13 @@ prompt counted at four characters a token (`prompt_tokens_estimated: true`)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 from fastapi import APIRouter, Request
 
 from mlxcel.api.openai.chat_wire import ChatCompletionRequest
+from mlxcel.chat.media_parts import MEDIA_MARKER
 from mlxcel.engine.rates import rates_of
 from mlxcel.fleet.addressing import address
 from mlxcel.fleet.estimate import estimate, queue_wait_s, warm_prefix
@@ -64,8 +66,13 @@ async def estimate_for(request: Request, data: dict, body: ChatCompletionRequest
                           free_bytes=_free_bytes(monitor), drained_bytes=None, resident=False)
         return {"model": model_id, **answer, "prompt_tokens_estimated": True}
     spec = turn_spec(data, body, host)
-    rendered = await RenderedTurn.prepare(host, spec)
-    tokens = rendered.prepared.tokens
+    rendered = await asyncio.to_thread(RenderedTurn.render, host, spec)
+    media = rendered.prepared.media
+    if media is None:
+        tokens = rendered.prepared.tokens
+    else:  # 003: a media request is rendered but not estimated (no fetch, no encode): its text is counted
+        text = rendered.prepared.prompt.replace(MEDIA_MARKER, "")
+        tokens = await asyncio.to_thread(host.tokenizer.encode, text, add_special=rendered.prepared.add_special)
     engine = host.engine
     slot_tokens = [list(slot.cached_tokens) for slot in engine.slots]  # copies: the engine thread owns them
     covered = host.host_cache.covered(tokens) if host.host_cache is not None else 0
@@ -82,6 +89,9 @@ async def estimate_for(request: Request, data: dict, body: ChatCompletionRequest
                       kv_bytes_per_token=per_token, context_limit=host.slot_context, free_bytes=free,
                       drained_bytes=free + held_kv if free is not None else None, prefill_tok_s=prefill,
                       queue_wait_s=wait, resident=True)
+    if media is not None:
+        return {"model": model_id, **answer, "est_ttft_s": None, "prompt_tokens_estimated": True,
+                "media_parts": len(media.refs)}
     return {"model": model_id, **answer}
 
 
