@@ -12,7 +12,7 @@ import httpx
 from mlxcel.http.errors import is_anthropic_path
 
 REQUEST_TIMEOUT_S = 60.0  # a request still running after this long is a hang
-ALLOWED_STATUSES = {200, 400, 413}
+ALLOWED_STATUSES = {200, 400, 413, 415}  # 415: a media part of a format no decoder takes
 
 
 class Hang(AssertionError):
