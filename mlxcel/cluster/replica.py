@@ -86,6 +86,7 @@ class EngineReplica:
             "waiting": snapshot.queue_depth if snapshot is not None else 0,
             "busy": snapshot.n_busy if snapshot is not None else 0,
             "slots": self.config.parallel,
+            "at": time.time(),  # when it was taken: the router ignores a report older than a finish it saw
         }
 
     def check_health(self) -> None:

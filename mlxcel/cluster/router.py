@@ -43,6 +43,7 @@ class PrefixRouter(RequestRouter):
         self._sent: dict[str, OrderedDict[int, float]] = {}  # replica -> digest -> when sent
         self._held_cache: dict[str, tuple[list, frozenset[int]]] = {}  # replica -> (report's list, as a set)
         self._open: dict[str, set[str]] = {}  # replica -> requests this router sent it that have not finished
+        self._last_done: dict[str, float] = {}  # replica -> wall time a request of it last finished
         # request -> (replica, when): chosen but not yet sent; counted as load for a while so a
         # burst routed at once spreads instead of all seeing the same idle replica
         self._reserved: dict[str, tuple[str, float]] = {}
@@ -138,10 +139,13 @@ class PrefixRouter(RequestRouter):
         """Requests waiting on the replica plus those in flight to it: the larger of its
         last report and what this router has sent it and not seen finish (a report is
         up to a period old; Ray's own queue-length cache can be older still for a
-        replica not sent anything lately)."""
+        replica not sent anything lately). A report taken before one of the replica's
+        requests finished is older than what this router knows, and is not used: it
+        kept the replica looking busy after a burst, so the next burst split 5/3."""
         stats = replica.routing_stats or {}
-        reported = int(stats.get("waiting", 0)) + int(stats.get("busy", 0))
         key, fresh = replica_key(replica), time.monotonic() - RESERVED_TTL_S
+        stale = float(stats.get("at", 0.0)) < self._last_done.get(key, 0.0)
+        reported = 0 if stale else int(stats.get("waiting", 0)) + int(stats.get("busy", 0))
         reserved = sum(1 for chosen, when in self._reserved.values() if chosen == key and when > fresh)
         return max(reported, len(self._open.get(key, ())) + reserved)
 
@@ -149,6 +153,7 @@ class PrefixRouter(RequestRouter):
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         self._open.get(replica_id.unique_id, set()).discard(internal_request_id)
+        self._last_done[replica_id.unique_id] = time.time()
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: ReplicaResult) -> None:

@@ -149,3 +149,21 @@ def test_a_burst_chosen_before_any_is_sent_spreads():
     for i, name in enumerate(placed):  # once sent, a request counts as open there, not twice
         router.on_request_routed(_pending(f"q{i}"), SimpleNamespace(unique_id=name), None)
     assert router._load(a) == 4 and router._load(b) == 2
+
+
+def test_a_report_older_than_a_finish_the_router_saw_is_not_load():
+    """After a burst, a replica's last report still says busy until its next one; the
+    router saw its requests finish since, so the next burst must split evenly."""
+    import time
+
+    router = _router()
+    taken = time.time()
+    a, b = FakeReplica("a", {**stats(busy=3), "at": taken}), FakeReplica("b", {**stats(), "at": taken})
+    assert router._load(a) == 3  # fresh: nothing finished since it was taken
+    router.on_request_routed(_pending("r1"), SimpleNamespace(unique_id="a"), None)
+    router.on_request_completed(SimpleNamespace(unique_id="a"), "r1")
+    assert router._load(a) == 0
+    chosen = [_choose(router, [a, b], request_id=f"q{i}") for i in range(8)]
+    assert chosen.count("a") == chosen.count("b") == 4
+    a.routing_stats = {**stats(busy=1), "at": time.time() + 1}  # a newer report counts again
+    assert router._load(a) >= 1
