@@ -1,4 +1,7 @@
-"""The one HTTP endpoint in front of the engine replicas (a Ray Serve ingress).
+"""The one HTTP endpoint in front of the engine replicas: a Ray Serve deployment
+placed on the endpoint's node that serves HTTP itself (uvicorn in its own event
+loop), so a token crosses one Ray hop (replica -> gateway), not two (Ray's HTTP
+proxy is not started).
 
 Every request is read whole (bounded by --max-body-bytes), asked its prompt's block
 digests by one replica when it has a prompt, and sent to the replica the router
@@ -12,9 +15,12 @@ import asyncio
 import dataclasses
 import json
 import logging
+import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
@@ -27,13 +33,13 @@ from mlxcel.cluster.prompt_keys import ROUTED
 from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
 
 log = logging.getLogger("mlxcel.cluster")
-ingress = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
 ATTEMPTS = 3
 DIGEST_TIMEOUT_S = 10.0
 FAN_OUT_TIMEOUT_S = 10.0
 HEALTH_PATHS = {"/health", "/v1/health"}
 METRICS_PATHS = {"/metrics", "/v1/metrics"}
+LISTEN_TIMEOUT_S = 30.0
 
 
 def _own_call_id() -> None:
@@ -66,14 +72,47 @@ def _stream_error_event(path: str, message: str) -> bytes:
     return f"data: {json.dumps({'error': {'code': 502, 'message': message, 'type': 'server_error'}})}\n\n".encode()
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The endpoint's socket, bound here so that a port in use fails the deploy."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 @serve.deployment
-@serve.ingress(ingress)
 class Gateway:
-    async def __init__(self, engine, max_body_bytes: int, api_prefix: str = "") -> None:
+    async def __init__(self, engine, max_body_bytes: int, api_prefix: str, host: str, port: int) -> None:
         self.engine = engine
         self.max_body_bytes = max_body_bytes
         self.api_prefix = api_prefix
         await self.engine.options(method_name="record_routing_stats").remote()  # the router starts with it
+        app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+        app.add_api_route("/{path:path}", self.forward, methods=METHODS, include_in_schema=False)
+        self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
+        self._serving = asyncio.create_task(self._server.serve(sockets=[_listen(host, port)]))
+        started = time.monotonic()
+        while not self._server.started and not self._serving.done():
+            if time.monotonic() - started > LISTEN_TIMEOUT_S:
+                raise RuntimeError(f"the gateway did not listen on {host}:{port} in time")
+            await asyncio.sleep(0.02)
+        if self._serving.done():
+            raise RuntimeError(f"the gateway could not listen on {host}:{port}: {self._serving.exception()}")
+
+    def check_health(self) -> None:
+        if self._serving.done():
+            raise RuntimeError("the gateway's HTTP server stopped")
+
+    def __del__(self) -> None:
+        server = getattr(self, "_server", None)
+        if server is not None:
+            server.should_exit = True
 
     def _router(self) -> "routing.PrefixRouter | None":
         return next(iter(routing.LIVE), None)
@@ -82,8 +121,7 @@ class Gateway:
         router = self._router()
         return sorted(router.replicas()) if router is not None else []
 
-    @ingress.api_route("/{path:path}", methods=METHODS, include_in_schema=False)
-    async def forward(self, request: Request, path: str) -> Response:
+    async def forward(self, request: Request) -> Response:
         path = request.url.path
         body = await self._body(request)
         if isinstance(body, Response):

@@ -17,7 +17,7 @@ APP_NAME = "mlxcel"
 STOP_TIMEOUT_S = 30
 
 
-def _deployments(config: ServerConfig, settings: ClusterSettings):
+def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
     from ray import serve
     from ray.serve.config import RequestRouterConfig
 
@@ -45,9 +45,10 @@ def _deployments(config: ServerConfig, settings: ClusterSettings):
             request_routing_stats_period_s=ROUTING_STATS_PERIOD_S, request_routing_stats_timeout_s=5),
         **scaling,
     )
-    gateway = Gateway.options(name="gateway", num_replicas=1, ray_actor_options={"num_cpus": 0},
-                              max_ongoing_requests=100_000)
-    return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix)
+    # the gateway serves the endpoint itself, so it runs on this (the driver's) node
+    gateway = Gateway.options(name="gateway", num_replicas=1, max_ongoing_requests=100_000,
+                              ray_actor_options={"num_cpus": 0, "resources": {f"node:{node_ip}": 0.001}})
+    return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix, config.hosts[0], config.port)
 
 
 def run_cluster(config: ServerConfig) -> int:
@@ -72,8 +73,10 @@ def run_cluster(config: ServerConfig) -> int:
              **init)
     host = config.hosts[0]
     try:
-        serve.start(http_options={"host": host, "port": config.port}, logging_config={"log_level": "WARNING"})
-        serve.run(_deployments(config, settings), name=APP_NAME, route_prefix="/", blocking=False)
+        # no Ray HTTP proxy: the gateway listens on host:port itself
+        serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING"})
+        serve.run(_deployments(config, settings, ray.util.get_node_ip_address()), name=APP_NAME,
+                  route_prefix=None, blocking=False)
     except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deploy
         print(f"mlxcel: error: the replicas did not start: {_deploy_failure(serve) or exc}", file=sys.stderr)
         _stop(ray, serve, local)
