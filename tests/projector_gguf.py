@@ -116,6 +116,15 @@ def _projector_writer(path, name: str, projector_type: str, kind: str, n_embd: i
     return w
 
 
+def _image_hparams(w: GGUFWriter, image_size: int, patch_size: int) -> None:
+    """The image geometry and normalisation every test vision projector shares."""
+    w.add_uint32("clip.vision.image_size", image_size)
+    w.add_uint32("clip.vision.patch_size", patch_size)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    w.add_bool("clip.use_gelu", True)
+
+
 def _encoder_hparams(w: GGUFWriter, kind: str, n_embd: int, n_head: int, n_ff: int,
                      n_layer: int, n_embd_text: int) -> None:
     w.add_uint32(f"clip.{kind}.embedding_length", n_embd)
@@ -141,11 +150,7 @@ def write_vision_projector(path, n_embd_text: int = 576, image_size: int = 64,
     The LLaVA graph runs ``n_layer - 1`` blocks (it takes the second-to-last layer).
     """
     w = _projector_writer(path, "mlxcel-test-vision", "mlp", "vision", n_embd, n_head, n_layer, n_embd_text)
-    w.add_uint32("clip.vision.image_size", image_size)
-    w.add_uint32("clip.vision.patch_size", patch_size)
-    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
-    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
-    w.add_bool("clip.use_gelu", True)
+    _image_hparams(w, image_size, patch_size)
 
     t = _Weights(w, seed)
     n_patches = image_tokens(image_size, patch_size)
@@ -199,12 +204,8 @@ def write_gemma3_projector(path, n_embd_text: int = 576, image_size: int = 96, p
     if (image_size // patch_size) % merge:
         raise ValueError("merge must divide the patch grid's side")
     w = _projector_writer(path, "mlxcel-test-gemma3", "gemma3", "vision", n_embd, n_head, n_layer, n_embd_text)
-    w.add_uint32("clip.vision.image_size", image_size)
-    w.add_uint32("clip.vision.patch_size", patch_size)
+    _image_hparams(w, image_size, patch_size)
     w.add_uint32("clip.vision.projector.scale_factor", merge)
-    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
-    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
-    w.add_bool("clip.use_gelu", True)
 
     t = _Weights(w, seed)
     n_patches = (image_size // patch_size) ** 2

@@ -139,6 +139,13 @@ def gemma3(text_model, tmp_path_factory):
     yield from _loaded(text_model, tmp_path_factory, write_gemma3_projector)
 
 
+def assert_encodes_stably(ctx, chunk, n_tokens: int) -> None:
+    """The chunk encodes to finite, varied rows, the same on a second encode."""
+    first = ctx.encode(chunk, n_tokens)
+    assert np.isfinite(first).all() and first.std() > 0
+    assert np.array_equal(first, ctx.encode(chunk, n_tokens))
+
+
 def text_of(chunk) -> list[int]:
     n = ctypes.c_size_t(0)
     pointer = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
@@ -165,9 +172,7 @@ def test_gemma3_image_is_non_causal_between_start_and_end_of_image_text(gemma3, 
                 pieces.append(buf.raw[:n].decode())
             around.append("".join(pieces))
         assert around == ["<start_of_image>", "<end_of_image>"]
-        first = gemma3.encode(chunk, n_tokens)
-        assert np.isfinite(first).all() and first.std() > 0
-        assert np.array_equal(first, gemma3.encode(chunk, n_tokens))
+        assert_encodes_stably(gemma3, chunk, n_tokens)
     finally:
         mtmd.mtmd_bitmap_free(bitmap)
 
@@ -187,9 +192,7 @@ def test_image_encodes_to_fixed_token_count(vision, size):
         assert [c[0] for c in chunks] == [CHUNK_TEXT, CHUNK_IMAGE, CHUNK_TEXT]
         _, n_tokens, chunk = chunks[1]
         assert n_tokens == image_tokens() == 64
-        first = vision.encode(chunk, n_tokens)
-        assert np.isfinite(first).all() and first.std() > 0
-        assert np.array_equal(first, vision.encode(chunk, n_tokens))
+        assert_encodes_stably(vision, chunk, n_tokens)
     finally:
         mtmd.mtmd_bitmap_free(bitmap)
 
@@ -210,9 +213,7 @@ def test_audio_encodes_to_window_token_count(audio, seconds):
         _, n_tokens, chunk = chunks[1]
         assert not mtmd.mtmd_decode_use_non_causal(audio.ctx, chunk)
         assert n_tokens == audio_tokens(n_samples) == 25
-        first = audio.encode(chunk, n_tokens)
-        assert np.isfinite(first).all() and first.std() > 0
-        assert np.array_equal(first, audio.encode(chunk, n_tokens))
+        assert_encodes_stably(audio, chunk, n_tokens)
     finally:
         mtmd.mtmd_bitmap_free(bitmap)
 
