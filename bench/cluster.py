@@ -357,9 +357,9 @@ def print_agent(results: dict, args) -> None:
 
 # -- aggregate decode ----------------------------------------------------------------
 
-def complete(url: str, prompt: str, n_predict: int, out: list[dict], errors: list[str]) -> None:
+def complete(url: str, prompt: str, n_predict: int, out: list[dict], errors: list[str], stream: bool = True) -> None:
     body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "ignore_eos": True,
-            "cache_prompt": False, "stream": True}
+            "cache_prompt": False, "stream": stream}
     tokens, first = 0, None
     try:
         with httpx.Client(trust_env=False, timeout=600, limits=NO_KEEPALIVE) as client, \
@@ -367,10 +367,12 @@ def complete(url: str, prompt: str, n_predict: int, out: list[dict], errors: lis
             if response.status_code != 200:
                 raise RuntimeError(f"HTTP {response.status_code}: {response.read()[:300]!r}")
             replica = response.headers.get("x-mlxcel-replica", "local")
-            for event in _events(response):
+            events = _events(response) if stream else [json.loads(response.read())]
+            for event in events:
                 if "error" in event:
                     raise RuntimeError(f"stream error: {event}")
-                n = len(event.get("tokens") or []) or (1 if event.get("content") else 0)
+                n = (len(event.get("tokens") or []) or (1 if event.get("content") else 0)) if stream \
+                    else event["tokens_predicted"]
                 if n and first is None:
                     first = time.perf_counter()
                 tokens += n
@@ -379,10 +381,10 @@ def complete(url: str, prompt: str, n_predict: int, out: list[dict], errors: lis
         errors.append(str(exc))
 
 
-def burst(url: str, prompts: list[str], n_predict: int) -> dict:
+def burst(url: str, prompts: list[str], n_predict: int, stream: bool = True) -> dict:
     out: list[dict] = []
     errors: list[str] = []
-    threads = [threading.Thread(target=complete, args=(url, p, n_predict, out, errors)) for p in prompts]
+    threads = [threading.Thread(target=complete, args=(url, p, n_predict, out, errors, stream)) for p in prompts]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -417,7 +419,7 @@ def run_decode(args, command: list[str]) -> dict:
             for rep in range(args.repeats):
                 prompts = [short_prompt(f"cluster-decode-{rep}-{i}") for i in range(args.streams)]
                 watch, before = CpuWatch(server), routing(server.url) if replicas else {}
-                passes.append(burst(server.url, prompts, args.n_predict))
+                passes.append(burst(server.url, prompts, args.n_predict, args.decode_stream))
                 passes[-1]["cpu_share"] = watch.shares()
                 after = routing(server.url) if replicas else {}
                 passes[-1]["routing"] = {k: after[k] - before.get(k, 0) for k in after}
@@ -431,7 +433,8 @@ def run_decode(args, command: list[str]) -> dict:
 
 
 def print_decode(results: dict, args) -> None:
-    print(f"\naggregate decode: {args.streams} concurrent streams x {args.n_predict} tokens, {args.server_args} "
+    kind = "streamed" if args.decode_stream else "whole (stream false)"
+    print(f"\naggregate decode: {args.streams} concurrent {kind} requests x {args.n_predict} tokens, {args.server_args} "
           f"per replica, median of {args.repeats}, {args.model.name}")
     print(f"{'server':10}{'tok/s':>9}  requests per replica (each pass); cpu (share of all {os.cpu_count()} cores)")
     for name, res in results.items():
@@ -463,6 +466,8 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--n-predict", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3, help="decode passes per server")
+    ap.add_argument("--no-stream", dest="decode_stream", action="store_false",
+                    help="decode part: whole answers instead of SSE streams (no per-token HTTP or Ray traffic)")
     ap.add_argument("--no-decode-round-robin", dest="decode_round_robin", action="store_false",
                     help="leave out the replicas with --router round-robin from the decode part")
     ap.add_argument("--mlxcel-cmd", default=str(ROOT / ".venv/bin/mlxcel") + " serve")

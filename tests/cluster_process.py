@@ -20,8 +20,9 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DED
 
 
 class ClusterProcess(ServerProcess):
-    def __init__(self, *args: str, model: str = DEFAULT_MODEL, env: dict | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, *args: str, model: str = DEFAULT_MODEL, env: dict | None = None,
+                 port: int | None = None) -> None:
+        self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         env = dict(env or {})
         self._state_dir = None

@@ -9,13 +9,14 @@ picks, its answer streamed back as the replica sends it: status, headers, body, 
 events included. A replica that dies before answering costs a retry on another; one
 that dies mid-stream ends the stream with an error event. /health, /metrics and
 /v1/metrics answer for every replica: ready while one is; samples labelled by
-replica."""
+replica. A Responses cancel goes to every replica, since only the one running a
+response can stop it."""
 
 import asyncio
 import dataclasses
 import json
 import logging
-import socket
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ from mlxcel.cluster.envelope import HttpEnvelope, ResponseStart
 from mlxcel.cluster.metrics_merge import merge_exposition
 from mlxcel.cluster.prompt_keys import ROUTED
 from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
+from mlxcel.server.listeners import open_listeners
 
 log = logging.getLogger("mlxcel.cluster")
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
@@ -40,6 +42,7 @@ FAN_OUT_TIMEOUT_S = 10.0
 HEALTH_PATHS = {"/health", "/v1/health"}
 METRICS_PATHS = {"/metrics", "/v1/metrics"}
 LISTEN_TIMEOUT_S = 30.0
+CANCEL_PATH = re.compile(r"/(?:v1/)?responses/[^/]+/cancel")
 
 
 def _own_call_id() -> None:
@@ -72,23 +75,9 @@ def _stream_error_event(path: str, message: str) -> bytes:
     return f"data: {json.dumps({'error': {'code': 502, 'message': message, 'type': 'server_error'}})}\n\n".encode()
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """The endpoint's socket, bound here so that a port in use fails the deploy."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                         flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
 @serve.deployment
 class Gateway:
-    async def __init__(self, engine, max_body_bytes: int, api_prefix: str, host: str, port: int) -> None:
+    async def __init__(self, engine, max_body_bytes: int, api_prefix: str, hosts: list[str], port: int) -> None:
         self.engine = engine
         self.max_body_bytes = max_body_bytes
         self.api_prefix = api_prefix
@@ -96,14 +85,16 @@ class Gateway:
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
         app.add_api_route("/{path:path}", self.forward, methods=METHODS, include_in_schema=False)
         self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
-        self._serving = asyncio.create_task(self._server.serve(sockets=[_listen(host, port)]))
+        # every --host address, bound here so that one in use fails the deploy
+        self._serving = asyncio.create_task(self._server.serve(sockets=open_listeners(hosts, port)))
+        where = ", ".join(hosts) + f" port {port}"
         started = time.monotonic()
         while not self._server.started and not self._serving.done():
             if time.monotonic() - started > LISTEN_TIMEOUT_S:
-                raise RuntimeError(f"the gateway did not listen on {host}:{port} in time")
+                raise RuntimeError(f"the gateway did not listen on {where} in time")
             await asyncio.sleep(0.02)
         if self._serving.done():
-            raise RuntimeError(f"the gateway could not listen on {host}:{port}: {self._serving.exception()}")
+            raise RuntimeError(f"the gateway could not listen on {where}: {self._serving.exception()}")
 
     def check_health(self) -> None:
         if self._serving.done():
@@ -133,6 +124,8 @@ class Gateway:
             return await self._health(envelope)
         if request.method == "GET" and bare in METRICS_PATHS:
             return await self._metrics(envelope)
+        if request.method == "POST" and CANCEL_PATH.fullmatch(bare):
+            return await self._cancel(envelope)
         digests = await self._digests(envelope) if request.method == "POST" and bare in ROUTED else None
         return await self._forward(envelope, digests)
 
@@ -227,6 +220,17 @@ class Gateway:
         payload = json.loads(first[1]) if first is not None else {"status": "no replica is running"}
         return JSONResponse({**payload, "replicas": replicas} if isinstance(payload, dict) else payload,
                             status_code=503)
+
+    async def _cancel(self, envelope: HttpEnvelope) -> Response:
+        """Only the replica running a response can stop it (a stream it serves; a background
+        job, which the others can also ask through the shared store): every replica is
+        asked, and the one that stopped it answers; a 404 only when none knows it."""
+        answers = list((await self._fan_out(envelope)).values())
+        if not answers:
+            return _error(envelope.path, 503, "no replica answered", "unavailable_error")
+        status, body = next((a for a in answers if a[0] == 200), None) or next(
+            (a for a in answers if a[0] != 404), answers[0])
+        return Response(body, status_code=status, media_type="application/json")
 
     async def _metrics(self, envelope: HttpEnvelope) -> Response:
         answers = await self._fan_out(envelope)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -48,7 +49,7 @@ def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
     # the gateway serves the endpoint itself, so it runs on this (the driver's) node
     gateway = Gateway.options(name="gateway", num_replicas=1, max_ongoing_requests=100_000,
                               ray_actor_options={"num_cpus": 0, "resources": {f"node:{node_ip}": 0.001}})
-    return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix, config.hosts[0], config.port)
+    return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix, config.hosts, config.port)
 
 
 def run_cluster(config: ServerConfig) -> int:
@@ -64,6 +65,9 @@ def run_cluster(config: ServerConfig) -> int:
     except ImportError:
         print("mlxcel: error: --replicas needs Ray Serve: pip install 'mlxcel[cluster]'", file=sys.stderr)
         return 1
+    if (busy := _unlistenable(config)) is not None:
+        print(f"mlxcel: error: {busy}", file=sys.stderr)
+        return 1
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     local = settings.ray_address is None and "RAY_ADDRESS" not in os.environ
     # "local": a Ray instance of our own, even where `ray start` left a cluster behind
@@ -71,9 +75,8 @@ def run_cluster(config: ServerConfig) -> int:
             else {"address": settings.ray_address})
     ray.init(include_dashboard=False, log_to_driver=config.verbose, logging_level=logging.WARNING,
              **init)
-    host = config.hosts[0]
     try:
-        # no Ray HTTP proxy: the gateway listens on host:port itself
+        # no Ray HTTP proxy: the gateway listens on the endpoint's addresses itself
         serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING"})
         serve.run(_deployments(config, settings, ray.util.get_node_ip_address()), name=APP_NAME,
                   route_prefix=None, blocking=False)
@@ -82,14 +85,30 @@ def run_cluster(config: ServerConfig) -> int:
         _stop(ray, serve, local)
         return 1
     where = "a local Ray instance" if local else f"the Ray cluster at {settings.ray_address or os.environ['RAY_ADDRESS']}"
-    log.info("mlxcel listening on http://%s:%d (model %s, %d replica(s) of %d threads on %s, %s routing)",
-             host, config.port, config.model, settings.replicas, config.threads, where, settings.router)
+    log.info("mlxcel listening on %s port %d (model %s, %d replica(s) of %d threads on %s, %s routing)",
+             ", ".join(config.hosts), config.port, config.model, settings.replicas, config.threads, where, settings.router)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     _stop(ray, serve, local)
     return 0
+
+
+def _unlistenable(config: ServerConfig) -> str | None:
+    """Why the endpoint's addresses cannot be listened on (a port in use), found before
+    Ray starts; the gateway binds them again on this node once deployed."""
+    from mlxcel.server.listeners import ListenError, open_listeners
+
+    try:
+        sockets = open_listeners(config.hosts, config.port)
+    except ListenError as exc:
+        return str(exc)
+    for sock in sockets:
+        if sock.family == socket.AF_UNIX:
+            os.unlink(sock.getsockname())
+        sock.close()
+    return None
 
 
 def _deploy_failure(serve) -> str | None:

@@ -8,6 +8,7 @@ new requests at once, and Ray brings the replica back. The kill test runs last."
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -162,6 +163,39 @@ def test_health_and_metrics_speak_for_every_replica(client):
     assert len(families) == len(set(families)), "each family once, under one TYPE"
     snapshot = client.get("/v1/metrics").json()
     assert snapshot["replica_count"] == 2 and {r["replica"] for r in snapshot["replicas"]} == set(replicas)
+
+
+def _response_id(lines) -> str:
+    for line in lines:
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            if event["type"] == "response.created":
+                return event["response"]["id"]
+    raise AssertionError("no response.created event")
+
+
+def test_a_stream_is_cancelled_whichever_replica_the_cancel_reaches(client, cluster):
+    """Two streamed responses running on the two replicas: each cancel is answered by
+    the replica running it, so both end cancelled."""
+    body = {"max_output_tokens": 3000, "stream": True, "ignore_eos": True}
+    with contextlib.ExitStack() as streams:
+        runs = []
+        for topic in ("Rivers", "Volcanoes"):  # no prefix in common: the router spreads them by load
+            stream = streams.enter_context(client.stream("POST", "/v1/responses", json={
+                **body, "instructions": f"{topic} are your only subject.", "input": f"Write an essay on {topic}."}))
+            assert stream.status_code == 200
+            lines = stream.iter_lines()
+            runs.append((stream.headers["x-mlxcel-replica"], _response_id(lines), lines))
+        assert len({replica for replica, _, _ in runs}) == 2, "the two streams run on different replicas"
+        for _, response_id, lines in runs:
+            answer = client.post(f"/v1/responses/{response_id}/cancel")
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["status"] == "cancelled"
+            events = [json.loads(line[6:])["type"] for line in lines if line.startswith("data: ")]
+            assert events[-1] == "response.incomplete", events[-3:]  # the stream ends, as cancelled
+        for _, response_id, _ in runs:
+            assert client.get(f"/v1/responses/{response_id}").json()["status"] == "cancelled"
+    assert client.post("/v1/responses/resp_unknown/cancel").status_code == 404
 
 
 def test_client_disconnect_frees_the_slot(client, cluster):

@@ -4,6 +4,7 @@ replica; requests queued beyond its slots bring the second."""
 from __future__ import annotations
 
 import concurrent.futures
+import socket
 import time
 
 import pytest
@@ -46,3 +47,25 @@ def test_replicas_that_cannot_load_stop_the_start_with_their_reason(tmp_path):
         assert len(errors) == 1 and "could not load the model" in errors[0], server.log()[-2000:]
     finally:
         server.stop()
+
+
+def test_an_endpoint_in_use_stops_the_start_before_ray():
+    """The gateway's port taken by another process: one line naming the address, and no
+    Ray instance started for it (nothing to wait for)."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        server = ClusterProcess("--replicas", "2", "-t", "1", port=taken.getsockname()[1])
+        try:
+            started = time.monotonic()
+            assert server.process.wait(60) == 1
+            assert time.monotonic() - started < 30  # before any Ray start-up
+            errors = [line for line in server.log().splitlines() if line.startswith("mlxcel: error:")]
+            expected = f"mlxcel: error: cannot listen on 127.0.0.1 port {taken.getsockname()[1]}: Address already in use"
+            assert errors == [expected], server.log()[-2000:]
+            assert "Started a local Ray instance" not in server.log()
+        finally:
+            server.stop()
+    finally:
+        taken.close()
