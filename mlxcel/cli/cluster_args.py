@@ -51,9 +51,6 @@ def cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
         raise ClusterUsageError("--min-replicas and --max-replicas go together")
     if scaling and args.min_replicas > args.max_replicas:
         raise ClusterUsageError("--min-replicas must not exceed --max-replicas")
-    if any(host.endswith(".sock") for host in args.host) or len(args.host) > 1:
-        raise ClusterUsageError("--replicas serves one TCP address (--host): UNIX sockets and several addresses "
-                                "are single-process only")
     if args.config_file is not None:
         raise ClusterUsageError("--replicas serves one model (-m): --config is single-process only")
     replicas = args.replicas or (args.min_replicas if scaling else 1)

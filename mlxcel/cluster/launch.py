@@ -16,6 +16,15 @@ log = logging.getLogger("mlxcel")
 ROUTING_STATS_PERIOD_S = 0.5
 APP_NAME = "mlxcel"
 STOP_TIMEOUT_S = 30
+# Ray Serve settings measured here (bench/README.md, "Replicas on Ray Serve"): our code
+# on the replica's own event loop (each streamed part otherwise crosses between two
+# loops), and the controller's loop at 2 Hz rather than 10 (it cost 3 % of a core idle).
+# A value already in the environment wins.
+RAY_SERVE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0", "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5"}
+
+
+def _serve_env() -> dict[str, str]:
+    return {name: os.environ.get(name, value) for name, value in RAY_SERVE_ENV.items()}
 
 
 def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
@@ -37,7 +46,8 @@ def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
         scaling = {"num_replicas": settings.replicas}
     engine = serve.deployment(
         EngineReplica, name="engine",
-        ray_actor_options={"num_cpus": config.threads},
+        # the env reaches replicas on nodes this process did not start too
+        ray_actor_options={"num_cpus": config.threads, "runtime_env": {"env_vars": _serve_env()}},
         max_ongoing_requests=config.parallel + config.queue_cap + 8,  # the replica's own queue answers past it
         max_queued_requests=-1,
         health_check_period_s=2, health_check_timeout_s=30, graceful_shutdown_timeout_s=5,
@@ -48,7 +58,8 @@ def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
     )
     # the gateway serves the endpoint itself, so it runs on this (the driver's) node
     gateway = Gateway.options(name="gateway", num_replicas=1, max_ongoing_requests=100_000,
-                              ray_actor_options={"num_cpus": 0, "resources": {f"node:{node_ip}": 0.001}})
+                              ray_actor_options={"num_cpus": 0, "resources": {f"node:{node_ip}": 0.001},
+                                                 "runtime_env": {"env_vars": _serve_env()}})
     return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix, config.hosts, config.port)
 
 
@@ -69,6 +80,7 @@ def run_cluster(config: ServerConfig) -> int:
         print(f"mlxcel: error: {busy}", file=sys.stderr)
         return 1
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.update(_serve_env())  # a Ray instance started here (its controller) inherits them
     local = settings.ray_address is None and "RAY_ADDRESS" not in os.environ
     # "local": a Ray instance of our own, even where `ray start` left a cluster behind
     init = ({"address": "local", "num_cpus": settings.ray_cpus or os.cpu_count() or 1} if local

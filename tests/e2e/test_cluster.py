@@ -11,9 +11,12 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 
+import httpx
 import pytest
 
 from tests.cluster_process import ClusterProcess
@@ -26,13 +29,17 @@ SYSTEM = ("You are a careful assistant for a team of geographers. Answer in one 
 
 @pytest.fixture(scope="module")
 def cluster(redis_server):
-    """Two replicas sharing their Responses state in a real Redis."""
+    """Two replicas sharing their Responses state in a real Redis; the gateway listens on
+    TCP and on a UNIX socket."""
+    socket_path = tempfile.mkdtemp(prefix="mlxcel-gw-") + "/gateway.sock"
     proc = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "4096", "--metrics",
-                          "--state-url", f"{redis_server.url}/3")
+                          "--state-url", f"{redis_server.url}/3", "--host", f"127.0.0.1,{socket_path}")
+    proc.socket_path = socket_path
     try:
         yield proc.wait_ready(replicas=2)
     finally:
         proc.stop()
+        shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)
 
 
 @pytest.fixture
@@ -62,6 +69,14 @@ def test_chat_completions_and_stream(client):
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[-1]["usage"]["completion_tokens"] > 0
+
+
+def test_the_gateway_also_listens_on_a_unix_socket(cluster):
+    with httpx.Client(transport=httpx.HTTPTransport(uds=cluster.socket_path), base_url="http://gateway",
+                      timeout=120) as over_socket:
+        assert over_socket.get("/health?ready=1").status_code == 200
+        answer = chat(over_socket, [{"role": "user", "content": "Name a lake."}])
+        assert answer.headers["x-mlxcel-replica"]
 
 
 def test_anthropic_messages_stream(client):

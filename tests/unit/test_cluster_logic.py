@@ -132,8 +132,8 @@ def test_cluster_settings_from_flags():
     assert cluster_settings(_args(ray_address="auto")).replicas == 1
     scaled = cluster_settings(_args(min_replicas=1, max_replicas=3))
     assert (scaled.replicas, scaled.max_replicas) == (1, 3)
-    for bad in (_args(min_replicas=1), _args(min_replicas=3, max_replicas=2), _args(replicas=2, host=["a.sock"]),
-                _args(replicas=2, config_file="f.yaml")):
+    assert cluster_settings(_args(replicas=2, host=["127.0.0.1", "a.sock"])).replicas == 2  # the gateway's addresses
+    for bad in (_args(min_replicas=1), _args(min_replicas=3, max_replicas=2), _args(replicas=2, config_file="f.yaml")):
         with pytest.raises(ClusterUsageError):
             cluster_settings(bad)
 
