@@ -196,7 +196,8 @@ class Gateway:
         finally:
             stream.cancel()
 
-    async def _fan_out(self, envelope: HttpEnvelope) -> dict[str, tuple[int, bytes]]:
+    async def _fan_out(self, envelope: HttpEnvelope) -> dict[str, tuple[int, bytes] | BaseException]:
+        """Every replica's answer to `envelope`, or what its call raised."""
         ids = self.replica_ids()
 
         async def one(replica: str):
@@ -205,10 +206,18 @@ class Gateway:
             return await asyncio.wait_for(call, FAN_OUT_TIMEOUT_S)
 
         answers = await asyncio.gather(*(one(r) for r in ids), return_exceptions=True)
-        return {r: a for r, a in zip(ids, answers) if not isinstance(a, BaseException)}
+        for replica, answer in zip(ids, answers):
+            if isinstance(answer, BaseException):
+                log.warning("replica %s did not answer %s %s: %s", replica, envelope.method, envelope.path,
+                            type(answer).__name__)
+        return dict(zip(ids, answers))
+
+    async def _answers(self, envelope: HttpEnvelope) -> dict[str, tuple[int, bytes]]:
+        """The replicas that answered, and their answers."""
+        return {r: a for r, a in (await self._fan_out(envelope)).items() if not isinstance(a, BaseException)}
 
     async def _health(self, envelope: HttpEnvelope) -> Response:
-        answers = await self._fan_out(envelope)
+        answers = await self._answers(envelope)
         router = self._router()
         known = router.replicas() if router is not None else {}
         replicas = {r: {**known.get(r, {}), "status": status} for r, (status, _) in answers.items()}
@@ -225,15 +234,19 @@ class Gateway:
         """Only the replica running a response can stop it (a stream it serves; a background
         job, which the others can also ask through the shared store): every replica is
         asked, and the one that stopped it answers; a 404 only when none knows it."""
-        answers = list((await self._fan_out(envelope)).values())
-        if not answers:
-            return _error(envelope.path, 503, "no replica answered", "unavailable_error")
+        results = list((await self._fan_out(envelope)).values())
+        answers = [a for a in results if not isinstance(a, BaseException)]
         status, body = next((a for a in answers if a[0] == 200), None) or next(
-            (a for a in answers if a[0] != 404), answers[0])
+            (a for a in answers if a[0] != 404), (None, b""))
+        if status is None:  # every answer a 404: only if every replica answered
+            if not answers or len(answers) < len(results):
+                return _error(envelope.path, 503, "not every replica answered the cancel; retry it",
+                              "unavailable_error")
+            status, body = answers[0]
         return Response(body, status_code=status, media_type="application/json")
 
     async def _metrics(self, envelope: HttpEnvelope) -> Response:
-        answers = await self._fan_out(envelope)
+        answers = await self._answers(envelope)
         failed = next(((s, b) for s, b in answers.values() if s != 200), None)
         if failed is not None or not answers:
             status, body = failed or (503, b'{"error": {"code": 503, "message": "no replica answered"}}')

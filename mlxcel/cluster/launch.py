@@ -3,6 +3,7 @@ the gateway on Ray Serve, serve until SIGINT/SIGTERM, then take them down."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -85,26 +86,76 @@ def run_cluster(config: ServerConfig) -> int:
     # "local": a Ray instance of our own, even where `ray start` left a cluster behind
     init = ({"address": "local", "num_cpus": settings.ray_cpus or os.cpu_count() or 1} if local
             else {"address": settings.ray_address})
-    ray.init(include_dashboard=False, log_to_driver=config.verbose, logging_level=logging.WARNING,
-             **init)
+    signal.signal(signal.SIGTERM, _interrupt)  # while starting, SIGTERM stops as Ctrl-C does
+    try:
+        ray.init(include_dashboard=False, log_to_driver=config.verbose, logging_level=logging.WARNING,
+                 **init)
+    except (KeyboardInterrupt, SystemExit):  # SystemExit: Ray's own SIGTERM handler, set in ray.init
+        started = _descendants(os.getpid())  # a half-started instance: shutdown may not know its agents
+        _ignore_signals()
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        for pid in started:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return 130
+    signal.signal(signal.SIGTERM, _interrupt)  # ray.init put its own in place
     try:
         # no Ray HTTP proxy: the gateway listens on the endpoint's addresses itself
         serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING"})
         serve.run(_deployments(config, settings, ray.util.get_node_ip_address()), name=APP_NAME,
                   route_prefix=None, blocking=False)
+    except (KeyboardInterrupt, SystemExit):
+        log.info("stopped while starting")
+        _ignore_signals()  # taking Ray down is not to be interrupted in turn
+        _stop(ray, serve, local)
+        return 130
     except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deploy
         print(f"mlxcel: error: the replicas did not start: {_deploy_failure(serve) or exc}", file=sys.stderr)
         _stop(ray, serve, local)
         return 1
     where = "a local Ray instance" if local else f"the Ray cluster at {settings.ray_address or os.environ['RAY_ADDRESS']}"
-    log.info("mlxcel listening on %s port %d (model %s, %d replica(s) of %d threads on %s, %s routing)",
-             ", ".join(config.hosts), config.port, config.model, settings.replicas, config.threads, where, settings.router)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    try:
+        log.info("mlxcel listening on %s port %d (model %s, %d replica(s) of %d threads on %s, %s routing)",
+                 ", ".join(config.hosts), config.port, config.model, settings.replicas, config.threads, where,
+                 settings.router)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        stop.wait()
+    except KeyboardInterrupt:  # a signal that came before the handlers above: a stop all the same
+        pass
     _stop(ray, serve, local)
     return 0
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below `root` (Linux /proc; none elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _ignore_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _unlistenable(config: ServerConfig) -> str | None:
