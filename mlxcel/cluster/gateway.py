@@ -236,14 +236,11 @@ class Gateway:
         asked, and the one that stopped it answers; a 404 only when none knows it."""
         results = list((await self._fan_out(envelope)).values())
         answers = [a for a in results if not isinstance(a, BaseException)]
-        status, body = next((a for a in answers if a[0] == 200), None) or next(
-            (a for a in answers if a[0] != 404), (None, b""))
-        if status is None:  # every answer a 404: only if every replica answered
-            if not answers or len(answers) < len(results):
-                return _error(envelope.path, 503, "not every replica answered the cancel; retry it",
-                              "unavailable_error")
-            status, body = answers[0]
-        return Response(body, status_code=status, media_type="application/json")
+        # the replica that cancelled it, else one that knows it (a finished response, a bad key)
+        chosen = min(answers, key=lambda a: (a[0] != 200, a[0] == 404), default=None)
+        if chosen is None or (chosen[0] == 404 and len(answers) < len(results)):
+            return _error(envelope.path, 503, "not every replica answered the cancel; retry it", "unavailable_error")
+        return Response(chosen[1], status_code=chosen[0], media_type="application/json")
 
     async def _metrics(self, envelope: HttpEnvelope) -> Response:
         answers = await self._answers(envelope)

@@ -3,7 +3,6 @@ the gateway on Ray Serve, serve until SIGINT/SIGTERM, then take them down."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -11,6 +10,7 @@ import socket
 import sys
 import threading
 
+from mlxcel.cluster.stopping import abandon_ray_start, ignore_stop_signals, interrupt_on_sigterm
 from mlxcel.config import ClusterSettings, ServerConfig
 
 log = logging.getLogger("mlxcel")
@@ -86,20 +86,14 @@ def run_cluster(config: ServerConfig) -> int:
     # "local": a Ray instance of our own, even where `ray start` left a cluster behind
     init = ({"address": "local", "num_cpus": settings.ray_cpus or os.cpu_count() or 1} if local
             else {"address": settings.ray_address})
-    signal.signal(signal.SIGTERM, _interrupt)  # while starting, SIGTERM stops as Ctrl-C does
+    interrupt_on_sigterm()
     try:
         ray.init(include_dashboard=False, log_to_driver=config.verbose, logging_level=logging.WARNING,
                  **init)
     except (KeyboardInterrupt, SystemExit):  # SystemExit: Ray's own SIGTERM handler, set in ray.init
-        started = _descendants(os.getpid())  # a half-started instance: shutdown may not know its agents
-        _ignore_signals()
-        with contextlib.suppress(Exception):
-            ray.shutdown()
-        for pid in started:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        abandon_ray_start(ray)
         return 130
-    signal.signal(signal.SIGTERM, _interrupt)  # ray.init put its own in place
+    interrupt_on_sigterm()
     try:
         # no Ray HTTP proxy: the gateway listens on the endpoint's addresses itself
         serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING"})
@@ -107,7 +101,7 @@ def run_cluster(config: ServerConfig) -> int:
                   route_prefix=None, blocking=False)
     except (KeyboardInterrupt, SystemExit):
         log.info("stopped while starting")
-        _ignore_signals()  # taking Ray down is not to be interrupted in turn
+        ignore_stop_signals()
         _stop(ray, serve, local)
         return 130
     except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deploy
@@ -127,35 +121,6 @@ def run_cluster(config: ServerConfig) -> int:
         pass
     _stop(ray, serve, local)
     return 0
-
-
-def _descendants(root: int) -> list[int]:
-    """Every process below `root` (Linux /proc; none elsewhere)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _ignore_signals() -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _unlistenable(config: ServerConfig) -> str | None:

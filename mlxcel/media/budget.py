@@ -22,6 +22,27 @@ class DecodedBudget:
     def lease(self) -> BudgetLease:
         return BudgetLease(self)
 
+    def _take(self, lease: BudgetLease, n: int, where: str) -> None:
+        with self._lock:
+            if lease.closed:
+                raise MediaError(f"{where}: the request's media load was abandoned", "media_cancelled")
+            if lease.held + n > self.capacity:
+                raise MediaError(f"{where}: the request's decoded media would take more than the "
+                                 f"{self.capacity // MIB} MiB the server allows (--media-memory)",
+                                 "media_too_large", 413)
+            if self.used + n > self.capacity:
+                raise MediaError(f"{where}: the server is decoding as much media as it allows "
+                                 f"({self.capacity // MIB} MiB, --media-memory); retry shortly",
+                                 "media_busy", 503)
+            self.used += n
+            lease.held += n
+
+    def _release(self, lease: BudgetLease) -> None:
+        with self._lock:
+            self.used -= lease.held
+            lease.held = 0
+            lease.closed = True
+
 
 class BudgetLease:
     """One request's share of the budget; `release` (idempotent) gives it back and
@@ -33,23 +54,7 @@ class BudgetLease:
         self.closed = False
 
     def take(self, n: int, where: str) -> None:
-        budget = self.budget
-        with budget._lock:
-            if self.closed:
-                raise MediaError(f"{where}: the request's media load was abandoned", "media_cancelled")
-            if self.held + n > budget.capacity:
-                raise MediaError(f"{where}: the request's decoded media would take more than the "
-                                 f"{budget.capacity // MIB} MiB the server allows (--media-memory)",
-                                 "media_too_large", 413)
-            if budget.used + n > budget.capacity:
-                raise MediaError(f"{where}: the server is decoding as much media as it allows "
-                                 f"({budget.capacity // MIB} MiB, --media-memory); retry shortly",
-                                 "media_busy", 503)
-            budget.used += n
-            self.held += n
+        self.budget._take(self, n, where)  # noqa: SLF001 - the lease is the budget's own handle
 
     def release(self) -> None:
-        with self.budget._lock:
-            self.budget.used -= self.held
-            self.held = 0
-            self.closed = True
+        self.budget._release(self)  # noqa: SLF001
