@@ -36,6 +36,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from prompts import short_prompt  # noqa: E402
 
+from mlxcel.engine.weight_buffers import repack_weights  # noqa: E402
+
 
 class BareLoop:
     """One loaded model; each run() makes a fresh context with the asked KV layout."""
@@ -43,7 +45,9 @@ class BareLoop:
     def __init__(self, model: Path, n_ctx: int = 8192, n_parallel: int = 4, n_threads: int = 2) -> None:
         L.llama_log_set(_quiet, ctypes.c_void_p(0))
         L.llama_backend_init()
-        self.model = L.llama_model_load_from_file(str(model).encode(), L.llama_model_default_params())
+        params = L.llama_model_default_params()
+        params.use_extra_bufts = repack_weights(None)  # the weights held as both servers hold them here
+        self.model = L.llama_model_load_from_file(str(model).encode(), params)
         if not self.model:
             raise SystemExit(f"llama.cpp could not load {model}")
         self.vocab = L.llama_model_get_vocab(self.model)

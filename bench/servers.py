@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from mlxcel.engine.weight_buffers import reference_repack_flags
+
 HOST = "127.0.0.1"
 
 
@@ -47,6 +49,9 @@ class Server:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if Path(self.argv[0]).name == "llama-server" and not {"--repack", "--no-repack", "-nr"} & set(self.argv):
+            # hold the weights as mlxcel does by default on this CPU (weight_buffers.py)
+            self.argv = [*self.argv, *reference_repack_flags()]
         log = open(self.log_path, "wb")
         # Own process group, so that Ctrl-C in the terminal reaches only us and
         # stop() can take down anything the server spawned.

@@ -124,6 +124,7 @@ class ServerConfig:
     use_mmap: bool = True
     load_mode: str = "auto"  # --load-mode: auto, none, mmap, mlock, mmap+mlock, dio
     swa_full: bool = False
+    repack: bool | None = None  # --repack / --no-repack; None: on unless the weights would go to AMX buffers
     kv_unified: bool = False  # one KV pool shared by every slot (-kvu); else n_ctx / parallel cells each
     kv_unified_per_slot: int = 0  # cap on a slot's context in a unified pool (0: the whole pool)
     warmup: bool = True

@@ -9,6 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from mlxcel.engine.weight_buffers import reference_repack_flags
 from tests.server_process import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +40,7 @@ class ReferenceServer(ServerProcess):
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-test-{self.port}.log"
         command = [str(binary), "-m", str(MODELS / model_file), "--host", "127.0.0.1",
-                   "--port", str(self.port), "-t", "2", "--no-webui", *args]
+                   "--port", str(self.port), "-t", "2", "--no-webui", *reference_repack_flags(), *args]
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL)

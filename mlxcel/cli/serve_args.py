@@ -285,7 +285,7 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
 REASONING_ECHO_ENV = "MLXCEL_REASONING_ECHO_MAX_BYTES"
 
 # (positive flags, negative flags, dest, default, environment variable, help)
-_SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = [
+_SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, str]] = [
     (("--embedding", "--embeddings"), (), "embedding", False, "LLAMA_ARG_EMBEDDINGS",
      "serve -m for embeddings only (the generation routes then answer an error)"),
     (("--metrics",), (), "metrics", False, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics on /metrics"),
@@ -301,6 +301,9 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool, str, str]] = 
     (("--mmap",), ("--no-mmap",), "mmap", True, "LLAMA_ARG_MMAP", "memory-map the model file"),
     (("--mlock",), (), "mlock", False, "LLAMA_ARG_MLOCK",
      "keep the model in RAM (no swapping or compressing): llama.cpp's load mode mmap+mlock, or mlock with --no-mmap"),
+    (("--repack",), ("-nr", "--no-repack"), "repack", None, "LLAMA_ARG_REPACK",
+     "repack the weights for faster CPU kernels (default: on, but off where llama.cpp would use its AMX "
+     "kernels, which crash)"),
     (("--swa-full",), (), "swa_full", False, "LLAMA_ARG_SWA_FULL", "full-size KV cache for sliding-window layers"),
     (("-kvu", "--kv-unified"), ("-no-kvu", "--no-kv-unified"), "kv_unified", False, "LLAMA_ARG_KV_UNIFIED",
      "one KV pool shared by every slot (a slot may use all of -c; idle slots give their room back)"),
@@ -602,6 +605,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         use_mmap=args.mmap,
         load_mode=_load_mode_setting(args),
         swa_full=args.swa_full,
+        repack=args.repack,
         kv_unified=args.kv_unified,
         kv_unified_per_slot=args.kv_unified_per_slot,
         warmup=args.warmup,

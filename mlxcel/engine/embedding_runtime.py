@@ -17,6 +17,7 @@ import numpy as np
 
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.llama_runtime import LOAD_MODES, ModelLoadError, _init_backend, _set
+from mlxcel.engine.weight_buffers import repack_weights
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -48,6 +49,7 @@ class EmbeddingRuntimeConfig:
     flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
     n_gpu_layers: int = 0
     use_mmap: bool = True
+    repack: bool | None = None  # --repack / --no-repack (weight_buffers.repack_weights)
 
 
 class EmbeddingRuntime:
@@ -58,7 +60,8 @@ class EmbeddingRuntime:
         self.config = config
         # the same checked setter as the chat runtime's (a field llama.cpp's struct lacks is an error)
         model_params = _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
-                            load_mode=LOAD_MODES["auto" if config.use_mmap else "none"])
+                            load_mode=LOAD_MODES["auto" if config.use_mmap else "none"],
+                            use_extra_bufts=repack_weights(config.repack))
         self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")

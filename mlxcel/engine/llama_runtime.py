@@ -17,6 +17,7 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.compute_gate import COMPUTE_GATE
+from mlxcel.engine.weight_buffers import repack_weights
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -49,6 +50,7 @@ class RuntimeConfig:
     type_v: str = "f16"
     kv_unified: bool = False  # one KV pool for every sequence (a sequence may use all of it)
     n_ctx_seq_cap: int = 0  # most tokens one sequence may hold (0: what llama.cpp gives it)
+    repack: bool | None = None  # --repack / --no-repack; None: weight_buffers.repack_weights decides
 
 
 # llama.cpp's llama_load_mode, by the names llama-server's --load-mode takes
@@ -117,7 +119,7 @@ def model_params(config: RuntimeConfig):
     the params object: llama.cpp reads it while the model loads."""
     params = _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
                   split_mode=SPLIT_MODES[config.split_mode], main_gpu=config.main_gpu,
-                  load_mode=LOAD_MODES[config.load_mode])
+                  load_mode=LOAD_MODES[config.load_mode], use_extra_bufts=repack_weights(config.repack))
     if config.tensor_split:
         shares = (ctypes.c_float * llama_cpp.llama_max_devices())(*config.tensor_split)
         params.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))

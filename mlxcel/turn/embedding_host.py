@@ -75,7 +75,7 @@ class EmbeddingHost:
             runtime = EmbeddingRuntime(EmbeddingRuntimeConfig(
                 model_path=self.model_path, pooling=cfg.pooling, n_ubatch=cfg.ubatch_size,
                 n_threads=cfg.threads, n_threads_batch=cfg.threads_batch, flash_attn=_FLASH_ATTN[cfg.flash_attn],
-                n_gpu_layers=cfg.n_gpu_layers, use_mmap=cfg.use_mmap))
+                n_gpu_layers=cfg.n_gpu_layers, use_mmap=cfg.use_mmap, repack=cfg.repack))
             tokenizer = Tokenizer(runtime.vocab)
             engine = EmbeddingEngine(runtime, cfg.queue_cap)
             engine.start()

@@ -60,6 +60,7 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         # --no-mmap is llama-server's older spelling of --load-mode none
         load_mode="none" if not cfg.use_mmap and cfg.load_mode == "auto" else cfg.load_mode,
         swa_full=cfg.swa_full,
+        repack=cfg.repack,
         kv_unified=cfg.kv_unified and not draft,
         n_ctx_seq_cap=0 if draft else cfg.kv_unified_per_slot,
         type_k=cfg.cache_type_k_draft if draft else cfg.cache_type_k,

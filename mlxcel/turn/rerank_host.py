@@ -76,7 +76,7 @@ class RerankHost:
         return EmbeddingRuntime(EmbeddingRuntimeConfig(
             model_path=path, pooling=pooling, n_ubatch=cfg.ubatch_size, n_threads=cfg.threads,
             n_threads_batch=cfg.threads_batch, flash_attn=FLASH_ATTN[cfg.flash_attn], n_gpu_layers=cfg.n_gpu_layers,
-            use_mmap=cfg.use_mmap))
+            use_mmap=cfg.use_mmap, repack=cfg.repack))
 
     def _load(self, on_failure: Callable[[str], None]) -> None:
         from mlxcel.models.pull import resolve_model

@@ -1,0 +1,66 @@
+"""Where llama.cpp keeps a model's weights on the CPU: in plain buffers, or in its
+"extra" buffer types, which repack the weights for faster matrix kernels (CPU_REPACK,
+and AMX on CPUs that have it). llama-server's `--repack` / `--no-repack`.
+
+Left to itself (no flag), mlxcel repacks, as llama-server does, except where this
+llama.cpp would put the weights in its AMX buffers: its AMX kernels crash the process
+on the first prompt of a few dozen tokens (SIGILL or SIGSEGV in
+`ggml_backend_amx_mul_mat`; ggml-org/llama.cpp#20824, #26954), seen here on a 2-core
+Sapphire Rapids guest with SmolLM2 and Qwen2.5-Coder. A server that dies on its first
+real request is worse than one that prefills more slowly, so there repacking is off
+unless `--repack` asks for it."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import llama_cpp
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def build_has_amx(system_info: str) -> bool:
+    """True when llama.cpp was built with its AMX kernels (llama_print_system_info's
+    `AMX_INT8 = 1`)."""
+    return "AMX_INT8 = 1" in system_info
+
+
+def cpu_has_amx(cpuinfo: str) -> bool:
+    """True when the CPU reports AMX for int8 (the `amx_int8` flag of /proc/cpuinfo)."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return "amx_int8" in line.split(":", 1)[-1].split()
+    return False
+
+
+@functools.cache
+def amx_would_hold_weights() -> bool:
+    """True when repacking here would put the weights in llama.cpp's AMX buffers."""
+    try:
+        cpuinfo = CPUINFO.read_text(errors="replace")
+    except OSError:
+        return False  # not Linux: llama.cpp's AMX buffers need Linux's arch_prctl anyway
+    return cpu_has_amx(cpuinfo) and build_has_amx(llama_cpp.llama_print_system_info().decode(errors="replace"))
+
+
+def repack_weights(repack: bool | None) -> bool:
+    """llama.cpp's `use_extra_bufts`: what --repack / --no-repack said, else on unless
+    the weights would land in the AMX buffers."""
+    if repack is not None:
+        return repack
+    return not amx_would_hold_weights()
+
+
+def reference_repack_flags() -> list[str]:
+    """The flags that make llama-server hold its weights as mlxcel does by default here
+    (tests and benchmarks start the reference with them, so both compute alike)."""
+    return [] if repack_weights(None) else ["--no-repack"]
+
+
+def repack_note(repack: bool | None) -> str | None:
+    """The start-up line when the default turned repacking off, else None."""
+    if repack is None and not repack_weights(None):
+        return ("weight repacking is off: this llama.cpp would hold the weights in its AMX buffers, whose "
+                "kernels crash on the first prompt on this CPU (ggml-org/llama.cpp#20824); --repack turns it on")
+    return None
