@@ -13,11 +13,16 @@ unless `--repack` asks for it."""
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 import llama_cpp
 
+log = logging.getLogger("mlxcel.llama")
 CPUINFO = Path("/proc/cpuinfo")
+REPACK_OFF = ("weight repacking is off: this llama.cpp would hold the weights in its AMX buffers, whose kernels "
+              "crash on the first prompt on this CPU (ggml-org/llama.cpp#20824); --repack turns it on")
+_said = False  # REPACK_OFF was logged
 
 
 def build_has_amx(system_info: str) -> bool:
@@ -46,21 +51,20 @@ def amx_would_hold_weights() -> bool:
 
 def repack_weights(repack: bool | None) -> bool:
     """llama.cpp's `use_extra_bufts`: what --repack / --no-repack said, else on unless
-    the weights would land in the AMX buffers."""
+    the weights would land in the AMX buffers (said once per process, when the first
+    model loads)."""
+    global _said
     if repack is not None:
         return repack
-    return not amx_would_hold_weights()
+    if not amx_would_hold_weights():
+        return True
+    if not _said:
+        _said = True
+        log.warning("%s", REPACK_OFF)
+    return False
 
 
 def reference_repack_flags() -> list[str]:
     """The flags that make llama-server hold its weights as mlxcel does by default here
     (tests and benchmarks start the reference with them, so both compute alike)."""
-    return [] if repack_weights(None) else ["--no-repack"]
-
-
-def repack_note(repack: bool | None) -> str | None:
-    """The start-up line when the default turned repacking off, else None."""
-    if repack is None and not repack_weights(None):
-        return ("weight repacking is off: this llama.cpp would hold the weights in its AMX buffers, whose "
-                "kernels crash on the first prompt on this CPU (ggml-org/llama.cpp#20824); --repack turns it on")
-    return None
+    return ["--no-repack"] if amx_would_hold_weights() else []

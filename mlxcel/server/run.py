@@ -11,7 +11,6 @@ import sys
 import uvicorn
 
 from mlxcel.config import ServerConfig
-from mlxcel.engine.weight_buffers import repack_note
 from mlxcel.fleet.entries import FleetConfig
 from mlxcel.server.app import create_app
 from mlxcel.server.listeners import ListenError, describe, open_listeners
@@ -47,8 +46,6 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
             "accepted and ignored llama-server flags (not applicable to mlxcel): %s", " ".join(config.ignored_flags)
         )
     _warn_gpu_flags(config)
-    if (note := repack_note(config.repack)) is not None:
-        log.warning("%s", note)
     failure: list[str] = []
     server: uvicorn.Server | None = None
 

@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from mlxcel.engine.weight_buffers import amx_would_hold_weights
 from tests.server_process import ServerProcess, free_port
 
 
@@ -97,6 +98,10 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
     assert "-fa" not in warnings[0].split(":")[-1].split()
     assert "could not load the model" in output
     assert "Traceback" not in output
+    # where llama.cpp's AMX kernels would hold the weights (they crash), repacking is
+    # off by default, said in one line; elsewhere nothing is said
+    repack_lines = [line for line in output.splitlines() if "weight repacking is off" in line]
+    assert len(repack_lines) == (1 if amx_would_hold_weights() else 0), output
 
 
 def test_environment_variables_configure_the_server():

@@ -36,14 +36,15 @@ def amx_host(monkeypatch):
 
 
 @pytest.mark.parametrize("amx", [True, False])
-def test_a_flag_decides_and_the_default_avoids_amx(amx_host, amx):
+def test_a_flag_decides_and_the_default_avoids_amx(amx_host, amx, monkeypatch, caplog):
     amx_host(amx)
+    monkeypatch.setattr(weight_buffers, "_said", False)
     assert weight_buffers.repack_weights(True) and not weight_buffers.repack_weights(False)
     assert weight_buffers.repack_weights(None) is (not amx)
+    assert weight_buffers.repack_weights(None) is (not amx)  # a second model: said once only
     assert weight_buffers.reference_repack_flags() == (["--no-repack"] if amx else [])
-    note = weight_buffers.repack_note(None)
-    assert (note is not None) is amx and (note is None or "--repack" in note)
-    assert weight_buffers.repack_note(True) is None and weight_buffers.repack_note(False) is None
+    said = [r.getMessage() for r in caplog.records if "weight repacking is off" in r.getMessage()]
+    assert len(said) == (1 if amx else 0) and all("--repack" in line for line in said)
 
 
 def test_the_flags_reach_llama_cpps_params(amx_host, tmp_path, monkeypatch):
