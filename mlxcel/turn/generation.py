@@ -4,6 +4,7 @@ loop's queue; closing or cancelling a group cancels whatever is still running.""
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -39,9 +40,16 @@ class GenerationGroup:
         self._events: asyncio.Queue[tuple[int, EngineEvent]] = asyncio.Queue()
         self.requests: list[GenerationRequest] = []
         self._open: set[int] = set()
+        # Once `collect` runs, the engine thread leaves the tokens here and wakes this
+        # loop only for a finish: a whole answer costs one wake-up, not one a token.
+        self._gathering = False
+        self._gathered: collections.deque[tuple[int, EngineEvent]] = collections.deque()
 
     def sink(self, index: int):
         def emit(event: EngineEvent) -> None:
+            if self._gathering and not isinstance(event, FinishEvent):
+                self._gathered.append((index, event))  # read back before the finish that follows it
+                return
             try:
                 self._loop.call_soon_threadsafe(self._events.put_nowait, (index, event))
             except RuntimeError:  # the loop is closed: nobody is listening any more
@@ -75,6 +83,8 @@ class GenerationGroup:
             while self._open:
                 index, event = await self._events.get()
                 if isinstance(event, FinishEvent):
+                    while self._gathered:  # every token a request emitted comes before its finish
+                        yield self._gathered.popleft()
                     self._open.discard(index)
                 yield index, event
         finally:
@@ -82,6 +92,7 @@ class GenerationGroup:
 
     async def collect(self) -> list[Completion]:
         """Gather every request's result."""
+        self._gathering = True
         results = [Completion() for _ in self.requests]
         async for index, event in self.events():
             if isinstance(event, PromptProgressEvent):

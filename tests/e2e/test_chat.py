@@ -148,29 +148,41 @@ def test_empty_messages_and_bad_roles(http):
     assert http.post("/v1/chat/completions", json={"messages": "hello"}).status_code == 400
 
 
-# SmolLM2 answers this with "L'Étoile, la Marseillaise, la femme au roi, la femme au roi, ..." forever
 LOOPING = [{"role": "user", "content": "What is the capital of France?"}]
+# a grammar that forces one phrase over and over, whatever the model's numerics on this CPU
+REPEATING = {"grammar": 'root ::= item+\nitem ::= "la femme au roi, "'}
 
 
 def test_loop_detection_stops_a_forced_repetition(http):
-    plain = _chat(http, messages=LOOPING, max_tokens=80).json()
+    plain = _chat(http, messages=LOOPING, max_tokens=80, **REPEATING).json()
     assert plain["usage"]["completion_tokens"] == 80 and plain["choices"][0]["finish_reason"] == "length"
-    stopped = _chat(http, messages=LOOPING, max_tokens=80, max_pattern_size=8, min_count=3).json()
+    stopped = _chat(http, messages=LOOPING, max_tokens=80, max_pattern_size=8, min_count=3, **REPEATING).json()
     assert stopped["usage"]["completion_tokens"] < 40
     assert stopped["choices"][0]["finish_reason"] == "stop"
     text = stopped["choices"][0]["message"]["content"]
     assert plain["choices"][0]["message"]["content"].startswith(text)
     assert text.count("la femme au roi") == 3
     # an explicit max_pattern_size 0 forces detection off
-    assert _chat(http, messages=LOOPING, max_tokens=80, max_pattern_size=0).json()["usage"]["completion_tokens"] == 80
+    off = _chat(http, messages=LOOPING, max_tokens=80, max_pattern_size=0, **REPEATING).json()
+    assert off["usage"]["completion_tokens"] == 80
+
+
+def _repeated_4grams(text: str) -> int:
+    words = text.split()
+    grams = [tuple(words[i:i + 4]) for i in range(len(words) - 3)]
+    return len(grams) - len(set(grams))
 
 
 def test_dry_penalises_repetition(http):
-    def count(extra):
+    """SmolLM2 answers LOOPING greedily with one phrase over and over ("la femme au
+    roi, la femme au roi, ..." on one CPU, "... au martyre" on another)."""
+    def repeats(extra):
         body = _chat(http, messages=LOOPING, max_tokens=80, ignore_eos=True, **extra).json()
-        return body["choices"][0]["message"]["content"].count("la femme au roi")
+        return _repeated_4grams(body["choices"][0]["message"]["content"])
 
-    assert count({"dry_multiplier": 2.0, "dry_allowed_length": 2, "dry_base": 1.75}) < count({})
+    plain = repeats({})
+    assert plain >= 10
+    assert repeats({"dry_multiplier": 2.0, "dry_allowed_length": 2, "dry_base": 1.75}) < plain // 2
 
 
 def test_props_reports_sampling_defaults(http):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -23,7 +22,6 @@ from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.output import FinalChat
 from mlxcel.engine.request import FinishEvent, FinishReason, Timings
 from mlxcel.http.errors import APIError, as_api_error, server_busy
-from mlxcel.http.sse import with_heartbeat
 from mlxcel.turn.chat_turn import ChatOutcome
 
 WEATHER = {"name": "get_weather", "description": "Weather in a city",
@@ -261,53 +259,3 @@ def test_error_shapes():
     assert as_api_error(RuntimeError()).status == 500
     _, payload = _events([MessageStream.error(busy)])[0]
     assert payload["error"]["type"] == "overloaded_error"
-
-
-def test_heartbeat_fills_silences_and_closes_its_source():
-    closed = []
-
-    async def source():
-        try:
-            yield 1
-            await asyncio.sleep(0.25)
-            yield 2
-            await asyncio.sleep(10)
-            yield 3
-        finally:
-            closed.append(True)
-
-    async def run():
-        got = []
-        beats = with_heartbeat(source(), 0.1)
-        async for item in beats:
-            got.append(item)
-            if item == 2:
-                await asyncio.sleep(0)
-                break
-        await beats.aclose()
-        return got
-
-    got = asyncio.run(run())
-    assert got[0] == 1 and got[-1] == 2 and None in got
-    assert closed == [True]
-
-
-def test_heartbeat_cancels_a_pending_item_on_close():
-    closed = []
-
-    async def source():
-        try:
-            yield 1
-            await asyncio.sleep(10)
-            yield 2
-        finally:
-            closed.append(True)
-
-    async def run():
-        beats = with_heartbeat(source(), 0.05)
-        got = [await beats.__anext__(), await beats.__anext__()]  # 1, then a beat while 2 is pending
-        await beats.aclose()
-        return got
-
-    assert asyncio.run(run()) == [1, None]
-    assert closed == [True]

@@ -102,6 +102,39 @@ def test_each_request_emits_into_its_own_sink_of_the_group():
     assert (second.text, second.tokens, second.finish.reason) == ("x", [4], FinishReason.STOP)
 
 
+def test_collecting_wakes_the_loop_once_a_finish_and_keeps_every_token_in_order():
+    async def run():
+        group = GenerationGroup(FakeEngine())
+        requests = build_requests(_host(), SamplingFields(), [[1], [2]], None, RequestContext("r"), group)
+        group.submit(requests)
+        loop = asyncio.get_running_loop()
+        wakes = []
+
+        class CountingLoop:
+            def call_soon_threadsafe(self, callback, *args):
+                wakes.append(args[0][1])
+                loop.call_soon_threadsafe(callback, *args)
+
+        group._loop = CountingLoop()
+        requests[0].emit(TokenEvent(token=1, text="a"))  # before collect: it comes through the queue
+
+        def engine_thread():
+            for n in range(50):
+                requests[n % 2].emit(TokenEvent(token=n, text=str(n % 10)))
+            requests[1].emit(FinishEvent(FinishReason.STOP, 1, 25, 0, Timings()))
+            requests[0].emit(FinishEvent(FinishReason.LENGTH, 1, 26, 0, Timings()))
+
+        collecting = asyncio.ensure_future(group.collect())
+        await asyncio.sleep(0.01)
+        await asyncio.to_thread(engine_thread)
+        return await asyncio.wait_for(collecting, 5), wakes
+
+    (first, second), wakes = asyncio.run(run())
+    assert first.tokens == [1, *range(0, 50, 2)] and first.text == "a" + "".join(str(n % 10) for n in range(0, 50, 2))
+    assert second.tokens == list(range(1, 50, 2)) and second.finish.reason is FinishReason.STOP
+    assert [type(event) for event in wakes] == [TokenEvent, FinishEvent, FinishEvent]
+
+
 def test_limits_default_and_clamp_to_the_slot():
     _, (request,) = _build(SamplingFields(), [[1]], 10**9)
     assert request.max_tokens == SLOT

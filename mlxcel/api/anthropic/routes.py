@@ -19,7 +19,7 @@ from mlxcel.engine.request import FinishReason
 from mlxcel.http.errors import as_api_error
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
-from mlxcel.http.sse import EventStreamResponse, keepalive_seconds, with_heartbeat
+from mlxcel.http.sse import EventStreamResponse, Keepalive, keepalive_seconds
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, RenderedTurn
 from mlxcel.turn.errors import generation_error
 
@@ -46,6 +46,7 @@ async def create_message(request: Request, opened: Opened[MessagesRequest] = Dep
         return EventStreamResponse(
             _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel,
             ping_seconds=keepalive_seconds(host.config.sse_ping_interval),
+            keepalives=(Keepalive(PING_INTERVAL_S, MessageStream.ping().encode(), after_first_chunk=True),),
         )
     async with cancel_on_disconnect(request, turn.cancel):
         outcome = await turn.run()
@@ -71,11 +72,8 @@ async def _stream(turn: ChatTurn, writer: MessageStream) -> AsyncIterator[str]:
     for event in writer.start():
         yield event
     try:
-        async with contextlib.aclosing(with_heartbeat(turn.stream(), PING_INTERVAL_S)) as steps:
+        async with contextlib.aclosing(turn.stream()) as steps:
             async for step in steps:
-                if step is None:
-                    yield writer.ping()
-                    continue
                 if not isinstance(step, ChatOutcome):
                     events = writer.feed(step.delta)
                 elif step.finish.reason is FinishReason.ERROR:
