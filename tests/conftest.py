@@ -32,7 +32,9 @@ def openai_client(server):
 @pytest.fixture(scope="session")
 def qwen():
     """Qwen2.5-Coder-0.5B: the model with a tool-calling template and FIM tokens."""
-    proc = ServerProcess("-c", "8192", "-np", "2", model="qwen2.5-coder-0.5b-instruct")
+    # it speculates (the default) and verifies every draft, whatever batches cost here
+    proc = ServerProcess("-c", "8192", "-np", "2", model="qwen2.5-coder-0.5b-instruct",
+                         env={"MLXCEL_SPEC_COST_MODEL": "0"})
     try:
         yield proc.wait_ready()
     finally:

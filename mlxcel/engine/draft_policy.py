@@ -13,6 +13,7 @@ decays back to, so a slot that stopped drafting tries again after a while.
 from __future__ import annotations
 
 import bisect
+import os
 import time
 
 import llama_cpp
@@ -20,6 +21,15 @@ import llama_cpp
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.llama_runtime import LlamaRuntime
+
+# Below this share of their cores, the compute threads were timed against other work
+# (a busy host, another server starting): such a curve has the wrong shape, and a
+# curve that makes every verify batch look dear turns speculation off for good.
+MIN_CORE_SHARE = 0.8
+
+
+class CostsContended(RuntimeError):
+    """The batch costs were measured while other work held the cores."""
 
 
 class DecodeCosts:
@@ -69,6 +79,7 @@ class DecodeCosts:
             if runtime.decode(batch.seal()) != 0:
                 raise RuntimeError("llama_decode failed while measuring batch costs")
             best = {n: float("inf") for n in sizes}
+            wall, cpu = time.perf_counter(), time.process_time()
             for _ in range(repeats):
                 for n in sizes:
                     batch.clear()
@@ -80,8 +91,14 @@ class DecodeCosts:
                     runtime.seq_remove(seq_id, prefix, -1)
                     if rc != 0:
                         raise RuntimeError("llama_decode failed while measuring batch costs")
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         finally:
             runtime.seq_clear(seq_id)
+        threads = max(1, min(runtime.config.n_threads, os.cpu_count() or 1))
+        share = cpu / (wall * threads) if wall > 0 else 1.0
+        if share < MIN_CORE_SHARE:
+            raise CostsContended(f"the compute threads had {share:.0%} of their cores while batch costs were "
+                                 f"measured (other work held them)")
         return cls(best)
 
     def cost(self, n: int) -> float:
