@@ -50,6 +50,7 @@ class Turn:
     ttft_s: float
     total_s: float
     completion_tokens: int
+    timings: dict | None = None  # the server's own split of this turn, where its stream carries one
 
 
 def run_staggered(threads: list[threading.Thread], stagger_s: float) -> float:
@@ -85,17 +86,20 @@ def _events(response: httpx.Response):
             yield json.loads(line[5:])
 
 
-def send(client: httpx.Client, url: str, api: str, system: str, history: list[dict], max_tokens: int
-         ) -> tuple[float, float, str, int]:
-    """(time to first token, total time, reply text, completion tokens) of one streamed turn."""
+def send(client: httpx.Client, url: str, api: str, system: str, history: list[dict], max_tokens: int,
+         timings: bool = False) -> tuple[float, float, str, int, dict | None]:
+    """(time to first token, total time, reply text, completion tokens, the server's timings) of one
+    streamed turn."""
     common = {"max_tokens": max_tokens, "stream": True, "temperature": 0, "ignore_eos": True}
+    if timings:
+        common["timings_per_token"] = True  # llama-server's field: timings on every chunk, so on the last
     if api == "chat":
         path, body = "/v1/chat/completions", {"messages": [{"role": "system", "content": system}, *history],
                                               "stream_options": {"include_usage": True}, **common}
     else:
         path, body = "/v1/messages", {"system": system, "messages": history, **common}
     sent = time.perf_counter()
-    first, text, tokens = None, [], 0
+    first, text, tokens, split = None, [], 0, None
     with client.stream("POST", url + path, json={"model": "m", **body}) as response:
         if response.status_code != 200:
             raise RuntimeError(f"{path} -> HTTP {response.status_code}: {response.read()[:300]!r}")
@@ -104,6 +108,7 @@ def send(client: httpx.Client, url: str, api: str, system: str, history: list[di
             if api == "chat":
                 for choice in event.get("choices") or []:
                     piece = (choice.get("delta") or {}).get("content") or ""
+                split = event.get("timings") or split
                 if event.get("usage"):
                     tokens = event["usage"].get("completion_tokens", tokens)
             elif event.get("type") == "content_block_delta":
@@ -114,20 +119,20 @@ def send(client: httpx.Client, url: str, api: str, system: str, history: list[di
                 first = first or time.perf_counter()
                 text.append(piece)
     done = time.perf_counter()
-    return (first or done) - sent, done - sent, "".join(text), tokens
+    return (first or done) - sent, done - sent, "".join(text), tokens, split
 
 
 def conversation(url: str, index: int, seed: str, system: str, turns: int, max_tokens: int,
-                 out: list[Turn], errors: list[str]) -> None:
+                 out: list[Turn], errors: list[str], timings: bool = False) -> None:
     api = "chat" if index % 2 == 0 else "messages"
     history: list[dict] = []
     try:
         with httpx.Client(trust_env=False, timeout=900, limits=NO_KEEPALIVE) as client:
             for turn in range(turns):
                 history.append({"role": "user", "content": user_turn(seed, index, turn)})
-                ttft, total, reply, tokens = send(client, url, api, system, history, max_tokens)
+                ttft, total, reply, tokens, timings = send(client, url, api, system, history, max_tokens, timings)
                 history.append({"role": "assistant", "content": reply})
-                out.append(Turn(index, turn, api, ttft, total, tokens))
+                out.append(Turn(index, turn, api, ttft, total, tokens, timings))
     except Exception as exc:  # noqa: BLE001 - reported, the round is then invalid
         errors.append(f"conversation {index}: {exc}")
 
@@ -153,7 +158,8 @@ def run_round(server: Server, seed: str, args) -> dict:
     turns: list[Turn] = []
     errors: list[str] = []
     threads = [threading.Thread(target=conversation,
-                                args=(server.url, i, seed, system, args.turns, args.max_tokens, turns, errors))
+                                args=(server.url, i, seed, system, args.turns, args.max_tokens, turns, errors,
+                                      args.timings))
                for i in range(args.conversations)]
     wall = run_staggered(threads, args.stagger)
     after = scrape(server.url)
@@ -200,6 +206,8 @@ def main() -> int:
     ap.add_argument("--mlxcel-args", default="", help="extra flags for mlxcel only")
     ap.add_argument("--only", default="mlxcel,llama-server")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--timings", action="store_true",
+                    help="ask for timings_per_token, so each chat turn's own split lands in the --json output")
     ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
     args = ap.parse_args()
     common = ["-m", str(args.model), *args.server_args.split(), "--metrics"]

@@ -31,6 +31,15 @@ def reference_binary() -> Path | None:
     return binary if binary.is_file() else None
 
 
+def same_attention(ours: ServerProcess) -> list[str]:
+    """llama-server's -fa for the attention kernel mlxcel's context runs (its /props):
+    on a CPU mlxcel's auto times both kernels and may keep plain attention where
+    llama-server's auto takes flash, and greedy text is compared token for token."""
+    with ours.client() as client:
+        chosen = client.get("/props").json().get("flash_attn", "auto")
+    return ["-fa", chosen] if chosen in ("on", "off") else []
+
+
 class ReferenceServer(ServerProcess):
     """llama-server on a free loopback port, with the given flags; waited for, queried
     and stopped as a ServerProcess is."""

@@ -1,7 +1,7 @@
-"""Measured decode costs kept on disk, one file per model file and the settings that
-change them, so that a restart does not spend seconds measuring again. A curve read
-back is only a shape: the running scale (DecodeCosts.observe) follows what batches
-take on the machine as it is now."""
+"""Measurements kept on disk, one file per model file and the settings that change them,
+so that a restart does not spend seconds measuring again: decode cost curves (a curve
+read back is only a shape: the running scale, DecodeCosts.observe, follows what batches
+take on the machine as it is now) and the attention kernel chosen for `-fa auto`."""
 
 from __future__ import annotations
 
@@ -23,22 +23,34 @@ def cost_file(directory: Path, model: Path, settings: dict) -> Path:
     return directory / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
 
+def load_json(path: Path) -> dict | None:
+    """The object saved at `path`, or None when there is none or it is unreadable."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def save_json(path: Path, data: dict, what: str) -> None:
+    """Save `data` (atomically); a failure only costs a measurement next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_suffix(f".{os.getpid()}.tmp")
+        temp.write_text(json.dumps(data))
+        temp.replace(path)
+    except OSError as exc:
+        log.warning("could not save the %s to %s: %s", what, path, exc)
+
+
 def load_costs(path: Path) -> dict[int, float] | None:
     """The curve saved at `path`, or None when there is none or it is unreadable."""
     try:
-        raw = json.loads(path.read_text())
-        measured = {int(n): float(seconds) for n, seconds in raw.items()}
-    except (OSError, ValueError, TypeError, AttributeError):
+        measured = {int(n): float(seconds) for n, seconds in (load_json(path) or {}).items()}
+    except (ValueError, TypeError):
         return None
     return measured if measured and 1 in measured and min(measured.values()) > 0 else None
 
 
 def save_costs(path: Path, measured: dict[int, float]) -> None:
-    """Save a curve (atomically); a failure only costs a measurement next time."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_suffix(f".{os.getpid()}.tmp")
-        temp.write_text(json.dumps({str(n): seconds for n, seconds in measured.items()}))
-        temp.replace(path)
-    except OSError as exc:
-        log.warning("could not save the decode cost curve to %s: %s", path, exc)
+    save_json(path, {str(n): seconds for n, seconds in measured.items()}, "decode cost curve")

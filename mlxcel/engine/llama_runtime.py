@@ -7,9 +7,11 @@ is read-only and safe to tokenize with from other threads.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import mmap
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,16 +148,30 @@ def context_params(config: RuntimeConfig):
 
 
 class LlamaRuntime:
-    """Owns one llama_model and one llama_context with `n_parallel` sequences."""
+    """Owns one llama_model and one llama_context with `n_parallel` sequences.
 
-    def __init__(self, config: RuntimeConfig) -> None:
+    `choose_flash_attn`, when given and the config leaves flash attention to auto, is
+    called with the loaded model and the context's parameters before the context is
+    created, and returns the llama_flash_attn_type the context gets (`config` then
+    records it)."""
+
+    def __init__(self, config: RuntimeConfig,
+                 choose_flash_attn: Callable[[object, object], int] | None = None) -> None:
         _init_backend()
-        self.config = config
         self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params(config))
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         ctx_params = context_params(config)
+        if choose_flash_attn is not None and config.flash_attn == llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO:
+            try:
+                chosen = choose_flash_attn(self.model, ctx_params)
+            except BaseException:
+                llama_cpp.llama_model_free(self.model)
+                raise
+            config = dataclasses.replace(config, flash_attn=chosen)
+            ctx_params.flash_attn_type = chosen
+        self.config = config
         self.ctx = llama_cpp.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)

@@ -121,8 +121,13 @@ class SlotMemory:
         tokens = slot.cached_tokens
         if len(tokens) <= keep + BLOCK_SIZE or len(tokens) < MIN_DONATION_BLOCKS * BLOCK_SIZE:
             return
-        if len(tokens) - self.host_cache.covered(tokens) < max(MIN_DONATION_BLOCKS * BLOCK_SIZE, len(tokens) // 16):
-            return  # an entry already holds nearly all of it: the rest is cheaper to prefill than to store
+        # An entry holding all but a few blocks of it: those are cheaper to prefill than
+        # the whole state is to copy. Past that, saving wins by far, however long the
+        # sequence: a conversation's turn adds ~150 tokens to a 2,400-token history,
+        # whose state (55 MB) copies in ~20 ms where prefilling them again took ~1 s on
+        # a 2-core CPU; the new entry supersedes the older one, so memory does not grow.
+        if len(tokens) - self.host_cache.covered(tokens) < MIN_DONATION_BLOCKS * BLOCK_SIZE:
+            return
         self.host_cache.insert(list(tokens), self.runtime.seq_state(slot.id))
 
     def cut(self, slot: Slot, n_keep: int) -> None:

@@ -125,6 +125,8 @@ class Slot:
         self.state = SlotState.PREFILL
 
     def release(self) -> None:
+        # a request that opted out of prompt caching leaves nothing for the host cache
+        opted_in = self.request is None or self.request.cache_prompt
         if self.sampler is not None:
             self.sampler.free()
         self.request = None
@@ -137,7 +139,7 @@ class Slot:
         self.batch_index = -1
         self.state = SlotState.IDLE
         self.last_used = time.monotonic()
-        self.unsaved = bool(self.cached_tokens)
+        self.unsaved = bool(self.cached_tokens) and opted_in
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 import llama_cpp
 
 from mlxcel.config import ServerConfig
+from mlxcel.engine import attention_choice
 from mlxcel.engine.cost_cache import cost_file, load_costs, save_costs
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import DecodeCosts
@@ -150,6 +151,29 @@ class ModelHost:
         save_costs(path, costs.measured)
         return costs
 
+    @property
+    def flash_attn(self) -> str:
+        """The attention kernel the context runs: on, off, or auto (left to llama.cpp)."""
+        chosen = self.runtime.config.flash_attn if self.runtime is not None else _FLASH_ATTN[self.config.flash_attn]
+        return next(name for name, value in _FLASH_ATTN.items() if value == chosen)
+
+    def _choose_flash_attn(self, model, params) -> int:
+        """-fa auto with every layer on the CPU: the attention kernel that serves a
+        typical request faster on this machine (engine/attention_choice.py)."""
+        cfg = self.config
+        if not attention_choice.probe_needed(cfg.n_gpu_layers, cfg.cache_type_v):
+            return llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+        pool = _pool_size(cfg) or llama_cpp.llama_model_n_ctx_train(model)
+        per_slot = pool if cfg.kv_unified else pool // max(1, cfg.parallel)
+        settings = {"threads": cfg.threads, "threads_batch": cfg.threads_batch, "type_k": cfg.cache_type_k,
+                    "type_v": cfg.cache_type_v, "ubatch": min(cfg.ubatch_size, cfg.batch_size), "repack": cfg.repack,
+                    "probe": (attention_choice.PROBE_DEPTH, attention_choice.PROBE_STEPS)}
+        path = cost_file(mlxcel_home() / "attention", Path(self.model_path), settings)
+        chosen, why = attention_choice.decide(model, params, path, attention_choice.typical_depth(per_slot),
+                                              cfg.threads)
+        log.info("flash attention (-fa auto): %s", why)
+        return chosen
+
     def _load(self, on_failure: Callable[[str], None]) -> None:
         from mlxcel.models.pull import resolve_model
 
@@ -157,7 +181,7 @@ class ModelHost:
             started = time.monotonic()
             self.model_path = resolve_model(self.config.model, log=lambda line: log.info("%s", line))
             cfg = self.config
-            runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)))
+            runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)), self._choose_flash_attn)
             tokenizer = Tokenizer(runtime.vocab)
             self._load_chat_support(runtime, tokenizer)
             projector = self._load_projector(runtime) if cfg.mmproj else None

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.projector_gguf import png_bytes, write_audio_projector, write_gemma3_projector, write_vision_projector
-from tests.reference_server import BUILD_HINT, ReferenceServer, reference_binary
+from tests.reference_server import BUILD_HINT, ReferenceServer, reference_binary, same_attention
 from tests.server_process import ServerProcess
 from tests.unit.media_samples import wav_bytes
 
@@ -70,7 +70,8 @@ def pair(request, tmp_path_factory):
     theirs = None
     try:
         ours.wait_ready()
-        theirs = ReferenceServer(binary, "SmolLM2-135M-Instruct.Q4_1.gguf", *FLAGS, "--mmproj", str(projector))
+        theirs = ReferenceServer(binary, "SmolLM2-135M-Instruct.Q4_1.gguf", *FLAGS, "--mmproj", str(projector),
+                                 *same_attention(ours))
         theirs.wait_ready()
         with ours.client(timeout=120) as a, theirs.client(timeout=120) as b:
             yield request.param, a, b

@@ -13,7 +13,7 @@ import socket
 
 import pytest
 
-from tests.reference_server import BUILD_HINT, ReferenceServer, reference_binary
+from tests.reference_server import BUILD_HINT, ReferenceServer, reference_binary, same_attention
 
 PROMPT = "The capital of France is"
 GREEDY = {"temperature": 0, "n_predict": 12}
@@ -21,11 +21,12 @@ MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "c
 
 
 @pytest.fixture(scope="module")
-def reference():
+def reference(server):
     binary = reference_binary()
     if binary is None:
         pytest.skip(f"the reference llama-server is not built: {BUILD_HINT}")
-    proc = ReferenceServer(binary, "SmolLM2-135M-Instruct.Q4_1.gguf", "-c", "4096", "-np", "4", "--metrics")
+    proc = ReferenceServer(binary, "SmolLM2-135M-Instruct.Q4_1.gguf", "-c", "4096", "-np", "4", "--metrics",
+                           *same_attention(server))
     try:
         yield proc.wait_ready()
     finally:

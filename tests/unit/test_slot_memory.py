@@ -4,6 +4,8 @@ host cache), and what it saves before that memory is overwritten."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache
 from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.slot_memory import SlotMemory
@@ -92,6 +94,32 @@ def test_an_unsaved_slot_is_saved_to_the_host_cache_before_it_is_overwritten():
     assert entry.tokens == SHARED + [90] * 8 and list(entry.state) == entry.tokens and n == 48
 
 
+def test_a_conversation_a_turn_past_its_saved_entry_is_saved_again_and_supersedes_it():
+    # a long history saved at the last eviction; one turn (~6 % of it) later the slot is
+    # taken again: re-prefilling that turn would cost far more than saving
+    runtime = FakeRuntime(n_parallel=1)
+    cache = HostPromptCache(capacity_bytes=1 << 24, max_entries=8, ttl_seconds=0)
+    history = list(range(1000, 3400))
+    cache.insert(history, np.array(history, dtype=np.int32))
+    slot = holding(runtime, SlotTable(1).slots[0], history + list(range(5000, 5150)))
+    slot.unsaved = True
+    SlotMemory(runtime, cache).admit(slot, history[:100] + [7, 8, 9], n_common=100, reuse=True)
+    entry, n = cache.lookup(history + list(range(5000, 5150)) + [1])
+    assert n == (2400 + 150) // BLOCK_SIZE * BLOCK_SIZE and len(entry.tokens) == 2550
+    assert cache.stats()["entries"] == 1  # the older entry was superseded
+
+
+def test_a_few_blocks_past_an_entry_are_not_saved_again():
+    runtime = FakeRuntime(n_parallel=1)
+    cache = HostPromptCache(capacity_bytes=1 << 24, max_entries=8, ttl_seconds=0)
+    history = list(range(1000, 1400))
+    cache.insert(history, np.array(history, dtype=np.int32))
+    slot = holding(runtime, SlotTable(1).slots[0], history + [9] * 20)
+    slot.unsaved = True
+    SlotMemory(runtime, cache).admit(slot, [5, 6, 7], n_common=0, reuse=True)
+    assert cache.lookup(history + [9] * 20)[0].tokens == history
+
+
 def test_idle_slots_are_saved_one_at_a_time_while_nothing_else_runs():
     runtime = FakeRuntime(n_parallel=2)
     cache = HostPromptCache(capacity_bytes=1 << 20, max_entries=8, ttl_seconds=0)
@@ -105,6 +133,19 @@ def test_idle_slots_are_saved_one_at_a_time_while_nothing_else_runs():
     assert not memory.save_one_idle(table) and not memory.has_unsaved(table)
     assert cache.stats()["entries"] == 2
     assert runtime.memory[0] == list(range(100, 140))  # saving copies, the slot keeps its tokens
+
+
+def test_a_slot_left_by_a_request_that_opted_out_of_caching_is_never_saved():
+    runtime = FakeRuntime(n_parallel=2)
+    cache = HostPromptCache(capacity_bytes=1 << 20, max_entries=8, ttl_seconds=0)
+    table = SlotTable(2)
+    opted_out, opted_in = table.slots
+    holding(runtime, opted_out, list(range(100, 140)), busy=True, cache_prompt=False).release()
+    holding(runtime, opted_in, list(range(200, 240)), busy=True).release()
+    memory = SlotMemory(runtime, cache)
+    assert memory.save_one_idle(table) and not memory.save_one_idle(table)
+    assert cache.lookup(list(range(100, 140))) is None
+    assert cache.lookup(list(range(200, 240)))[1] == 32
 
 
 def test_in_a_unified_pool_the_other_idle_slots_are_saved_and_cleared_before_an_admission():

@@ -232,6 +232,7 @@ async def props(request: Request):
         "model_alias": host.model_id,
         "model_ftype": host.runtime.ftype_name(),
         "model_path": str(host.model_path),
+        "flash_attn": host.flash_attn,  # mlxcel: on, off, or auto (llama.cpp decided)
         "n_ctx": host.runtime.n_ctx,
         "n_ctx_slot": host.slot_context,
         "modalities": _modalities(host),
