@@ -67,6 +67,7 @@ class HostPromptCache:
         self._blocks: dict[bytes, bytes] = {}  # chain hash -> key of an entry holding it
         self._bytes = 0
         self._lock = threading.Lock()
+        self._reset_at = float("-inf")  # time.monotonic() of the last reset
         self.counters = CacheCounters()
 
     # -- engine side ------------------------------------------------------------------
@@ -99,14 +100,18 @@ class HostPromptCache:
                     return depth * BLOCK_SIZE
         return 0
 
-    def insert(self, tokens: list[int], state: np.ndarray) -> bool:
+    def insert(self, tokens: list[int], state: np.ndarray, made_at: float | None = None) -> bool:
         """Store `state` for `tokens`, found by the hashes of its whole blocks. False
-        when the entry alone exceeds the capacity."""
+        when the entry alone exceeds the capacity, or when the tokens were computed
+        (`made_at`, time.monotonic()) before a reset: a reset clears what the slots
+        had not yet saved too, however late the engine gets round to saving it."""
         hashes = block_hashes(tokens)
         if not hashes:
             return False
         now = time.monotonic()
         with self._lock:
+            if made_at is not None and made_at <= self._reset_at:
+                return False
             if len(state) > self.capacity_bytes:
                 self.counters.rejections_oversized += 1
                 return False
@@ -183,6 +188,7 @@ class HostPromptCache:
     def reset(self) -> dict:
         """Drop every entry; returns the snapshot of what was freed."""
         with self._lock:
+            self._reset_at = time.monotonic()
             freed = {"entries": len(self._entries), "bytes": self._bytes}
             self._entries.clear()
             self._blocks.clear()

@@ -128,7 +128,7 @@ class SlotMemory:
         # a 2-core CPU; the new entry supersedes the older one, so memory does not grow.
         if len(tokens) - self.host_cache.covered(tokens) < MIN_DONATION_BLOCKS * BLOCK_SIZE:
             return
-        self.host_cache.insert(list(tokens), self.runtime.seq_state(slot.id))
+        self.host_cache.insert(list(tokens), self.runtime.seq_state(slot.id), made_at=slot.last_used)
 
     def cut(self, slot: Slot, n_keep: int) -> None:
         """Keep only the first `n_keep` positions of the slot's sequence."""

@@ -170,3 +170,19 @@ def test_a_per_slot_pool_never_clears_idle_slots():
     holding(runtime, idle, SHARED)
     SlotMemory(runtime, None).clear_idle(new, [new, idle])
     assert runtime.memory[1] == SHARED
+
+
+def test_a_reset_clears_what_idle_slots_had_not_saved_yet_but_not_what_came_after():
+    runtime = FakeRuntime(n_parallel=2)
+    cache = HostPromptCache(capacity_bytes=1 << 20, max_entries=8, ttl_seconds=0)
+    table = SlotTable(2)
+    before, after = table.slots
+    holding(runtime, before, list(range(100, 140)), busy=True).release()
+    cache.reset()  # POST /v1/cache/reset, from the HTTP thread, before the idle saver ran
+    holding(runtime, after, list(range(200, 240)), busy=True).release()
+    memory = SlotMemory(runtime, cache)
+    while memory.save_one_idle(table):
+        pass
+    assert cache.lookup(list(range(100, 140))) is None
+    assert cache.lookup(list(range(200, 240)))[1] == 32
+    assert runtime.memory[before.id] == list(range(100, 140))  # the slot itself keeps its prefix
