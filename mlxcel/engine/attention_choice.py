@@ -14,7 +14,6 @@ needs flash attention: then nothing is measured.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import llama_cpp
 
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE
+from mlxcel.engine.core_share import uncontended
 from mlxcel.engine.cost_cache import load_json, save_json
 
 PROBE_DEPTH = 768  # prompt tokens the probe prefills before it times decodes at depth
@@ -38,12 +38,9 @@ MIN_GAIN = 0.05  # plain attention must be this much cheaper to be chosen over l
 # on the Zen 3: 11.9 ms a step against 8.0 near the start, cheaper past ~500 tokens;
 # Qwen2.5-0.5B: 29.3 against 28.5), and short chats must not pay for long ones
 MAX_SHALLOW_LOSS = 0.05
-MIN_CORE_SHARE = 0.8  # below it the timings were taken against other work: not used
 FLASH_NEEDED = {"f16", "f32", "bf16"}  # V cache types that work without flash attention
 
 
-class ProbeContended(RuntimeError):
-    """The kernels were timed while other work held the cores."""
 
 
 @dataclass(frozen=True)
@@ -138,24 +135,19 @@ def _time(ctx, model, n_batch: int, threads: int) -> KernelTimes:
     def steps(start: int) -> float:
         return statistics.median(decode_at(start + i) for i in range(PROBE_STEPS))
 
-    wall, cpu = time.perf_counter(), time.process_time()
-    decode_at(0)  # lazy set-up, not timed
-    shallow = steps(1)
-    memory = llama_cpp.llama_get_memory(ctx)
-    llama_cpp.llama_memory_seq_rm(memory, 0, -1, -1)
-    started = time.perf_counter()
-    for start in range(0, PROBE_DEPTH, n_batch):
-        batch.clear()
-        n = min(n_batch, PROBE_DEPTH - start)
-        batch.add_span([filler + (start + i) % 97 for i in range(n)], start, 0, logits_last=True)
-        if llama_cpp.llama_decode(ctx, batch.seal()) != 0:
-            raise RuntimeError("llama_decode failed while timing attention")
-    prefill = (time.perf_counter() - started) / PROBE_DEPTH
-    deep = steps(PROBE_DEPTH)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    share = cpu / (wall * max(1, min(threads, os.cpu_count() or 1))) if wall > 0 else 1.0
-    if share < MIN_CORE_SHARE:
-        raise ProbeContended(f"the compute threads had {share:.0%} of their cores while attention was timed")
+    with uncontended(threads, "attention was timed"):
+        decode_at(0)  # lazy set-up, not timed
+        shallow = steps(1)
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(ctx), 0, -1, -1)
+        started = time.perf_counter()
+        for start in range(0, PROBE_DEPTH, n_batch):
+            batch.clear()
+            n = min(n_batch, PROBE_DEPTH - start)
+            batch.add_span([filler + (start + i) % 97 for i in range(n)], start, 0, logits_last=True)
+            if llama_cpp.llama_decode(ctx, batch.seal()) != 0:
+                raise RuntimeError("llama_decode failed while timing attention")
+        prefill = (time.perf_counter() - started) / PROBE_DEPTH
+        deep = steps(PROBE_DEPTH)
     return KernelTimes(prefill, shallow, deep)
 
 
@@ -170,7 +162,7 @@ def decide(model, params, cache_path: Path, depth: int, threads: int) -> tuple[i
     except (TypeError, KeyError, ValueError):
         try:
             flash, plain = (time_kernel(model, params, True, threads), time_kernel(model, params, False, threads))
-        except RuntimeError as exc:  # ProbeContended included: neither used nor kept
+        except RuntimeError as exc:  # core_share.Contended included: neither used nor kept
             return llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, f"llama.cpp's auto ({exc})"
         save_json(cache_path, {"flash": flash.to_dict(), "plain": plain.to_dict()}, "attention timings")
         source = "timed now"

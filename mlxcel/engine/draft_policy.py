@@ -13,23 +13,18 @@ decays back to, so a slot that stopped drafting tries again after a while.
 from __future__ import annotations
 
 import bisect
-import os
 import time
 
 import llama_cpp
 
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE
+from mlxcel.engine.core_share import uncontended
 from mlxcel.engine.llama_runtime import LlamaRuntime
 
-# Below this share of their cores, the compute threads were timed against other work
-# (a busy host, another server starting): such a curve has the wrong shape, and a
-# curve that makes every verify batch look dear turns speculation off for good.
-MIN_CORE_SHARE = 0.8
-
-
-class CostsContended(RuntimeError):
-    """The batch costs were measured while other work held the cores."""
+# A curve measured while other work held the cores has the wrong shape, and one that
+# makes every verify batch look dear turns speculation off for good: such a measurement
+# raises core_share.Contended, and it is neither used nor kept.
 
 
 class DecodeCosts:
@@ -79,26 +74,20 @@ class DecodeCosts:
             if runtime.decode(batch.seal()) != 0:
                 raise RuntimeError("llama_decode failed while measuring batch costs")
             best = {n: float("inf") for n in sizes}
-            wall, cpu = time.perf_counter(), time.process_time()
-            for _ in range(repeats):
-                for n in sizes:
-                    batch.clear()
-                    for i in range(n):
-                        batch.add(filler[prefix + i], prefix + i, seq_id, True)
-                    started = time.perf_counter()
-                    rc = runtime.decode(batch.seal())
-                    best[n] = min(best[n], time.perf_counter() - started)
-                    runtime.seq_remove(seq_id, prefix, -1)
-                    if rc != 0:
-                        raise RuntimeError("llama_decode failed while measuring batch costs")
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            with uncontended(runtime.config.n_threads, "batch costs were measured"):
+                for _ in range(repeats):
+                    for n in sizes:
+                        batch.clear()
+                        for i in range(n):
+                            batch.add(filler[prefix + i], prefix + i, seq_id, True)
+                        started = time.perf_counter()
+                        rc = runtime.decode(batch.seal())
+                        best[n] = min(best[n], time.perf_counter() - started)
+                        runtime.seq_remove(seq_id, prefix, -1)
+                        if rc != 0:
+                            raise RuntimeError("llama_decode failed while measuring batch costs")
         finally:
             runtime.seq_clear(seq_id)
-        threads = max(1, min(runtime.config.n_threads, os.cpu_count() or 1))
-        share = cpu / (wall * threads) if wall > 0 else 1.0
-        if share < MIN_CORE_SHARE:
-            raise CostsContended(f"the compute threads had {share:.0%} of their cores while batch costs were "
-                                 f"measured (other work held them)")
         return cls(best)
 
     def cost(self, n: int) -> float:

@@ -143,7 +143,7 @@ class ModelHost:
             return DecodeCosts(measured)
         try:
             costs = DecodeCosts.measure(runtime, most)
-        except RuntimeError as exc:  # CostsContended included: it is neither used nor kept
+        except RuntimeError as exc:  # core_share.Contended included: neither used nor kept
             log.warning("speculation will draft without a cost model: %s", exc)
             return None
         log.info("decode cost by batch size (ms): %s",

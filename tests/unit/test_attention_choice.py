@@ -7,6 +7,7 @@ import pytest
 
 from mlxcel.engine import attention_choice
 from mlxcel.engine.attention_choice import KernelTimes, choose, decide, probe_needed, typical_depth
+from mlxcel.engine.core_share import Contended
 
 # the shape measured on a 2-core Zen 3 with SmolLM2-135M: flash's decode step grows
 # with depth about three times as fast, prefill alike
@@ -97,7 +98,7 @@ def test_unreadable_or_senseless_timings_are_measured_again(tmp_path, monkeypatc
 
 def test_timings_taken_against_other_work_leave_llama_cpp_to_decide_and_are_not_kept(tmp_path, monkeypatch):
     def contended(model, params, flash, threads):
-        raise attention_choice.ProbeContended("the compute threads had 55% of their cores")
+        raise Contended("the compute threads had 55% of their cores")
 
     monkeypatch.setattr(attention_choice, "time_kernel", contended)
     path = tmp_path / "attention.json"
