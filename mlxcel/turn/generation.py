@@ -13,6 +13,7 @@ from mlxcel.engine.engine import Engine, EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, PromptProgressEvent, TokenEvent
 from mlxcel.turn.errors import EngineUnavailable, ServerBusy
+from mlxcel.turn.loop_relay import relay_for
 
 
 @dataclass
@@ -36,7 +37,7 @@ class GenerationGroup:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._loop = asyncio.get_running_loop()
+        self._relay = relay_for(asyncio.get_running_loop())
         self._events: asyncio.Queue[tuple[int, EngineEvent]] = asyncio.Queue()
         self.requests: list[GenerationRequest] = []
         self._open: set[int] = set()
@@ -50,10 +51,7 @@ class GenerationGroup:
             if self._gathering and not isinstance(event, FinishEvent):
                 self._gathered.append((index, event))  # read back before the finish that follows it
                 return
-            try:
-                self._loop.call_soon_threadsafe(self._events.put_nowait, (index, event))
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                pass
+            self._relay.call(self._events.put_nowait, (index, event))
 
         return emit
 

@@ -107,15 +107,15 @@ def test_collecting_wakes_the_loop_once_a_finish_and_keeps_every_token_in_order(
         group = GenerationGroup(FakeEngine())
         requests = build_requests(_host(), SamplingFields(), [[1], [2]], None, RequestContext("r"), group)
         group.submit(requests)
-        loop = asyncio.get_running_loop()
+        relay = group._relay
         wakes = []
 
-        class CountingLoop:
-            def call_soon_threadsafe(self, callback, *args):
-                wakes.append(args[0][1])
-                loop.call_soon_threadsafe(callback, *args)
+        class CountingRelay:
+            def call(self, callback, argument):
+                wakes.append(argument[1])
+                relay.call(callback, argument)
 
-        group._loop = CountingLoop()
+        group._relay = CountingRelay()
         requests[0].emit(TokenEvent(token=1, text="a"))  # before collect: it comes through the queue
 
         def engine_thread():
