@@ -8,7 +8,8 @@ SmolLM2-135M decoded 1.4-1.7x faster without it at 1,500-3,000 tokens of context
 kernels on the loaded model in two small side contexts (a prefill, then single-token
 decodes near the start and at depth) and keeps the cheaper for a typical request: 512
 new prompt tokens (the rest cached) and a 128-token reply at half a slot's context,
-unless plain attention is dearer near the start of a context. A quantized V cache
+plain attention's steps counted at what they cost when served, unless plain attention
+is dearer near the start of a context. A quantized V cache
 needs flash attention: then nothing is measured.
 """
 
@@ -38,6 +39,12 @@ MIN_GAIN = 0.05  # plain attention must be this much cheaper to be chosen over l
 # on the Zen 3: 11.9 ms a step against 8.0 near the start, cheaper past ~500 tokens;
 # Qwen2.5-0.5B: 29.3 against 28.5), and short chats must not pay for long ones
 MAX_SHALLOW_LOSS = 0.05
+# Served, plain attention's decode steps cost more than the probe times them: its graph's
+# extra nodes are extra thread barriers, and a server's HTTP side and its clients pre-empt
+# the compute threads between them. Qwen2.5-0.5B on the Zen 3, -c 8192 -np 4: the probe
+# put plain 2.7 % dearer a step near the start, bench/run.py's one-stream decode 15 %
+# (27.6 against 31.7 tokens/s, consecutive runs). So its steps count this much more.
+PLAIN_SERVED_STEP_PENALTY = 0.12
 FLASH_NEEDED = {"f16", "f32", "bf16"}  # V cache types that work without flash attention
 
 
@@ -60,10 +67,11 @@ class KernelTimes:
         slope = max(0.0, (self.step_deep - self.step_shallow) / max(1, self.depth))
         return self.step_shallow + slope * depth
 
-    def request_cost(self, depth: int, prompt: int = TYPICAL_PROMPT, reply: int = TYPICAL_REPLY) -> float:
+    def request_cost(self, depth: int, prompt: int = TYPICAL_PROMPT, reply: int = TYPICAL_REPLY,
+                     step_factor: float = 1.0) -> float:
         """Seconds for a request that prefills `prompt` new tokens and decodes `reply`
-        tokens at about `depth` tokens of context."""
-        return self.prefill_per_token * prompt + reply * self.step_at(depth)
+        tokens at about `depth` tokens of context (each step `step_factor` times its timing)."""
+        return self.prefill_per_token * prompt + reply * self.step_at(depth) * step_factor
 
     def to_dict(self) -> dict:
         return {"prefill_per_token": self.prefill_per_token, "step_shallow": self.step_shallow,
@@ -83,13 +91,17 @@ def typical_depth(n_ctx_seq: int) -> int:
     return max(512, min(8192, n_ctx_seq // 2))
 
 
+def served_plain_cost(plain: KernelTimes, depth: int) -> float:
+    return plain.request_cost(depth, step_factor=1.0 + PLAIN_SERVED_STEP_PENALTY)
+
+
 def choose(flash: KernelTimes, plain: KernelTimes, depth: int) -> bool:
-    """Whether flash attention is kept: unless plain attention is MIN_GAIN cheaper for a
-    typical request at `depth` and at most MAX_SHALLOW_LOSS dearer a step near the start
-    (flash is llama.cpp's own choice, so a tie keeps it)."""
+    """Whether flash attention is kept: unless plain attention, its steps as served, is
+    MIN_GAIN cheaper for a typical request at `depth` and at most MAX_SHALLOW_LOSS dearer
+    a step near the start (flash is llama.cpp's own choice, so a tie keeps it)."""
     if plain.step_at(0) > (1.0 + MAX_SHALLOW_LOSS) * flash.step_at(0):
         return True
-    return plain.request_cost(depth) > (1.0 - MIN_GAIN) * flash.request_cost(depth)
+    return served_plain_cost(plain, depth) > (1.0 - MIN_GAIN) * flash.request_cost(depth)
 
 
 def probe_needed(n_gpu_layers: int, type_v: str) -> bool:
@@ -169,5 +181,5 @@ def decide(model, params, cache_path: Path, depth: int, threads: int) -> tuple[i
     keep = choose(flash, plain, depth)
     why = (f"{'on' if keep else 'off'} ({source}: {TYPICAL_PROMPT} new prompt tokens and a {TYPICAL_REPLY}-token "
            f"reply at {depth} tokens of context, {flash.request_cost(depth):.2f} s with flash attention, "
-           f"{plain.request_cost(depth):.2f} s without)")
+           f"{served_plain_cost(plain, depth):.2f} s without, as served)")
     return (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if keep else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED), why

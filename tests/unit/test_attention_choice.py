@@ -38,6 +38,18 @@ def test_plain_attention_much_dearer_near_the_start_is_not_chosen_for_its_gain_a
     assert choose(flash, plain, 2048)
 
 
+def test_plain_steps_count_as_served_so_a_small_gain_at_a_short_slot_keeps_flash():
+    # Qwen2.5-0.5B on the Zen 3, as its probe timed it: plain 2.7 % dearer a step near the
+    # start, cheaper at depth. A 2,048-token slot (-c 8192 -np 4): the 5 % the probe showed
+    # is eaten by plain's served step cost (bench/run.py decode: 15 % slower), flash stays;
+    # a 16,384-token slot: plain wins by far at its typical depth, and is chosen
+    flash = KernelTimes(0.010363, 0.028508, 0.032347, 768)
+    plain = KernelTimes(0.010263, 0.029281, 0.029885, 768)
+    assert plain.request_cost(1024) < (1 - attention_choice.MIN_GAIN) * flash.request_cost(1024)
+    assert choose(flash, plain, typical_depth(2048))
+    assert not choose(flash, plain, typical_depth(16384))
+
+
 def test_a_tie_or_a_small_gain_keeps_flash_attention():
     close = KernelTimes(0.0060, 0.0117, 0.0195, 768)  # under 5 % cheaper
     assert choose(FLASH, close, 2048)
