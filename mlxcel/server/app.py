@@ -33,6 +33,7 @@ from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency
+from mlxcel.server.startup_gc import settle_startup_objects
 from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.state.store import StateBackend
@@ -81,6 +82,7 @@ def create_app(
         responses_state.start()
         governor = asyncio.get_running_loop().create_task(monitor.run())
         job_watch = asyncio.get_running_loop().create_task(responses_state.watch())
+        settle_startup_objects()
         yield
         governor.cancel()
         job_watch.cancel()
