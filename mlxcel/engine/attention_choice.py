@@ -9,8 +9,8 @@ kernels on the loaded model in two small side contexts (a prefill, then single-t
 decodes near the start and at depth) and keeps the cheaper for a typical request: 512
 new prompt tokens (the rest cached) and a 128-token reply at half a slot's context,
 plain attention's steps counted at what they cost when served, unless plain attention
-is dearer near the start of a context. A quantized V cache
-needs flash attention: then nothing is measured.
+is dearer near the start of a context. A quantized V cache needs flash attention: then
+nothing is measured.
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ MAX_SHALLOW_LOSS = 0.05
 # (27.6 against 31.7 tokens/s, consecutive runs). So its steps count this much more.
 PLAIN_SERVED_STEP_PENALTY = 0.12
 FLASH_NEEDED = {"f16", "f32", "bf16"}  # V cache types that work without flash attention
-
-
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from fastapi import FastAPI
 
 from mlxcel import __version__
 from mlxcel.api.anthropic import routes as anthropic
-from mlxcel.api.audio import transcription_routes as transcriptions
 from mlxcel.api.audio import speech_routes
+from mlxcel.api.audio import transcription_routes as transcriptions
 from mlxcel.api.embeddings import routes as embeddings
 from mlxcel.api.native import infill
 from mlxcel.api.native import routes as native

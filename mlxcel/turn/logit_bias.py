@@ -64,7 +64,8 @@ def _tokens(key, tokenizer: Tokenizer, from_object: bool) -> list[int]:
     else:
         raise InvalidRequest(f"logit_bias: key {key!r} is neither a token id nor a string")
     if not 0 <= token < tokenizer.n_vocab:
-        raise InvalidRequest(f"logit_bias: token id {token} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")
+        raise InvalidRequest(f"logit_bias: token id {token} is out of vocabulary range "
+                             f"(vocab_size {tokenizer.n_vocab})")
     return [token]
 
 
