@@ -29,12 +29,15 @@ class LoopRelay:
     def call(self, callback: Callable[[Any], Any], argument: Any) -> None:
         """Run `callback(argument)` on the loop, in the order of calls from any
         thread. Dropped once the loop is closed: nobody is listening any more."""
+        loop = self._loop()
         with self._lock:
+            if self._scheduled and (loop is None or loop.is_closed()):
+                self._pending.clear()  # closed with a delivery pending: it never runs
+                self._scheduled = False
             self._pending.append((callback, argument))
             if self._scheduled:
                 return
             self._scheduled = True
-        loop = self._loop()
         try:
             if loop is None:
                 raise RuntimeError("the loop is gone")

@@ -82,3 +82,13 @@ def test_after_the_loop_closes_events_are_dropped_and_the_loop_is_not_kept_alive
     gc.collect()
     assert gone() is None
     assert relay not in loop_relay._relays.values()
+
+
+def test_a_loop_closed_with_a_delivery_pending_keeps_nothing():
+    loop = asyncio.new_event_loop()
+    relay = relay_for(loop)
+    relay.call(print, "never")  # scheduled, but the loop never runs again
+    loop.close()
+    for n in range(1000):
+        relay.call(print, n)
+    assert len(relay._pending) == 0
