@@ -130,9 +130,9 @@ def conversation(url: str, index: int, seed: str, system: str, turns: int, max_t
         with httpx.Client(trust_env=False, timeout=900, limits=NO_KEEPALIVE) as client:
             for turn in range(turns):
                 history.append({"role": "user", "content": user_turn(seed, index, turn)})
-                ttft, total, reply, tokens, timings = send(client, url, api, system, history, max_tokens, timings)
+                ttft, total, reply, tokens, split = send(client, url, api, system, history, max_tokens, timings)
                 history.append({"role": "assistant", "content": reply})
-                out.append(Turn(index, turn, api, ttft, total, tokens, timings))
+                out.append(Turn(index, turn, api, ttft, total, tokens, split))
     except Exception as exc:  # noqa: BLE001 - reported, the round is then invalid
         errors.append(f"conversation {index}: {exc}")
 
