@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mlxcel.engine import held_wakeups
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
@@ -222,7 +223,7 @@ class Engine:
                     continue
                 # one turn of the process's engines: admission (which may restore a saved
                 # state), the drafter's and the batch's decodes, and sampling from the logits
-                with gate.hold():
+                with gate.hold(), held_wakeups.holding():
                     self._admit()
                     if self.slots.busy():
                         self._step()

@@ -18,6 +18,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from mlxcel.engine import held_wakeups
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.weight_buffers import repack_weights
 
@@ -280,6 +281,7 @@ class LlamaRuntime:
     def decode(self, batch: llama_cpp.llama_batch, causal: bool = True) -> int:
         """llama_decode; `causal` False: the batch's positions attend to each other both
         ways (a non-causal projector's media), only for this call."""
+        held_wakeups.release()  # the loops woken now run beside the decode, not inside the engine's Python
         if causal:
             return int(llama_cpp.llama_decode(self.ctx, batch))
         llama_cpp.llama_set_causal_attn(self.ctx, False)

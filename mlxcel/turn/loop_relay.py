@@ -2,7 +2,8 @@
 arrives before the loop gets to it is delivered by one wake-up. A decode step that
 yields a token on each of 16 slots wakes the loop once, not 16 times; each wake-up
 is a write to the loop's self-pipe, which also pre-empts the engine thread on a
-machine whose cores are all busy decoding."""
+machine whose cores are all busy decoding. The engine thread sends its wake-ups just
+before it decodes (engine/held_wakeups.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from mlxcel.engine import held_wakeups
 
 log = logging.getLogger(__name__)
 _relays: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopRelay] = weakref.WeakKeyDictionary()
@@ -38,6 +41,11 @@ class LoopRelay:
             if self._scheduled:
                 return
             self._scheduled = True
+        if not held_wakeups.defer(self._wake):  # the engine thread wakes the loop just before it decodes
+            self._wake()
+
+    def _wake(self) -> None:
+        loop = self._loop()
         try:
             if loop is None:
                 raise RuntimeError("the loop is gone")

@@ -87,3 +87,23 @@ def test_constrained_batch_generation(runtime):
             sampler.free()
     for seq in (0, 1):
         jsonschema.validate(json.loads(b"".join(output[seq]).decode()), ANIMAL)
+
+
+def test_a_decode_first_sends_the_wake_ups_its_thread_held(runtime):
+    """The engine wakes event loops just before llama_decode releases the GIL, so the
+    loops run beside the decode, not inside the engine's sampling."""
+    from mlxcel.engine import held_wakeups
+
+    tokenizer = Tokenizer(runtime.vocab)
+    runtime.seq_remove(0, 0, -1)  # whatever an earlier test left in sequence 0
+    batch = TokenBatch(runtime.n_batch)
+    batch.add_span(tokenizer.encode("Hello"), 0, 0, logits_last=True)
+    woken: list[str] = []
+    try:
+        with held_wakeups.holding():
+            held_wakeups.defer(lambda: woken.append("loop"))
+            assert woken == []
+            assert runtime.decode(batch.seal()) == 0
+            assert woken == ["loop"]
+    finally:
+        runtime.seq_remove(0, 0, -1)
