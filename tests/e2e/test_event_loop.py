@@ -55,3 +55,26 @@ def test_health_answers_while_a_large_request_is_prepared(server, path, body):
     assert outcome["seconds"] > 0.1, "the request was too cheap to show anything"
     assert len(latencies) >= 5
     assert max(latencies) < HEALTH_BUDGET_S, f"slowest /health {max(latencies):.3f}s during {outcome}"
+
+
+def test_a_fresh_servers_first_seconds_never_stall_the_event_loop():
+    """Whatever a server learns about its model once it is ready (the memory monitor's
+    first tick wants the GGUF header's KV geometry) is not read on the event loop."""
+    from tests.server_process import ServerProcess
+
+    proc = ServerProcess("-c", "1024", "-np", "1")
+    try:
+        proc.wait_ready()
+        latencies = []
+        with proc.client() as client:
+            client.get("/health")
+            ends = time.monotonic() + 2.0  # four of the monitor's ticks
+            while time.monotonic() < ends:
+                started = time.monotonic()
+                assert client.get("/health").status_code == 200
+                latencies.append(time.monotonic() - started)
+                time.sleep(0.01)
+    finally:
+        proc.stop()
+    assert len(latencies) >= 20
+    assert max(latencies) < HEALTH_BUDGET_S, f"slowest /health {max(latencies):.3f}s in a fresh server's first 2 s"
