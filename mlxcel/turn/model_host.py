@@ -50,6 +50,14 @@ def _pool_size(cfg: ServerConfig) -> int:
     return cfg.ctx_size
 
 
+def _slot_context(cfg: ServerConfig, pool: int) -> int:
+    """The most context one slot can hold in a pool of `pool` cells: its share of a
+    split pool, or the unified pool up to --kv-unified-per-slot."""
+    if not cfg.kv_unified:
+        return pool // max(1, cfg.parallel)
+    return min(pool, cfg.kv_unified_per_slot) if cfg.kv_unified_per_slot > 0 else pool
+
+
 def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = False) -> RuntimeConfig:
     return RuntimeConfig(
         model_path=path,
@@ -164,8 +172,7 @@ class ModelHost:
         cfg = self.config
         if not attention_choice.probe_needed(cfg.n_gpu_layers, cfg.cache_type_v):
             return llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
-        pool = _pool_size(cfg) or llama_cpp.llama_model_n_ctx_train(model)
-        per_slot = pool if cfg.kv_unified else pool // max(1, cfg.parallel)
+        per_slot = _slot_context(cfg, _pool_size(cfg) or llama_cpp.llama_model_n_ctx_train(model))
         settings = {"threads": cfg.threads, "threads_batch": cfg.threads_batch, "type_k": cfg.cache_type_k,
                     "type_v": cfg.cache_type_v, "ubatch": min(cfg.ubatch_size, cfg.batch_size), "repack": cfg.repack,
                     "probe": (attention_choice.PROBE_DEPTH, attention_choice.PROBE_STEPS)}

@@ -271,6 +271,17 @@ def test_a_unified_kv_pool_and_its_per_slot_cap_reach_llama_cpp(tmp_path, monkey
         parse_serve_args(["--kv-unified-per-slot", "-5"])
 
 
+def test_the_context_a_slot_can_hold_follows_the_pool_layout():
+    """What -fa auto times a typical request at: a split pool's share, or the unified
+    pool capped by --kv-unified-per-slot."""
+    from mlxcel.turn.model_host import _slot_context
+
+    assert _slot_context(parse_serve_args(["-np", "4"]), 8192) == 2048
+    assert _slot_context(parse_serve_args(["-np", "4", "-kvu"]), 8192) == 8192
+    assert _slot_context(parse_serve_args(["-np", "4", "-kvu", "--kv-unified-per-slot", "1024"]), 8192) == 1024
+    assert _slot_context(parse_serve_args(["-np", "2", "-kvu", "--kv-unified-per-slot", "9000"]), 8192) == 8192
+
+
 def test_mlock_locks_what_the_load_mode_loads(tmp_path, monkeypatch):
     """--mlock (llama-server's older flag; this llama.cpp spells it --load-mode) is not
     dropped: it becomes llama.cpp's mlock load mode, over a mapped file or a read copy."""
