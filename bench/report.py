@@ -31,10 +31,12 @@ class Row:
     reference: float
     ratio: float               # median over rounds of mlxcel / llama-server
     n: int
+    spread: tuple[float, float] = (math.nan, math.nan)  # the lowest and highest per-round ratio
     target: str = ""
-    verdict: str = ""          # "ok", "MISS" or ""
+    verdict: str = ""          # "ok", "MISS" or "", and "~" when the rounds fall on both sides of the target
     bare: dict[str, float] = field(default_factory=dict)         # median loop figure by KV layout
     bare_ratio: dict[str, float] = field(default_factory=dict)   # median of per-round mlxcel / loop
+    bare_spread: dict[str, tuple[float, float]] = field(default_factory=dict)  # their lowest and highest
     reference_bare_ratio: float = math.nan                        # llama-server / the split-KV loop
 
 
@@ -57,13 +59,16 @@ def summarize(rounds: list[Round],
                       r.reference.metrics.get(metric, math.nan)) for r in mine]
             ratios = [a / b if b else math.nan for a, b in pairs]
             row = Row(name, metric, _median([a for a, _ in pairs]),
-                      _median([b for _, b in pairs]), _median(ratios), len(pairs))
+                      _median([b for _, b in pairs]), _median(ratios), len(pairs), _spread(ratios))
             if (name, metric) in targets:
                 op, bound = targets[(name, metric)]
                 row.target = f"{op} {bound:g}"
                 if not math.isnan(row.ratio):
                     ok = row.ratio >= bound if op == ">=" else row.ratio <= bound
                     row.verdict = "ok" if ok else "MISS"
+                    lo, hi = row.spread
+                    if lo < bound < hi:  # one round says the opposite: the verdict is within the host's noise
+                        row.verdict += " ~"
             if STREAM_SCENARIOS.get(name, (None,) * 4)[3] == metric:
                 _add_bare(row, mine, metric)
             rows.append(row)
@@ -75,10 +80,17 @@ def _add_bare(row: Row, rounds: list[Round], metric: str) -> None:
         pairs = [(r.mlxcel.metrics.get(metric, math.nan), r.bare[layout])
                  for r in rounds if r.bare and layout in r.bare]
         if pairs:
+            ratios = [a / b if b else math.nan for a, b in pairs]
             row.bare[layout] = _median([b for _, b in pairs])
-            row.bare_ratio[layout] = _median([a / b if b else math.nan for a, b in pairs])
+            row.bare_ratio[layout] = _median(ratios)
+            row.bare_spread[layout] = _spread(ratios)
     row.reference_bare_ratio = _median([r.reference.metrics.get(metric, math.nan) / r.bare["split"]
                                         for r in rounds if r.bare and r.bare.get("split")])
+
+
+def _spread(ratios: list[float]) -> tuple[float, float]:
+    xs = [x for x in ratios if not math.isnan(x)]
+    return (min(xs), max(xs)) if xs else (math.nan, math.nan)
 
 
 def _fmt(x: float) -> str:
@@ -88,12 +100,13 @@ def _fmt(x: float) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    header = ("scenario", "metric", "mlxcel", "llama-server", "ratio", "target", "check",
+    header = ("scenario", "metric", "mlxcel", "llama-server", "ratio", "rounds' range", "target", "check",
               "bare split", "/bare", "bare unified", "/bare", "llama-server/bare split")
-    body = [(r.scenario, r.metric, _fmt(r.mlxcel), _fmt(r.reference), _ratio(r.ratio), r.target,
+    body = [(r.scenario, r.metric, _fmt(r.mlxcel), _fmt(r.reference), _ratio(r.ratio),
+             f"{_ratio(r.spread[0])}-{_ratio(r.spread[1])}" if r.n > 1 else "", r.target,
              r.verdict, *_bare_cells(r)) for r in rows]
     widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
-    right = {2, 3, 4, 7, 8, 9, 10, 11}
+    right = {2, 3, 4, 5, 8, 9, 10, 11, 12}
 
     def fmt_line(line: tuple) -> str:
         cells = [str(c).rjust(w) if i in right else str(c).ljust(w)
@@ -116,6 +129,9 @@ def _bare_cells(row: Row) -> list[str]:
             continue
         ratio = row.bare_ratio[layout]
         miss = "" if math.isnan(ratio) or ratio >= BARE_TARGET else " MISS"
+        lo, hi = row.bare_spread.get(layout, (math.nan, math.nan))
+        if lo < BARE_TARGET < hi:
+            miss += " ~"
         cells += [_fmt(row.bare[layout]), _ratio(ratio) + miss]
     return [*cells, _ratio(row.reference_bare_ratio) if row.bare else ""]
 
