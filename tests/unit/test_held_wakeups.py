@@ -67,15 +67,9 @@ def test_a_relay_called_by_a_holding_thread_wakes_its_loop_only_at_release():
     async def main():
         loop = asyncio.get_running_loop()
         relay = relay_for(loop)
-        wake_ups = 0
+        wake_ups: list[tuple] = []
         real = loop.call_soon_threadsafe
-
-        def counting(*args):
-            nonlocal wake_ups
-            wake_ups += 1
-            return real(*args)
-
-        loop.call_soon_threadsafe = counting
+        loop.call_soon_threadsafe = lambda *a: (wake_ups.append(a), real(*a))
         got: list[int] = []
         done = asyncio.Event()
         checked: list[tuple[int, list[int]]] = []
@@ -85,7 +79,7 @@ def test_a_relay_called_by_a_holding_thread_wakes_its_loop_only_at_release():
                 for n in range(5):
                     relay.call(got.append, n)
                 threading.Event().wait(0.2)  # the loop is free meanwhile: it must not have been woken
-                checked.append((wake_ups, list(got)))
+                checked.append((len(wake_ups), list(got)))
                 held_wakeups.release()
             relay.call(lambda _: done.set(), None)
 
@@ -93,7 +87,7 @@ def test_a_relay_called_by_a_holding_thread_wakes_its_loop_only_at_release():
         thread.start()
         await asyncio.wait_for(done.wait(), 10)
         thread.join()
-        return checked, got, wake_ups
+        return checked, got, len(wake_ups)
 
     checked, got, wake_ups = asyncio.run(main())
     assert checked == [(0, [])]
