@@ -22,7 +22,6 @@ from mlxcel.engine.engine import Engine, EngineConfig
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.fleet.model_files import metadata as gguf_metadata
 from mlxcel.media import MediaLoader
 from mlxcel.models.catalog import CATALOG
 from mlxcel.models.store import mlxcel_home
@@ -191,9 +190,6 @@ class ModelHost:
             cfg = self.config
             runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)), self._choose_flash_attn)
             tokenizer = Tokenizer(runtime.vocab)
-            # the GGUF header (its vocabulary too: ~0.2 s of Python) read here, once: the
-            # memory monitor, /metrics and the capacity routes ask it on the event loop
-            gguf_metadata(str(self.model_path))
             self._load_chat_support(runtime, tokenizer)
             projector = self._load_projector(runtime) if cfg.mmproj else None
             if cfg.warmup:
