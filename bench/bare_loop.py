@@ -3,7 +3,9 @@
 N sequences, each a short prompt, are prefilled in one batch and then decode together
 through llama_decode with nothing around them: every step takes each sequence's next
 token by argmax over its logits row (numpy) and decodes them as one batch. No HTTP, no
-scheduling, no sampler chain, no text.
+scheduling, no sampler chain, no text. With `sampling` (bench/run.py's chat row), each
+token comes from llama.cpp's own sampler chain instead, built in llama-server's default
+order with the request's settings: the limit for a sampled request.
 
     .venv/bin/python bench/bare_loop.py MODEL [--nseq 1,4] [--steps 128] [--ctx 8192]
         [--parallel 4] [--threads 2] [--kv split|unified|both]
@@ -19,7 +21,9 @@ share CTX cells, as ../shared/bare_decode_loop.py measures). Two figures per run
   the counterpart of `aggregate_tps` (which counts the prompts' prefill).
 
 `--worker` (for bench/run.py) loads the model once and answers JSON lines on stdin
-(`{"nseq": 4, "steps": 128, "kv_unified": false, "seed": "agg-0"}`) with a JSON line.
+(`{"nseq": 4, "steps": 128, "kv_unified": false, "seed": "agg-0"}`, optionally with
+`"sampling": {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05,
+"repeat_penalty": 1.1}`) with a JSON line.
 """
 from __future__ import annotations
 
@@ -72,16 +76,19 @@ class BareLoop:
         n = L.llama_tokenize(self.vocab, data, len(data), buf, len(buf), True, True)
         return list(buf[:n])
 
-    def run(self, nseq: int, steps: int, kv_unified: bool, seed: str = "bare") -> dict:
+    def run(self, nseq: int, steps: int, kv_unified: bool, seed: str = "bare", sampling: dict | None = None) -> dict:
         ctx = self._context(kv_unified, nseq)
         batch = L.llama_batch_init(2048, 0, 1)
+        chains = [sampler_chain(sampling, self.n_vocab, seq) for seq in range(nseq)] if sampling else []
         try:
-            return self._run(ctx, batch, nseq, steps, seed)
+            return self._run(ctx, batch, nseq, steps, seed, chains)
         finally:
+            for chain in chains:
+                L.llama_sampler_free(chain)
             L.llama_batch_free(batch)
             L.llama_free(ctx)
 
-    def _run(self, ctx, batch, nseq: int, steps: int, seed: str) -> dict:
+    def _run(self, ctx, batch, nseq: int, steps: int, seed: str, chains: list) -> dict:
         def add(token: int, pos: int, seq: int, logits: bool) -> int:
             i = batch.n_tokens
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
@@ -93,6 +100,11 @@ class BareLoop:
             row = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,))
             return int(row.argmax())
 
+        def pick(seq: int, index: int) -> int:
+            if not chains:
+                return argmax(index)
+            return int(L.llama_sampler_sample(chains[seq], ctx, index))  # it accepts the token too
+
         prompts = [self.tokenize(short_prompt(f"{seed}-{s}")) for s in range(nseq)]
         started = time.perf_counter()
         batch.n_tokens = 0
@@ -100,7 +112,7 @@ class BareLoop:
         if L.llama_decode(ctx, batch) != 0:
             raise RuntimeError("llama_decode failed on the prompts")
         positions = [len(p) for p in prompts]
-        tokens = [argmax(i) for i in rows]
+        tokens = [pick(s, i) for s, i in enumerate(rows)]
         decoding = time.perf_counter()
         for _ in range(steps):
             batch.n_tokens = 0
@@ -108,13 +120,29 @@ class BareLoop:
             if L.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed")
             positions = [p + 1 for p in positions]
-            tokens = [argmax(i) for i in rows]
+            tokens = [pick(s, i) for s, i in enumerate(rows)]
         done = time.perf_counter()
         return {"nseq": nseq, "steps": steps, "decode_tps": nseq * steps / (done - decoding),
                 "wall_tps": nseq * (steps + 1) / (done - started), "prefill_s": decoding - started}
 
     def close(self) -> None:
         L.llama_model_free(self.model)
+
+
+def sampler_chain(sampling: dict, n_vocab: int, seq: int):
+    """llama.cpp's chain for these settings, in llama-server's default order (penalties,
+    top-k, top-p, min-p, temperature, then the seeded draw; DRY, typical-p and XTC are
+    off at their defaults, so they are left out, as llama-server leaves them inactive)."""
+    chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+    parts = [L.llama_sampler_init_penalties(n_vocab, 64, float(sampling.get("repeat_penalty", 1.0)), 0.0, 0.0),
+             L.llama_sampler_init_top_k(int(sampling.get("top_k", 40))),
+             L.llama_sampler_init_top_p(float(sampling.get("top_p", 0.95)), 1),
+             L.llama_sampler_init_min_p(float(sampling.get("min_p", 0.05)), 1),
+             L.llama_sampler_init_temp(float(sampling.get("temperature", 0.8))),
+             L.llama_sampler_init_dist(1000 + seq)]
+    for part in parts:
+        L.llama_sampler_chain_add(chain, part)
+    return chain
 
 
 @L.llama_log_callback
@@ -130,7 +158,8 @@ def worker(loop: BareLoop) -> None:
         if not line.strip():
             continue
         ask = json.loads(line)
-        result = loop.run(int(ask["nseq"]), int(ask["steps"]), bool(ask["kv_unified"]), ask.get("seed", "bare"))
+        result = loop.run(int(ask["nseq"]), int(ask["steps"]), bool(ask["kv_unified"]), ask.get("seed", "bare"),
+                          ask.get("sampling"))
         print(json.dumps(result), flush=True)
 
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from client import CHAT_SAMPLING
+
 BARE_LOOP = Path(__file__).resolve().parent / "bare_loop.py"
 
 # scenario -> (sequences, decode steps, the loop's figure, the scenario's metric it is compared with)
@@ -19,6 +21,9 @@ STREAM_SCENARIOS = {
     "chat_decode": (1, 127, "decode_tps", "chat_decode_tps"),
     "aggregate4": (4, 127, "wall_tps", "aggregate_tps"),  # counts the prefill and all 128 tokens
 }
+# how the loop picks tokens per scenario: greedy argmax unless named here (then llama.cpp's
+# own sampler chain with the request's settings, as both servers sample that request)
+SAMPLING = {"chat_decode": CHAT_SAMPLING}
 LAYOUTS = {"split": False, "unified": True}
 
 
@@ -35,9 +40,9 @@ class BareWorker:
             self.stop()
             raise RuntimeError(f"the bare loop worker did not start (see {log_path})")
 
-    def run(self, nseq: int, steps: int, kv_unified: bool, seed: str) -> dict:
+    def run(self, nseq: int, steps: int, kv_unified: bool, seed: str, sampling: dict | None = None) -> dict:
         self.proc.stdin.write(json.dumps({"nseq": nseq, "steps": steps, "kv_unified": kv_unified,
-                                          "seed": seed}) + "\n")
+                                          "seed": seed, "sampling": sampling}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -52,7 +57,7 @@ class BareWorker:
         nseq, steps, figure, _metric = STREAM_SCENARIOS[scenario]
         out: dict[str, float] = {}
         for layout, unified in LAYOUTS.items():
-            res = self.run(nseq, steps, unified, f"{scenario}-{rnd}")
+            res = self.run(nseq, steps, unified, f"{scenario}-{rnd}", SAMPLING.get(scenario))
             out[layout] = res[figure]
             out |= {f"{layout}_{k}": v for k, v in res.items() if k.endswith("_tps")}
         return out
