@@ -1,6 +1,7 @@
 """A llama_token_data_array over a numpy buffer: a sampler chain runs on it as
-llama_sampler_sample would, and what the chain left (the surviving candidates and
-their probabilities) can then be read, for llama-server's post-sampling probabilities.
+llama_sampler_sample would (on every token, or on the few a Narrowing picked), and
+what the chain left (the surviving candidates and their probabilities) can then be
+read, for llama-server's post-sampling probabilities.
 
 Samplers may shrink the array, reorder it or move its `data` pointer forward (XTC
 does); `surviving()` reads the array as they left it."""
@@ -18,18 +19,27 @@ assert TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
 
 class Candidates:
     def __init__(self, n_vocab: int) -> None:
-        self.buffer = np.zeros(n_vocab, dtype=TOKEN_DATA)
-        self._ids = np.arange(n_vocab, dtype=np.int32)
+        self.n_vocab = n_vocab
+        self.buffer = np.zeros(0, dtype=TOKEN_DATA)  # grows to the largest set run so far
+        self._all_ids: np.ndarray | None = None
         self.array = llama_cpp.llama_token_data_array()
 
-    def run(self, chain, logits: np.ndarray) -> int:
-        """Every token with these logits through `chain` (applied, not accepted);
-        the token it selected."""
-        self.buffer["id"] = self._ids
-        self.buffer["logit"] = logits
-        self.buffer["p"] = 0.0
+    def run(self, chain, logits: np.ndarray, ids: np.ndarray | None = None) -> int:
+        """The tokens `ids` (ascending; None: every token) with these logits through
+        `chain` (applied, not accepted); the token it selected."""
+        if ids is None:
+            if self._all_ids is None:
+                self._all_ids = np.arange(self.n_vocab, dtype=np.int32)
+            ids = self._all_ids
+        n = ids.shape[0]
+        if self.buffer.shape[0] < n:
+            self.buffer = np.zeros(n, dtype=TOKEN_DATA)
+        entries = self.buffer[:n]
+        entries["id"] = ids
+        entries["logit"] = logits if n == self.n_vocab else logits[ids]
+        entries["p"] = 0.0
         self.array.data = self.buffer.ctypes.data_as(llama_cpp.llama_token_data_p)
-        self.array.size = self.buffer.shape[0]
+        self.array.size = n
         self.array.selected = -1
         self.array.sorted = False
         llama_cpp.llama_sampler_apply(chain, ctypes.byref(self.array))

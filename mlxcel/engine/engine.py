@@ -368,6 +368,7 @@ class Engine:
                 self.n_ctx_slot,
                 self.tokenizer.eog_tokens if request.ignore_eos else frozenset(),
             )
+            sampler.prime(request.prompt_tokens)
         except BaseException:
             self._forget_sequence(slot)  # admission may have left it half-restored
             raise

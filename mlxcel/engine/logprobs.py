@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlxcel.engine.top_logits import at_least_top
+
 MAX_TOP_LOGPROBS = 20
-_BLOCK = 256
 
 
 def log_normalizer(logits: np.ndarray) -> float:
@@ -35,21 +36,9 @@ def token_logprobs(logits: np.ndarray, token: int, k: int) -> tuple[float, list[
 
 
 def top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the `k` largest logits, unordered (1 <= k <= len(logits)).
-
-    Block maxima bound the search: the k-th largest of them is a value at least k
-    logits reach, so every top-k logit is >= it. On a 152k vocabulary that leaves a
-    few hundred candidates for argpartition instead of the whole row.
-    """
-    n = logits.shape[0]
-    full = n - n % _BLOCK
-    if full // _BLOCK < 4 * k:
-        return np.argpartition(logits, n - k)[n - k :]
-    maxima = logits[:full].reshape(-1, _BLOCK).max(axis=1)
-    if full < n:
-        maxima = np.append(maxima, logits[full:].max())
-    threshold = np.partition(maxima, maxima.shape[0] - k)[maxima.shape[0] - k]
-    candidates = np.flatnonzero(logits >= threshold)
+    """Ids of the `k` largest logits, unordered (1 <= k <= len(logits)): argpartition
+    over the few hundred ids that can hold them (`at_least_top`), not the whole row."""
+    candidates = at_least_top(logits, k)
     if candidates.shape[0] > k:
         picked = np.argpartition(logits[candidates], candidates.shape[0] - k)
         candidates = candidates[picked[candidates.shape[0] - k :]]

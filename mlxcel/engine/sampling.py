@@ -13,7 +13,12 @@ the -inf bans of ignore_eos) skips the chain: llama_sampler_sample would copy th
 whole vocabulary into a candidates array (1.8 MB on a 152k vocabulary) to take its
 argmax; numpy takes it on the logits row in place (the lowest id on ties, as
 llama.cpp's greedy sampler), ~30x cheaper. The chain is still built: forced tokens
-are accepted into it, and it is what every other request samples with.
+are accepted into it, and it is what every other request samples with. A chain that
+cuts to its top k before reading the whole vocabulary (the default order does) runs on
+the few hundred tokens that can survive the cut (`Narrowing`).
+
+The chain's history is llama-server's: before the first draw it accepts the prompt
+(its text tokens), so the repeat penalties and DRY count what the prompt repeats.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 
 from mlxcel.engine.candidates import Candidates, post_sampling_probs
 from mlxcel.engine.llama_runtime import logits_row
+from mlxcel.engine.narrowing import Narrowing
 from mlxcel.engine.sampler_order import DEFAULT_ORDER
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's "pick a random seed"
@@ -97,7 +103,7 @@ class SamplerChain:
         self._context_size = context_size
         self._greedy = params.greedy
         self._n_vocab = n_vocab
-        self._candidates: Candidates | None = None  # made on the first post-sampling draw
+        self._candidates = Candidates(n_vocab)
         self._added: list[str] = []  # the samplers in the chain, by name
         self._ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         for sampler in self._samplers(params, n_vocab, banned_tokens):
@@ -106,6 +112,12 @@ class SamplerChain:
         self.argmax_bans: np.ndarray | None = None
         if self._added in (["greedy"], ["bans", "greedy"]):
             self.argmax_bans = np.array(sorted(self._bans), dtype=np.intp)
+        penalty_window = self._window(params.repeat_last_n, zero_means_all=False)
+        self.narrowing = None if self.argmax_bans is not None else Narrowing.of_chain(
+            self._added, params.top_k, self._biased, penalty_window)
+        # how many of the latest tokens the chain's history reads (penalties, DRY)
+        self.history = max(penalty_window if "penalties" in self._added else 0,
+                           self._window(params.dry_penalty_last_n, zero_means_all=True) if "dry" in self._added else 0)
 
     def _window(self, last_n: int, zero_means_all: bool) -> int:
         """A penalty window in tokens: -1 (and 0 where it means "all") is the slot's
@@ -120,6 +132,7 @@ class SamplerChain:
         for t in banned:
             biases[t] = -math.inf
         self._bans = {t for t, b in biases.items() if b == -math.inf}
+        self._biased = set(biases)
         if biases:
             arr = (llama_cpp.llama_logit_bias * len(biases))(
                 *(llama_cpp.llama_logit_bias(token=t, bias=b) for t, b in biases.items())
@@ -193,11 +206,32 @@ class SamplerChain:
             return llama_cpp.llama_sampler_init_infill(self._vocab)
         return None  # adaptive_p: the final draw
 
+    def prime(self, prompt: list[int]) -> None:
+        """Accept the prompt's text tokens into the chain's history before the first
+        draw, as llama-server does: only the last ones its samplers keep matter."""
+        if not self.history:
+            return
+        text = [t for t in prompt[-self.history :] if t >= 0]  # media positions hold negative stand-ins
+        if len(text) < self.history:
+            text = [t for t in prompt if t >= 0][-self.history :]
+        for token in text:
+            self.accept(token)
+
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
         """The token for one batch output (whose logits row may already be masked)."""
         if self.argmax_bans is not None:
             return self.argmax(logits_row(ctx, batch_index, self._n_vocab))
-        return int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))
+        if self.narrowing is not None:
+            logits = logits_row(ctx, batch_index, self._n_vocab)
+            ids = self.narrowing.candidate_ids(logits)
+            if ids is not None:
+                token = self._candidates.run(self._ptr, logits, ids)
+                self.accept(token)
+                return token
+        token = int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))
+        if self.narrowing is not None:
+            self.narrowing.accepted(token)
+        return token
 
     def argmax(self, logits: np.ndarray) -> int:
         """A plain-greedy chain's pick from these logits, without running it: the banned
@@ -212,18 +246,20 @@ class SamplerChain:
         surviving candidates: llama-server's post-sampling probabilities. A greedy
         chain computes no probabilities: its pick has probability 1 and nothing
         else survives, as llama-server's temperature-0 chain leaves it."""
-        if self._candidates is None:
-            self._candidates = Candidates(self._n_vocab)
-        token = self._candidates.run(self._ptr, logits)
-        llama_cpp.llama_sampler_accept(self._ptr, token)
+        ids = self.narrowing.candidate_ids(logits) if self.narrowing is not None else None
+        token = self._candidates.run(self._ptr, logits, ids)
+        self.accept(token)
         if self._greedy:
             return token, 1.0, [(token, 1.0)] if k > 0 else []
         prob, top = post_sampling_probs(self._candidates.surviving(), token, k)
         return token, prob, top
 
     def accept(self, token: int) -> None:
-        """Tell the chain about a token it did not pick (one forced into the output)."""
+        """Tell the chain about a token (one it picked, one forced into the output, one
+        of the prompt)."""
         llama_cpp.llama_sampler_accept(self._ptr, token)
+        if self.narrowing is not None:
+            self.narrowing.accepted(token)
 
     def free(self) -> None:
         if self._ptr:

@@ -326,6 +326,9 @@ def test_metrics_off_answers_501(keyed_pair):
     assert answers[0].json() == answers[1].json()
 
 
+REPETITIVE = "one two three four five, one two three four five, one two three four five, one two three"
+
+
 @pytest.mark.parametrize("sampling", [
     {"temperature": 0.8, "seed": 42},
     {"temperature": 1.0, "seed": 7, "mirostat": 2},
@@ -334,6 +337,13 @@ def test_metrics_off_answers_501(keyed_pair):
     {"temperature": 1.2, "seed": 9, "samplers": ["top_k", "temperature"], "top_k": 5},
     {"temperature": 1.0, "seed": 3, "samplers": "kt", "top_k": 3},
     {"temperature": 0.7, "seed": 4, "top_p": 0.8, "min_p": 0.0, "typical_p": 0.9, "min_keep": 2},
+    # the penalties and DRY read the prompt too: llama-server accepts it into the chain first
+    {"temperature": 0.8, "seed": 11, "repeat_penalty": 1.6, "repeat_last_n": 64, "presence_penalty": 0.6,
+     "prompt": REPETITIVE},
+    {"temperature": 0.0, "repeat_penalty": 2.0, "frequency_penalty": 0.5, "prompt": REPETITIVE},
+    {"temperature": 0.8, "seed": 12, "dry_multiplier": 2.0, "dry_allowed_length": 2, "prompt": REPETITIVE},
+    {"temperature": 0.0, "dry_multiplier": 2.0, "dry_allowed_length": 1, "dry_penalty_last_n": 32,
+     "prompt": REPETITIVE},
 ])
 def test_seeded_sampling_matches_token_for_token(both, sampling):
     body = {"prompt": "Once upon a time", "n_predict": 24, **sampling}

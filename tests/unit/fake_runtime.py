@@ -234,6 +234,7 @@ class FakeSampler:
         self.banned = banned
         self.fail_when = fail_when
         self.accepted: list[int] = []
+        self.primed: list[int] = []  # the prompt the engine primed the chain's history with
         self.freed = 0
 
     def sample(self, ctx: FakeRuntime, batch_index: int) -> int:
@@ -249,6 +250,9 @@ class FakeSampler:
         while token in self.banned:
             token = (token + 1) % N_VOCAB
         return token
+
+    def prime(self, prompt: list[int]) -> None:
+        self.primed = list(prompt)
 
     def accept(self, token: int) -> None:
         self.accepted.append(token)
