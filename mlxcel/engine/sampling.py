@@ -211,10 +211,8 @@ class SamplerChain:
         draw, as llama-server does: only the last ones its samplers keep matter."""
         if not self.history:
             return
-        text = [t for t in prompt[-self.history :] if t >= 0]  # media positions hold negative stand-ins
-        if len(text) < self.history:
-            text = [t for t in prompt if t >= 0][-self.history :]
-        for token in text:
+        text = [t for t in prompt if t >= 0]  # media positions hold negative stand-ins
+        for token in text[-self.history :]:
             self.accept(token)
 
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
