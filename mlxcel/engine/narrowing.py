@@ -19,7 +19,7 @@ k-th logit may keep another of the tied tokens.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 
 import numpy as np
@@ -71,6 +71,23 @@ class Narrowing:
                 self._counts[old] = left
             else:
                 del self._counts[old]
+
+    def accepted_all(self, tokens: list[int]) -> None:
+        """accepted() for each of `tokens` in turn (a prompt, at once)."""
+        if not self._window:
+            return
+        tail = tokens[-self._window :]
+        self._recent.extend(tail)
+        counts = self._counts
+        for token, n in Counter(tail).items():
+            counts[token] = counts.get(token, 0) + n
+        for _ in range(len(self._recent) - self._window):
+            old = self._recent.popleft()
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
 
     def candidate_ids(self, logits: np.ndarray) -> np.ndarray | None:
         """Ascending ids to run the chain on, or None where the set would be too

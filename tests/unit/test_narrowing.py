@@ -100,6 +100,25 @@ def test_the_candidate_set_counts_what_the_penalties_window_holds():
     assert len(ids) < N_VOCAB // 16
 
 
+@pytest.mark.parametrize("before, tokens", [
+    ((), [5, 6, 5, 7, 8, 9, 5]),  # a prompt longer than the window
+    ((), [5, 6]),
+    ((1, 2, 1), [3, 1, 4]),  # some history first: the oldest leave
+    ((1, 2, 1, 3), []),
+])
+def test_accepting_a_prompt_at_once_leaves_the_window_one_by_one_does(before, tokens):
+    one_by_one, at_once = Narrowing(k=3, biased=(), window=4), Narrowing(k=3, biased=(), window=4)
+    for token in before:
+        one_by_one.accepted(token)
+        at_once.accepted(token)
+    for token in tokens:
+        one_by_one.accepted(token)
+    at_once.accepted_all(tokens)
+    assert list(at_once._recent) == list(one_by_one._recent)
+    assert at_once._counts == one_by_one._counts
+    assert all(n > 0 for n in at_once._counts.values())
+
+
 def test_a_set_too_large_a_share_of_the_vocabulary_runs_on_every_token():
     narrowing = Narrowing(k=40, biased=(), window=N_VOCAB)
     for token in range(N_VOCAB // 16):
