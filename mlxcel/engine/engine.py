@@ -50,6 +50,7 @@ log = logging.getLogger("mlxcel.engine")
 
 
 IDLE_SAVE_DELAY_S = 0.05  # idle this long before slots are saved to the host cache
+PRIME_TOKENS_PER_STEP = 2048  # prompt tokens accepted into a prefilling slot's sampler a step (~2.5 ms)
 
 
 class QueueFullError(RuntimeError):
@@ -407,6 +408,14 @@ class Engine:
             self._decode_spans(spans, whole=True)
         finally:
             self._collect_masks()
+        self._prime_prefilling()
+
+    def _prime_prefilling(self) -> None:
+        """A step's share of each prefilling slot's prompt into its sampler chain's
+        history, so a long window's accepts do not stall the other slots at once."""
+        for slot in self.slots:
+            if slot.state is SlotState.PREFILL and slot.sampler is not None and slot.sampler.priming:
+                slot.sampler.prime_some(PRIME_TOKENS_PER_STEP)
 
     def _prefilling(self) -> list[Slot]:
         return sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at)

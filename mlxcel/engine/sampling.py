@@ -18,7 +18,8 @@ cuts to its top k before reading the whole vocabulary (the default order does) r
 the few hundred tokens that can survive the cut (`Narrowing`).
 
 The chain's history is llama-server's: before the first draw it accepts the prompt
-(its text tokens), so the repeat penalties and DRY count what the prompt repeats.
+(its text tokens), so the repeat penalties and DRY count what the prompt repeats. The
+engine spreads those accepts over the prompt's prefill steps (`prime_some`).
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class SamplerChain:
         self.narrowing = None if self.argmax_bans is not None else Narrowing.of_chain(
             self._added, params.top_k, self._biased, penalty_window)
         # how many of the latest tokens the chain's history reads (penalties, DRY)
+        self._unprimed: list[int] = []  # prompt tokens prime() noted and the chain has not accepted yet
         self.history = max(penalty_window if "penalties" in self._added else 0,
                            self._window(params.dry_penalty_last_n, zero_means_all=True) if "dry" in self._added else 0)
 
@@ -207,20 +209,35 @@ class SamplerChain:
         return None  # adaptive_p: the final draw
 
     def prime(self, prompt: list[int]) -> None:
-        """Accept the prompt's text tokens into the chain's history before the first
-        draw, as llama-server does: only the last ones its samplers keep matter."""
+        """Note the prompt's text tokens the chain's history must hold before its first
+        draw, as llama-server primes it (only the last ones its samplers keep matter).
+        `prime_some` accepts them a share at a time while the prompt prefills; whatever
+        is left is accepted before the chain's first draw or accept."""
         if not self.history:
             return
         text = [t for t in prompt if t >= 0]  # media positions hold negative stand-ins
-        tail = text[-self.history :]
-        accept, chain = llama_cpp.llama_sampler_accept, self._ptr  # ~1 us a token: a 32k prompt is ~30 ms
-        for token in tail:
+        self._unprimed = text[-self.history :]
+
+    @property
+    def priming(self) -> bool:
+        """Some of the prompt's noted tokens are not in the chain's history yet."""
+        return bool(self._unprimed)
+
+    def prime_some(self, limit: int) -> None:
+        """Accept up to `limit` more of the prompt's noted tokens (~1 us each: a
+        32k-token window at once would hold every other slot for ~40 ms)."""
+        part = self._unprimed[:limit]
+        del self._unprimed[:limit]
+        accept, chain = llama_cpp.llama_sampler_accept, self._ptr
+        for token in part:
             accept(chain, token)
         if self.narrowing is not None:
-            self.narrowing.accepted_all(tail)
+            self.narrowing.accepted_all(part)
 
     def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
         """The token for one batch output (whose logits row may already be masked)."""
+        if self._unprimed:
+            self.prime_some(len(self._unprimed))
         if self.argmax_bans is not None:
             return self.argmax(logits_row(ctx, batch_index, self._n_vocab))
         if self.narrowing is not None:
@@ -248,6 +265,8 @@ class SamplerChain:
         surviving candidates: llama-server's post-sampling probabilities. A greedy
         chain computes no probabilities: its pick has probability 1 and nothing
         else survives, as llama-server's temperature-0 chain leaves it."""
+        if self._unprimed:
+            self.prime_some(len(self._unprimed))
         ids = self.narrowing.candidate_ids(logits) if self.narrowing is not None else None
         token = self._candidates.run(self._ptr, logits, ids)
         self.accept(token)
@@ -259,6 +278,8 @@ class SamplerChain:
     def accept(self, token: int) -> None:
         """Tell the chain about a token (one it picked, one forced into the output, one
         of the prompt)."""
+        if self._unprimed:
+            self.prime_some(len(self._unprimed))
         llama_cpp.llama_sampler_accept(self._ptr, token)
         if self.narrowing is not None:
             self.narrowing.accepted(token)

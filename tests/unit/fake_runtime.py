@@ -234,10 +234,16 @@ class FakeSampler:
         self.banned = banned
         self.fail_when = fail_when
         self.accepted: list[int] = []
-        self.primed: list[int] = []  # the prompt the engine primed the chain's history with
+        self.unprimed: list[int] = []  # prompt tokens noted by prime(), not accepted yet
+        self.primed: list[int] = []  # the prompt tokens the chain's history took so far
+        self.prime_shares: list[int] = []  # how many each prime_some call took
+        self.sampled_unprimed = 0  # draws that had to finish the priming first
         self.freed = 0
 
     def sample(self, ctx: FakeRuntime, batch_index: int) -> int:
+        if self.unprimed:  # as SamplerChain: the rest of the prompt first
+            self.sampled_unprimed += 1
+            self.prime_some(len(self.unprimed))
         batch = ctx.last
         if batch is None or not 0 <= batch_index < len(batch.tokens) or not batch.logits[batch_index]:
             ctx.violations.append(f"sampled at row {batch_index}, which has no logits")
@@ -252,7 +258,16 @@ class FakeSampler:
         return token
 
     def prime(self, prompt: list[int]) -> None:
-        self.primed = list(prompt)
+        self.unprimed = list(prompt)
+
+    @property
+    def priming(self) -> bool:
+        return bool(self.unprimed)
+
+    def prime_some(self, limit: int) -> None:
+        self.prime_shares.append(min(limit, len(self.unprimed)))
+        self.primed += self.unprimed[:limit]
+        del self.unprimed[:limit]
 
     def accept(self, token: int) -> None:
         self.accepted.append(token)

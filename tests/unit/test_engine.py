@@ -308,6 +308,22 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_another_slot_decodes(make_ri
     assert wants_logits == [False] * (len(prompt) - 1) + [True]  # only the prompt's last token
 
 
+def test_a_long_prompt_primes_its_sampler_a_share_a_step_while_it_prefills(make_rig, monkeypatch):
+    monkeypatch.setattr("mlxcel.engine.engine.PRIME_TOKENS_PER_STEP", 3)
+    rig = make_rig(n_parallel=2, prefill_chunk=4)
+    rig.runtime.hold()
+    short = rig.submit([1, 2], max_tokens=30)
+    rig.runtime.next_held()
+    prompt = list(range(200, 220))
+    long = rig.submit(prompt, max_tokens=3)
+    rig.runtime.release()
+    short.wait(), long.wait()
+    sampler = next(s for s in rig.samplers.made if s.primed and s.primed[0] == 200)
+    assert sampler.primed == prompt  # all of it, in order
+    # 5 chunks of 4: a share after each of the first 4 steps, the last 8 before the first draw
+    assert sampler.prime_shares == [3, 3, 3, 3, 8] and sampler.sampled_unprimed == 1
+
+
 def test_prefilling_slots_share_the_chunk_oldest_first(make_rig):
     rig = make_rig(n_parallel=3, prefill_chunk=4)
     rig.runtime.hold()

@@ -164,6 +164,29 @@ def test_priming_fills_the_penalties_window_with_the_prompts_last_text_tokens():
     unprimed.free()
 
 
+@pytest.mark.parametrize("shares", [(), (2,), (2, 3), (6,), (100,)])
+def test_a_prompt_primed_a_share_at_a_time_comes_before_what_the_chain_accepts_next(shares):
+    # window 4 and a crushing penalty: the prompt 1-6, then a forced 7, leave 4-7 in the
+    # window, so 3 is the best unpenalized token (in any other order, 7 or 6 would win)
+    params = SamplingParams(temperature=0.0, repeat_penalty=100.0, repeat_last_n=4)
+    logits = np.zeros(N_VOCAB, dtype=np.float32)
+    logits[1:8] = 10.0 + np.arange(1, 8)
+    for narrowed in (True, False):
+        chain = SamplerChain(params, None, N_VOCAB, 64)
+        if not narrowed:
+            chain.narrowing = None
+        try:
+            chain.prime([1, 2, 3, 4, 5, 6])
+            for share in shares:
+                chain.prime_some(share)
+            assert chain.priming is (sum(shares) < 4)  # the window keeps the last 4 of the prompt
+            chain.accept(7)
+            assert not chain.priming
+            assert chain.sample_with_probs(logits.copy(), 0)[0] == 3
+        finally:
+            chain.free()
+
+
 def test_a_chain_without_history_samplers_is_not_primed():
     chain = SamplerChain(SamplingParams(temperature=0.8, logit_bias={1: -math.inf}), None, N_VOCAB, 64)
     assert chain.history == 0
