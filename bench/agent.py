@@ -33,7 +33,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).parent))
 from prompts import text_words  # noqa: E402
 from reference import ensure_llama_server  # noqa: E402
-from servers import Server, start_server, supports_flag  # noqa: E402
+from servers import Server, llama_server_argv, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -214,7 +214,7 @@ def main() -> int:
     commands = {"mlxcel": [*args.mlxcel_cmd.split(), *common, *args.mlxcel_args.split()]}
     if "llama-server" in args.only:
         ref = str(ensure_llama_server())
-        commands["llama-server"] = [ref, *common] + (["--no-webui"] if supports_flag(ref, "--no-webui") else [])
+        commands["llama-server"] = llama_server_argv(ref, common)
     names = [n for n in commands if n in args.only.split(",")]
     servers = {name: start_server(name, commands[name], args.log_dir) for name in names}
     results: dict[str, list[dict]] = {name: [] for name in names}

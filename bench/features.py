@@ -34,7 +34,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from reference import ensure_llama_server  # noqa: E402
-from servers import start_server, supports_flag  # noqa: E402
+from servers import llama_server_argv, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # llama-server closes idle keep-alive connections; a pooled one can be dead on reuse
@@ -261,7 +261,7 @@ def main() -> int:
     ref = str(ensure_llama_server())
     common = ["-m", str(args.model), "-c", "8192", "-np", "4", "-t", str(args.threads)]
     mlxcel = [*shlex.split(args.mlxcel_cmd), *common, "--metrics"]
-    llama = [ref, *common] + (["--no-webui"] if supports_flag(ref, "--no-webui") else [])
+    llama = llama_server_argv(ref, common)
     med = statistics.median
     only = set(args.only.split(","))
     if "cache" in only:

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client import make_client, stream_completion  # noqa: E402
 from prompts import short_prompt  # noqa: E402
 from reference import ensure_llama_server  # noqa: E402
-from servers import Server, start_server, supports_flag  # noqa: E402
+from servers import Server, llama_server_argv, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     common = ["-m", str(args.model), "-c", "8192", "-np", "4", "-t", str(args.threads)]
     ref = str(ensure_llama_server())
     commands = {"mlxcel": [*shlex.split(args.mlxcel_cmd), *common],
-                "llama-server": [ref, *common] + (["--no-webui"] if supports_flag(ref, "--no-webui") else [])}
+                "llama-server": llama_server_argv(ref, common)}
     servers: dict[str, Server] = {}
     try:
         for name, command in commands.items():

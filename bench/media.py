@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from features import MODEL, NO_KEEPALIVE, ROOT, streamed, words  # noqa: E402
 from reference import ensure_llama_server  # noqa: E402
-from servers import start_server, supports_flag  # noqa: E402
+from servers import llama_server_argv, start_server  # noqa: E402
 
 from tests.projector_gguf import png_bytes, write_vision_projector  # noqa: E402
 
@@ -114,7 +114,7 @@ def main() -> int:
     ref = str(ensure_llama_server())
     common = ["-m", str(args.model), "-c", "8192", "-np", "4", "-t", str(args.threads), "--mmproj", str(projector)]
     servers = {"mlxcel": [*shlex.split(args.mlxcel_cmd), *common],
-               "llama-server": [ref, *common] + (["--no-webui"] if supports_flag(ref, "--no-webui") else [])}
+               "llama-server": llama_server_argv(ref, common)}
     med = statistics.median
     print(f"projector: {n_image} tokens per image ({PROJECTOR})")
     for scenario, fn in (("ttft", ttft), ("stall", stall)):

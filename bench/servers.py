@@ -35,6 +35,11 @@ def supports_flag(binary: str, flag: str, timeout: float = 60) -> bool:
     return flag in out.stdout + out.stderr
 
 
+def llama_server_argv(binary: str, args: list[str]) -> list[str]:
+    """llama-server's command line with `args`, its web UI off where the build has one."""
+    return [binary, *args] + (["--no-webui"] if supports_flag(binary, "--no-webui") else [])
+
+
 @dataclass
 class Server:
     name: str

@@ -286,14 +286,20 @@ def test_cancel_while_decoding_takes_effect_at_the_next_step(make_rig):
 # -- chunked prefill --------------------------------------------------------------------
 
 
-def test_a_long_prompt_is_prefilled_in_chunks_while_another_slot_decodes(make_rig):
-    rig = make_rig(n_parallel=2, prefill_chunk=4)
+def long_prompt_beside_a_decoding_slot(rig: Rig, prompt: list[int]) -> tuple[RequestEvents, RequestEvents]:
+    """A 30-token generation, and `prompt` (3 tokens out) admitted once it decodes."""
     rig.runtime.hold()
     short = rig.submit([1, 2], max_tokens=30)
     rig.runtime.next_held()
-    prompt = list(range(200, 220))
     long = rig.submit(prompt, max_tokens=3)
     rig.runtime.release()
+    return short, long
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_while_another_slot_decodes(make_rig):
+    rig = make_rig(n_parallel=2, prefill_chunk=4)
+    prompt = list(range(200, 220))
+    short, long = long_prompt_beside_a_decoding_slot(rig, prompt)
     f_short, f_long = short.wait(), long.wait()
     assert short.token_ids == expected_tokens(successor, [1, 2], 30)
     assert long.token_ids == expected_tokens(successor, prompt, 3)
@@ -311,12 +317,8 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_another_slot_decodes(make_ri
 def test_a_long_prompt_primes_its_sampler_a_share_a_step_while_it_prefills(make_rig, monkeypatch):
     monkeypatch.setattr("mlxcel.engine.engine.PRIME_TOKENS_PER_STEP", 3)
     rig = make_rig(n_parallel=2, prefill_chunk=4)
-    rig.runtime.hold()
-    short = rig.submit([1, 2], max_tokens=30)
-    rig.runtime.next_held()
     prompt = list(range(200, 220))
-    long = rig.submit(prompt, max_tokens=3)
-    rig.runtime.release()
+    short, long = long_prompt_beside_a_decoding_slot(rig, prompt)
     short.wait(), long.wait()
     sampler = next(s for s in rig.samplers.made if s.primed and s.primed[0] == 200)
     assert sampler.primed == prompt  # all of it, in order
