@@ -5,8 +5,8 @@
         [--llama-server PATH] [--json OUT]
 
 Starts both servers (loopback), warms each up once, then for each scenario runs
-mlxcel, llama-server, mlxcel, llama-server ... for --rounds rounds, one server at a
-time, and prints medians and the median of the per-round ratios.
+--rounds rounds, one server at a time, mlxcel first in even rounds and llama-server
+first in odd ones, and prints medians and the median of the per-round ratios.
 See bench/README.md.
 """
 from __future__ import annotations
@@ -118,10 +118,11 @@ async def benchmark(args: argparse.Namespace, a: Server, b: Server,
         for name in args.scenarios:
             fn = SCENARIOS[name]
             for rnd in range(args.rounds):
-                ma = await fn(client, a.url, rnd, book)
-                log(f"{name} round {rnd + 1}/{args.rounds} {a.name}: {_brief(ma.metrics)}")
-                mb = await fn(client, b.url, rnd, book)
-                log(f"{name} round {rnd + 1}/{args.rounds} {b.name}: {_brief(mb.metrics)}")
+                measured = {}
+                for server in (a, b) if rnd % 2 == 0 else (b, a):  # ABBA: neither always goes first
+                    measured[server.name] = await fn(client, server.url, rnd, book)
+                    log(f"{name} round {rnd + 1}/{args.rounds} {server.name}: {_brief(measured[server.name].metrics)}")
+                ma, mb = measured[a.name], measured[b.name]
                 mc = await asyncio.to_thread(bare.measure, name, rnd) if bare else None
                 if mc:
                     log(f"{name} round {rnd + 1}/{args.rounds} bare loop: {_brief(mc)}")
