@@ -4,7 +4,9 @@ greedy output unchanged, and the draft counters exactly where the spec puts them
 The comparisons stay under 256 positions per sequence: below that, llama.cpp's CPU
 kernels give bit-identical logits for one token and for a verify batch; past 256
 KV cells they differ in the last bits by batch shape, so a near-tie can flip (the
-same split-computation effect as a prompt-cache hit)."""
+same split-computation effect as a prompt-cache hit). A token decoded in the same batch
+as another slot's prompt can differ that way too (seen once in CI: 0.05 nats apart at
+the second token), so the test beside another slot allows a split at a near tie."""
 
 from __future__ import annotations
 
@@ -118,6 +120,23 @@ def test_draft_counters_only_on_the_finish_chunk_and_native_timings(smol_spec):
     assert native["timings"]["draft_kind"] == "prompt-lookup" and native["timings"]["draft_rounds"] > 0
 
 
+def _assert_same_greedy_text_but_at_a_near_tie(beside: dict, alone: dict, margin: float = 0.25) -> None:
+    """Two greedy runs of one request agree token for token, except where llama.cpp's
+    batch-shaped arithmetic meets a near tie: a token decoded in the same batch as another
+    slot's prompt goes through other matrix kernels than alone, and its logits differ in
+    the last bits. So at the first token they differ, both picks must be the lone run's two
+    likeliest, within `margin` nats of each other."""
+    ours = beside["choices"][0]["logprobs"]["content"]
+    reference = alone["choices"][0]["logprobs"]["content"]
+    picks, expected = [t["token"] for t in ours], [t["token"] for t in reference]
+    if picks == expected:
+        return
+    at = next(i for i, (a, b) in enumerate(zip(picks, expected)) if a != b)
+    top = {c["token"]: c["logprob"] for c in reference[at]["top_logprobs"]}
+    assert picks[at] in top, f"token {at}: {picks[at]!r} is not among the lone run's two likeliest {top}"
+    assert abs(top[picks[at]] - top[expected[at]]) < margin, f"token {at} split at no tie: {top}"
+
+
 def test_speculation_runs_alongside_other_slots(smol_spec):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -125,11 +144,14 @@ def test_speculation_runs_alongside_other_slots(smol_spec):
         with smol_spec.client() as client:
             return _chat(client, **extra)
 
+    scored = {"logprobs": True, "top_logprobs": 2}
+    story = {"messages": [{"role": "user", "content": "Tell me a story."}]}
     with ThreadPoolExecutor(2) as pool:
-        edited, story = pool.map(run, [{}, {"messages": [{"role": "user", "content": "Tell me a story."}]}])
+        edited, story = pool.map(run, [scored, story])
     with smol_spec.client() as client:
-        alone = _chat(client)
-    assert edited["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
+        alone = _chat(client, **scored)
+    assert edited["timings"]["draft_n"] > 0  # it speculated while the other slot ran
+    _assert_same_greedy_text_but_at_a_near_tie(edited, alone)
     assert story["choices"][0]["message"]["content"]
 
 
