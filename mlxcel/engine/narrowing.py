@@ -64,13 +64,7 @@ class Narrowing:
             return
         self._recent.append(token)
         self._counts[token] = self._counts.get(token, 0) + 1
-        if len(self._recent) > self._window:
-            old = self._recent.popleft()
-            left = self._counts[old] - 1
-            if left:
-                self._counts[old] = left
-            else:
-                del self._counts[old]
+        self._trim()
 
     def accepted_all(self, tokens: list[int]) -> None:
         """accepted() for each of `tokens` in turn (a prompt, at once)."""
@@ -78,9 +72,13 @@ class Narrowing:
             return
         tail = tokens[-self._window :]
         self._recent.extend(tail)
-        counts = self._counts
         for token, n in Counter(tail).items():
-            counts[token] = counts.get(token, 0) + n
+            self._counts[token] = self._counts.get(token, 0) + n
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the tokens that fell out of the window, oldest first."""
+        counts = self._counts
         for _ in range(len(self._recent) - self._window):
             old = self._recent.popleft()
             left = counts[old] - 1

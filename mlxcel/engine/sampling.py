@@ -234,10 +234,14 @@ class SamplerChain:
         if self.narrowing is not None:
             self.narrowing.accepted_all(part)
 
-    def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
-        """The token for one batch output (whose logits row may already be masked)."""
+    def _finish_priming(self) -> None:
+        """Whatever of the prompt is still unaccepted, before the chain draws or accepts."""
         if self._unprimed:
             self.prime_some(len(self._unprimed))
+
+    def sample(self, ctx: llama_cpp.llama_context_p, batch_index: int) -> int:
+        """The token for one batch output (whose logits row may already be masked)."""
+        self._finish_priming()
         if self.argmax_bans is not None:
             return self.argmax(logits_row(ctx, batch_index, self._n_vocab))
         if self.narrowing is not None:
@@ -265,8 +269,7 @@ class SamplerChain:
         surviving candidates: llama-server's post-sampling probabilities. A greedy
         chain computes no probabilities: its pick has probability 1 and nothing
         else survives, as llama-server's temperature-0 chain leaves it."""
-        if self._unprimed:
-            self.prime_some(len(self._unprimed))
+        self._finish_priming()
         ids = self.narrowing.candidate_ids(logits) if self.narrowing is not None else None
         token = self._candidates.run(self._ptr, logits, ids)
         self.accept(token)
@@ -278,8 +281,7 @@ class SamplerChain:
     def accept(self, token: int) -> None:
         """Tell the chain about a token (one it picked, one forced into the output, one
         of the prompt)."""
-        if self._unprimed:
-            self.prime_some(len(self._unprimed))
+        self._finish_priming()
         llama_cpp.llama_sampler_accept(self._ptr, token)
         if self.narrowing is not None:
             self.narrowing.accepted(token)
