@@ -20,7 +20,8 @@ import numpy as np
 
 from mlxcel.engine import held_wakeups
 from mlxcel.engine.compute_gate import COMPUTE_GATE
-from mlxcel.engine.weight_buffers import repack_weights
+from mlxcel.engine.cpu_repack import repack_overrides
+from mlxcel.engine.weight_buffers import avoids_amx, repack_weights
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -127,6 +128,12 @@ def model_params(config: RuntimeConfig):
         shares = (ctypes.c_float * llama_cpp.llama_max_devices())(*config.tensor_split)
         params.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))
         params._tensor_split_shares = shares  # alive as long as the params
+    if avoids_amx(config.repack):
+        overrides, n = repack_overrides(Path(config.model_path))
+        if overrides is not None:
+            params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
+            params._tensor_overrides = overrides  # alive as long as the params
+            log.info("%d weight tensors in llama.cpp's CPU_REPACK buffers (AMX skipped)", n)
     return params
 
 

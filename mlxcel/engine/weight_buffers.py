@@ -7,8 +7,9 @@ llama.cpp would put the weights in its AMX buffers: its AMX kernels crash the pr
 on the first prompt of a few dozen tokens (SIGILL or SIGSEGV in
 `ggml_backend_amx_mul_mat`; ggml-org/llama.cpp#20824, #26954), seen here on a 2-core
 Sapphire Rapids guest with SmolLM2 and Qwen2.5-Coder. A server that dies on its first
-real request is worse than one that prefills more slowly, so there repacking is off
-unless `--repack` asks for it."""
+real request is worse than one that prefills more slowly, so there the AMX buffers are
+skipped unless `--repack` asks for them: the weights that llama.cpp's CPU_REPACK buffers
+take still go there, one tensor override each (cpu_repack.py), and the rest stay plain."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ import llama_cpp
 
 log = logging.getLogger("mlxcel.llama")
 CPUINFO = Path("/proc/cpuinfo")
-REPACK_OFF = ("weight repacking is off: this llama.cpp would hold the weights in its AMX buffers, whose kernels "
-              "crash on the first prompt on this CPU (ggml-org/llama.cpp#20824); --repack turns it on")
+REPACK_OFF = ("weight repacking without AMX: this llama.cpp would hold the weights in its AMX buffers, whose kernels "
+              "crash on the first prompt on this CPU (ggml-org/llama.cpp#20824), so only its CPU_REPACK buffers take "
+              "them; --repack allows AMX, --no-repack keeps every weight plain")
 _said = False  # REPACK_OFF was logged
 
 
@@ -64,7 +66,15 @@ def repack_weights(repack: bool | None) -> bool:
     return False
 
 
+def avoids_amx(repack: bool | None) -> bool:
+    """True when the weights go to CPU_REPACK alone, AMX skipped: no flag, on a host
+    where AMX would hold them."""
+    return repack is None and amx_would_hold_weights()
+
+
 def reference_repack_flags() -> list[str]:
-    """The flags that make llama-server hold its weights as mlxcel does by default here
-    (tests and benchmarks start the reference with them, so both compute alike)."""
+    """The flags that keep llama-server's weights out of the AMX buffers here (tests and
+    benchmarks start the reference with them). It cannot name CPU_REPACK alone, so
+    there its weights are all plain, as mlxcel's are under `--no-repack`. (The parity
+    tests' SmolLM2 is Q4_1 throughout, which CPU_REPACK does not take.)"""
     return ["--no-repack"] if amx_would_hold_weights() else []

@@ -43,7 +43,7 @@ def test_a_flag_decides_and_the_default_avoids_amx(amx_host, amx, monkeypatch, c
     assert weight_buffers.repack_weights(None) is (not amx)
     assert weight_buffers.repack_weights(None) is (not amx)  # a second model: said once only
     assert weight_buffers.reference_repack_flags() == (["--no-repack"] if amx else [])
-    said = [r.getMessage() for r in caplog.records if "weight repacking is off" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "weight repacking without AMX" in r.getMessage()]
     assert len(said) == (1 if amx else 0) and all("--repack" in line for line in said)
 
 
