@@ -16,8 +16,7 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.batch import TokenBatch
-from mlxcel.engine.llama_runtime import LOAD_MODES, ModelLoadError, _init_backend, _set
-from mlxcel.engine.weight_buffers import repack_weights
+from mlxcel.engine.llama_runtime import LOAD_MODES, ModelLoadError, _init_backend, _set, place_weights
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -59,9 +58,9 @@ class EmbeddingRuntime:
         _init_backend()
         self.config = config
         # the same checked setter as the chat runtime's (a field llama.cpp's struct lacks is an error)
-        model_params = _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
-                            load_mode=LOAD_MODES["auto" if config.use_mmap else "none"],
-                            use_extra_bufts=repack_weights(config.repack))
+        model_params = place_weights(_set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
+                                          load_mode=LOAD_MODES["auto" if config.use_mmap else "none"]),
+                                     config.repack, Path(config.model_path))
         self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")

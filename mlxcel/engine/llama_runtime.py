@@ -123,17 +123,26 @@ def model_params(config: RuntimeConfig):
     the params object: llama.cpp reads it while the model loads."""
     params = _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
                   split_mode=SPLIT_MODES[config.split_mode], main_gpu=config.main_gpu,
-                  load_mode=LOAD_MODES[config.load_mode], use_extra_bufts=repack_weights(config.repack))
+                  load_mode=LOAD_MODES[config.load_mode])
     if config.tensor_split:
         shares = (ctypes.c_float * llama_cpp.llama_max_devices())(*config.tensor_split)
         params.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))
         params._tensor_split_shares = shares  # alive as long as the params
-    if avoids_amx(config.repack):
-        overrides, n = repack_overrides(Path(config.model_path))
+    return place_weights(params, config.repack, Path(config.model_path))
+
+
+def place_weights(params, repack: bool | None, model_path: Path):
+    """Where the weights go (weight_buffers.py): llama.cpp's extra buffers as --repack /
+    --no-repack say, and where AMX is skipped, CPU_REPACK for each weight it takes
+    (cpu_repack.py; the overrides are kept on the params, which llama.cpp reads while
+    the model loads)."""
+    params.use_extra_bufts = repack_weights(repack)
+    if avoids_amx(repack):
+        overrides, n = repack_overrides(model_path)
         if overrides is not None:
             params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
-            params._tensor_overrides = overrides  # alive as long as the params
-            log.info("%d weight tensors in llama.cpp's CPU_REPACK buffers (AMX skipped)", n)
+            params._tensor_overrides = overrides
+            log.info("%d weight tensors of %s in llama.cpp's CPU_REPACK buffers (AMX skipped)", n, model_path.name)
     return params
 
 
