@@ -110,6 +110,8 @@ def repacked_weights(model_path: Path) -> list[str]:
     buft = ggml.extra_buffer_type("CPU_REPACK")
     if buft is None:
         return []
+    if not model_path.is_file():  # a pipe is read once, by llama.cpp's loader (which reports what is wrong)
+        return []
     try:
         tensors = gguf.GGUFReader(model_path).tensors
     except (OSError, ValueError) as exc:  # the load that follows reports it

@@ -69,17 +69,22 @@ def test_greedy_output_is_identical_with_and_without_speculation_smollm2(smol_sp
 
 
 def test_greedy_output_is_identical_with_and_without_speculation_qwen(qwen):
-    """The shared Qwen server speculates (the default); a plain one is started here."""
+    """The shared Qwen server speculates (the default); a plain one is started here.
+    Verifying a draft decodes several of the slot's tokens in one batch, which takes
+    other matrix kernels than one token at a time: on a Sapphire Rapids guest the
+    two runs met a near tie (' sub' / ' minus') and split there, with the weights
+    repacked or plain. So they must agree but at such a tie."""
+    scored = {"logprobs": True, "top_logprobs": 2}
     proc = ServerProcess("-c", "2048", "-np", "2", "--spec-type", "none", model="qwen2.5-coder-0.5b-instruct")
     try:
         proc.wait_ready()
         with proc.client() as client:
-            plain = _chat(client)
+            plain = _chat(client, **scored)
     finally:
         proc.stop()
     with qwen.client() as client:
-        fast = _chat(client)
-    assert fast["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+        fast = _chat(client, **scored)
+    _assert_same_greedy_text_but_at_a_near_tie(fast, plain)
     assert fast["timings"]["draft_n_accepted"] > 0
 
 

@@ -5,6 +5,7 @@ and the load that takes them."""
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 
 import gguf
@@ -79,6 +80,8 @@ def test_an_unreadable_file_names_none(tmp_path):
     assert cpu_repack.repacked_weights(tmp_path / "missing.gguf") == []
     assert cpu_repack.repacked_weights(tmp_path / "bad.gguf") == []
     assert cpu_repack.repack_overrides(tmp_path / "missing.gguf") == (None, 0)
+    os.mkfifo(tmp_path / "pipe.gguf")  # not opened here: the loader reads a pipe once, and a reader would block
+    assert cpu_repack.repacked_weights(tmp_path / "pipe.gguf") == []
 
 
 def _params(argv: list[str], path: Path):
