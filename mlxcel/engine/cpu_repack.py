@@ -66,6 +66,7 @@ class _Ggml:
             function.restype, function.argtypes = restype, argtypes
             setattr(self, name.removeprefix("ggml_"), function)
         self.device = self.backend_dev_by_type(_CPU_DEVICE)
+        self.cpu_repack = self.extra_buffer_type("CPU_REPACK")
 
     def extra_buffer_type(self, name: str) -> int | None:
         """The CPU device's extra buffer type of this name (CPU_REPACK, AMX, ...)."""
@@ -107,14 +108,14 @@ def repacked_weights(model_path: Path) -> list[str]:
     import gguf
 
     ggml = _ggml()
-    buft = ggml.extra_buffer_type("CPU_REPACK")
+    buft = ggml.cpu_repack
     if buft is None:
         return []
     if not model_path.is_file():  # a pipe is read once, by llama.cpp's loader (which reports what is wrong)
         return []
     try:
         tensors = gguf.GGUFReader(model_path).tensors
-    except (OSError, ValueError) as exc:  # the load that follows reports it
+    except Exception as exc:  # noqa: BLE001 - a file gguf cannot read: the load that follows reports it
         log.debug("cannot list %s's weights for CPU_REPACK: %s", model_path, exc)
         return []
     verdicts: dict[tuple[int, int, int], bool] = {}
@@ -137,7 +138,7 @@ def repack_overrides(model_path: Path) -> tuple[ctypes.Array | None, int]:
     names = repacked_weights(model_path)
     if not names:
         return None, 0
-    buft = _ggml().extra_buffer_type("CPU_REPACK")
+    buft = _ggml().cpu_repack
     overrides = (_Override * (len(names) + 1))()
     patterns = [("^" + re.escape(name) + "$").encode() for name in names]
     for entry, pattern in zip(overrides, patterns):
