@@ -206,28 +206,11 @@ class Engine:
         gate = self.config.gate
         gate.join()
         try:
-            while True:
-                idle = not self._has_work()
-                if idle or time.monotonic() - self.snapshot.taken_at >= PUBLISH_INTERVAL_S:
-                    self._publish()
-                if idle and self._memory.has_unsaved(self.slots):
-                    # a save holds the engine for milliseconds: only once no request came for a while
-                    if not self._drain_inbox(block=True, timeout=IDLE_SAVE_DELAY_S):
-                        break
-                    if not self._has_work():
-                        with gate.hold():
-                            self._memory.save_one_idle(self.slots)
-                        continue
-                elif not self._drain_inbox(block=idle):
-                    break
-                if not self._has_work():
-                    continue
-                # one turn of the process's engines: admission (which may restore a saved
-                # state), the drafter's and the batch's decodes, and sampling from the logits
-                with gate.hold(), held_wakeups.holding():
-                    self._admit()
-                    if self.slots.busy():
-                        self._step()
+            # the event loops' wake-ups go out just before each decode (LlamaRuntime.decode)
+            # and before this thread waits for anything; never at the end of a turn, where
+            # a woken loop would take the GIL from the next turn's Python
+            with held_wakeups.holding():
+                self._serve(gate)
         except ContextFailed as exc:
             failure = f"the llama context failed: {exc}"
         except Exception as exc:  # the thread itself broke: nothing it holds can be trusted
@@ -236,6 +219,37 @@ class Engine:
         finally:
             gate.leave()
             self._shut_down(failure)
+
+    def _serve(self, gate) -> None:
+        while True:
+            idle = not self._has_work()
+            if idle:
+                held_wakeups.release()  # the last turn's events: nothing decodes next
+            if idle or time.monotonic() - self.snapshot.taken_at >= PUBLISH_INTERVAL_S:
+                self._publish()
+            if idle and self._memory.has_unsaved(self.slots):
+                # a save holds the engine for milliseconds: only once no request came for a while
+                if not self._drain_inbox(block=True, timeout=IDLE_SAVE_DELAY_S):
+                    return
+                if not self._has_work():
+                    with gate.hold():
+                        self._memory.save_one_idle(self.slots)
+                    continue
+            elif not self._drain_inbox(block=idle):
+                return
+            if not self._has_work():
+                continue
+            if gate.active:
+                held_wakeups.release()  # the wait for another engine's turn holds no events back
+            # one turn of the process's engines: admission (which may restore a saved
+            # state), the drafter's and the batch's decodes, and sampling from the logits
+            steps = self.stats.steps
+            with gate.hold():
+                self._admit()
+                if self.slots.busy():
+                    self._step()
+            if self.stats.steps == steps:
+                held_wakeups.release()  # a turn that decoded nothing (its events must not wait for one)
 
     def _shut_down(self, failure: str | None) -> None:
         """Stop taking requests and finish every one still held: with the failure

@@ -281,6 +281,7 @@ class LlamaRuntime:
     def seq_state(self, seq_id: int) -> np.ndarray:
         """The sequence's KV state (a byte buffer, copied once), to restore later
         with restore_seq_state."""
+        held_wakeups.release()  # milliseconds without the GIL: the loops run meanwhile
         size = llama_cpp.llama_state_seq_get_size(self.ctx, seq_id)
         buf = _state_buffer(size)
         written = llama_cpp.llama_state_seq_get_data(self.ctx, buf.ctypes.data_as(_BYTE_P), size, seq_id)
@@ -292,6 +293,7 @@ class LlamaRuntime:
         llama_cpp.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
 
     def restore_seq_state(self, seq_id: int, state: np.ndarray) -> bool:
+        held_wakeups.release()  # milliseconds without the GIL: the loops run meanwhile
         return llama_cpp.llama_state_seq_set_data(self.ctx, state.ctypes.data_as(_BYTE_P), len(state), seq_id) > 0
 
     def decode(self, batch: llama_cpp.llama_batch, causal: bool = True) -> int:

@@ -21,6 +21,14 @@ def at_least_top(logits: np.ndarray, k: int) -> np.ndarray:
     superset of the `k` largest, ascending (1 <= k <= len(logits)). Where no finite
     threshold exists (a row masked down to fewer than k finite logits, a NaN) every
     id is returned."""
+    threshold = top_threshold(logits, k)
+    return np.arange(logits.shape[0]) if threshold is None else np.flatnonzero(logits >= threshold)
+
+
+def top_threshold(logits: np.ndarray, k: int) -> np.floating | None:
+    """A value at least `k` logits reach (so each of the `k` largest is >= it), from
+    the row's block maxima; None where there is no finite one (every id must then be
+    taken)."""
     n = logits.shape[0]
     block = max(1, min(MAX_BLOCK, n // (BLOCKS_PER_K * k)))
     full = n - n % block
@@ -28,8 +36,6 @@ def at_least_top(logits: np.ndarray, k: int) -> np.ndarray:
     if full < n:
         maxima = np.append(maxima, logits[full:].max())
     if maxima.shape[0] <= k:
-        return np.arange(n)
+        return None
     threshold = np.partition(maxima, maxima.shape[0] - k)[maxima.shape[0] - k]
-    if not np.isfinite(threshold):
-        return np.arange(n)
-    return np.flatnonzero(logits >= threshold)
+    return threshold if np.isfinite(threshold) else None

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mlxcel.engine import held_wakeups
 from mlxcel.engine.request import FinishEvent, TokenEvent
 from mlxcel.engine.sampling import SamplingParams
 
@@ -107,6 +108,7 @@ class FakeRuntime:
         self.arrivals: queue.Queue[DecodedBatch] = queue.Queue()  # batches held, see hold()
         self._held = False
         self._permits = threading.Semaphore(0)
+        self.on_decode: Callable[[], None] | None = None  # called as each decode starts
 
     @property
     def ctx(self) -> FakeRuntime:
@@ -133,6 +135,9 @@ class FakeRuntime:
     # -- what the engine calls -----------------------------------------------------
 
     def decode(self, batch) -> int:
+        if self.on_decode is not None:
+            self.on_decode()
+        held_wakeups.release()  # as LlamaRuntime.decode: the held wake-ups go out before the GIL does
         record = self._read(batch)
         self.batches.append(record)
         if not record.tokens:

@@ -176,6 +176,31 @@ def test_tokens_come_in_order_and_max_tokens_ends_with_length(make_rig):
     assert decoded == [([10, 11, 12], [0, 1, 2]), ([13], [3]), ([14], [4]), ([15], [5])]
 
 
+def test_a_steps_events_wake_their_loop_as_the_next_decode_starts_and_the_last_when_idle(make_rig):
+    """An event loop woken at the end of a turn would take the GIL from the next turn's
+    Python; the engine holds its wake-ups until the next decode releases the GIL (or
+    until it has nothing to decode)."""
+    from mlxcel.engine import held_wakeups
+
+    rig = make_rig()
+    woken: list = []  # the events, in the order their wake-ups went out
+    at_decode: list[int] = []  # how many had gone out as each decode started
+    rig.runtime.on_decode = lambda: at_decode.append(len(woken))
+    events = RequestEvents()
+
+    def emit(event) -> None:  # as LoopRelay: a holding thread defers the wake-up
+        events(event)
+        if not held_wakeups.defer(lambda: woken.append(event)):
+            woken.append(event)
+
+    rig.engine.submit(GenerationRequest(prompt_tokens=[10, 11, 12], emit=emit, max_tokens=4))
+    finish = events.wait()
+    wait_until(lambda: len(woken) == 5)  # the finish too, once the engine went idle
+    assert [getattr(e, "token", None) for e in woken[:4]] == [13, 14, 15, 16] and woken[4] is finish
+    # the prompt's decode, then one per token: each starts with the previous step's token still held
+    assert at_decode == [0, 0, 1, 2]
+
+
 def test_an_end_of_generation_token_stops_without_being_emitted(make_rig):
     rig = make_rig()
     events = rig.submit([EOG - 4], max_tokens=10)

@@ -100,6 +100,30 @@ def test_the_candidate_set_counts_what_the_penalties_window_holds():
     assert len(ids) < N_VOCAB // 16
 
 
+@pytest.mark.parametrize("row", ["random", "ties", "nan", "masked"])
+def test_the_candidate_set_is_the_top_ids_and_the_touched_ones_ascending_and_once(row):
+    """The touched ids are marked in the row's mask, not merged by a sort: the set must
+    still be exactly what at_least_top gives for k + touched, with every biased and
+    windowed id added once, in ascending order, whatever the row holds."""
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal(49_152).astype(np.float32) * 3
+    if row == "ties":
+        logits = np.round(logits)
+    elif row == "nan":
+        logits[rng.integers(0, logits.shape[0], 50)] = np.nan
+    elif row == "masked":  # a grammar mask left 30 tokens: fewer than k + touched are finite
+        logits[:] = -np.inf
+        logits[rng.choice(logits.shape[0], 30, replace=False)] = rng.standard_normal(30)
+    window = [int(t) for t in rng.integers(0, logits.shape[0], 64)]
+    narrowing = Narrowing(k=40, biased=[7, 49_151], window=64)
+    for token in window:
+        narrowing.accepted(token)
+    touched = {7, 49_151, *window}
+    ids = narrowing.candidate_ids(logits)
+    expected = sorted(set(at_least_top(logits, 40 + 2 + len(set(window))).tolist()) | touched)
+    assert ids.tolist() == expected
+
+
 @pytest.mark.parametrize("before, tokens", [
     ((), [5, 6, 5, 7, 8, 9, 5]),  # a prompt longer than the window
     ((), [5, 6]),
