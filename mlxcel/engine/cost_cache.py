@@ -5,21 +5,48 @@ take on the machine as it is now) and the attention kernel chosen for `-fa auto`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
+import platform
 from pathlib import Path
+
+import llama_cpp
 
 log = logging.getLogger("mlxcel.engine")
 
 
+@functools.cache
+def host_fingerprint() -> str:
+    """What makes one machine's timings another's: the CPU's model name, the cores this
+    process may use, and llama.cpp's build and CPU features (which also decide where its
+    weights go: AMX, CPU_REPACK or plain). A home shared between machines, or a disk
+    moved to another, then measures again instead of reading another CPU's figures."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[-1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 0
+    features = llama_cpp.llama_print_system_info().decode(errors="replace")
+    return f"{cpu} | {cores} cores | {features}"
+
+
 def cost_file(directory: Path, model: Path, settings: dict) -> Path:
-    """Where the curve of `model` under `settings` (JSON-able values) is kept; the
-    model file's size and modification time are part of the key."""
+    """Where the curve of `model` under `settings` (JSON-able values) on this machine is
+    kept; the model file's size and modification time and the host (host_fingerprint)
+    are part of the key."""
     stat = model.stat()
     key = json.dumps({"model": str(model.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns,
-                      **settings}, sort_keys=True, default=str)
+                      "host": host_fingerprint(), **settings}, sort_keys=True, default=str)
     return directory / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
 

@@ -20,3 +20,17 @@ def test_an_unreadable_or_senseless_curve_is_measured_again(tmp_path):
     for text in ("not json", "[1, 2]", '{"2": 0.01}', '{"1": 0}', '{"1": "x"}'):
         path.write_text(text)
         assert load_costs(path) is None
+
+
+def test_a_curve_measured_on_another_machine_is_not_read_back(tmp_path, monkeypatch):
+    """A home shared between hosts (or moved to another): timings and the attention
+    choice were measured on one CPU and its weight placement, so another measures again."""
+    from mlxcel.engine import cost_cache
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"weights")
+    here = cost_file(tmp_path / "costs", model, {"threads": 2})
+    assert "model name" not in cost_cache.host_fingerprint()  # the value, not the label
+    assert "cores" in cost_cache.host_fingerprint()
+    monkeypatch.setattr(cost_cache, "host_fingerprint", lambda: "another CPU | 2 cores | AMX_INT8 = 1")
+    assert cost_file(tmp_path / "costs", model, {"threads": 2}) != here

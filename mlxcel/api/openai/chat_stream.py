@@ -59,13 +59,16 @@ class StreamOptions:
 class _Choice:
     timings: LiveTimings = field(default_factory=LiveTimings)
     logprobs: LogprobFormatter | None = None
-    text: str = ""
+    # the content so far, for `__verbose` only (a list: a str grown by += is copied
+    # whole on every token)
+    text: list[str] | None = None
 
 
 async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Callable[[], LogprobFormatter]
                       ) -> AsyncIterator[str]:
     o = options
-    choices = [_Choice(logprobs=new_logprobs() if o.logprobs else None) for _ in turn.generations]
+    choices = [_Choice(logprobs=new_logprobs() if o.logprobs else None, text=[] if o.verbose is not None else None)
+               for _ in turn.generations]
 
     def body(index: int, delta: dict, finish_reason: str | None = None, token_logprobs: dict | None = None) -> dict:
         choice = {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": token_logprobs}
@@ -99,7 +102,8 @@ async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Call
             continue
         choice.timings.token()
         delta = delta_json(step.delta)
-        choice.text += step.delta.content or ""
+        if choice.text is not None and step.delta.content:
+            choice.text.append(step.delta.content)
         if choice.logprobs is not None:
             yield chunk(step.index, delta or {"content": ""}, choice.logprobs.chunk(step.token))
         elif delta:
@@ -114,7 +118,8 @@ async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Call
 def _finish_chunks(step: ChatOutcome, choice: _Choice, o: StreamOptions, body: Callable[..., dict]) -> list[str]:
     frames: list[dict] = []
     delta = delta_json(step.tail, step.owed)
-    choice.text += step.tail.content or ""
+    if choice.text is not None and step.tail.content:
+        choice.text.append(step.tail.content)
     if delta:
         frame = body(step.index, delta)
         if o.timings_per_token:
@@ -125,5 +130,5 @@ def _finish_chunks(step: ChatOutcome, choice: _Choice, o: StreamOptions, body: C
         finish["timings"] = step.finish.timings.to_dict()
     frames.append(finish)
     if o.verbose is not None:
-        frames[0]["__verbose"] = o.verbose(step, choice.text)
+        frames[0]["__verbose"] = o.verbose(step, "".join(choice.text))
     return [sse_data(frame) for frame in frames]

@@ -39,11 +39,23 @@ class _Item:
     kind: str  # reasoning | message | function_call
     index: int
     id: str
-    text: str = ""  # reasoning or message text; function-call arguments
+    # reasoning or message text; function-call arguments: the deltas, joined when read
+    # (a str grown by += is copied whole on every token, quadratic in a long reply)
+    parts: list[str] = field(default_factory=list)
     logprobs: list[dict] = field(default_factory=list)
     call_id: str = ""
     name: str = ""
     body: dict | None = None  # the finished item
+
+    @property
+    def text(self) -> str:
+        if len(self.parts) > 1:
+            self.parts = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self.parts = [value]
 
 
 class OutputBuilder:
@@ -66,12 +78,12 @@ class OutputBuilder:
         if delta.reasoning:
             self._pending_logprobs.clear()
             item = self._open("reasoning", events)
-            item.text += delta.reasoning
+            item.parts.append(delta.reasoning)
             events.append(self.event("response.reasoning_text.delta", item_id=item.id, output_index=item.index,
                                      content_index=0, delta=delta.reasoning))
         if delta.content:
             item = self._open("message", events)
-            item.text += delta.content
+            item.parts.append(delta.content)
             entries, self._pending_logprobs = self._pending_logprobs, []
             item.logprobs.extend(entries)
             events.append(self.event("response.output_text.delta", item_id=item.id, output_index=item.index,
@@ -115,7 +127,7 @@ class OutputBuilder:
             events.append(self.event("response.output_item.added", output_index=item.index,
                                      item=function_call_item(item.id, item.call_id, item.name, "", "in_progress")))
         if call.arguments:
-            item.text += call.arguments
+            item.parts.append(call.arguments)
             events.append(self.event("response.function_call_arguments.delta", item_id=item.id,
                                      output_index=item.index, delta=call.arguments))
         return events
