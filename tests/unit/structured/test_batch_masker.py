@@ -70,12 +70,23 @@ def test_apply_mask_rejects_a_wrong_row():
 
 
 def test_logits_row_is_a_writable_view(monkeypatch):
+    from mlxcel.engine import llama_runtime
+
     buffer = (ctypes.c_float * 64)(*range(64))
-    pointer = ctypes.cast(buffer, ctypes.POINTER(ctypes.c_float))
-    monkeypatch.setattr(llama_cpp, "llama_get_logits_ith", lambda ctx, i: pointer)
+    monkeypatch.setattr(llama_runtime, "_logits_address", lambda ctx, i: ctypes.addressof(buffer))
     view = logits_row(None, 0, 64)
     row = np.zeros(2, dtype=np.int32)
     row[0] = 0b101  # tokens 0 and 2
     apply_mask(view, row)
     assert buffer[0] == 0.0 and buffer[2] == 2.0
     assert buffer[1] == float("-inf") and buffer[63] == float("-inf")
+
+
+def test_logits_row_of_an_output_without_logits_is_an_error_not_a_crash(monkeypatch):
+    """llama_get_logits_ith answers NULL for an index without logits: the sampling of that
+    request fails (the engine fails it alone), nothing reads address 0."""
+    from mlxcel.engine import llama_runtime
+
+    monkeypatch.setattr(llama_runtime, "_logits_address", lambda ctx, i: None)
+    with pytest.raises(ValueError, match="no logits for batch output 3"):
+        logits_row(None, 3, 64)
