@@ -15,6 +15,8 @@ from pathlib import Path
 
 import llama_cpp
 
+from mlxcel.engine.weight_buffers import cpuinfo
+
 log = logging.getLogger("mlxcel.engine")
 
 
@@ -24,14 +26,8 @@ def host_fingerprint() -> str:
     process may use, and llama.cpp's build and CPU features (which also decide where its
     weights go: AMX, CPU_REPACK or plain). A home shared between machines, or a disk
     moved to another, then measures again instead of reading another CPU's figures."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[-1].strip()
-                break
-    except OSError:
-        pass
+    cpu = next((line.split(":", 1)[-1].strip() for line in cpuinfo().splitlines() if line.startswith("model name")),
+               platform.processor() or platform.machine())
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -42,13 +42,19 @@ def cpu_has_amx(cpuinfo: str) -> bool:
 
 
 @functools.cache
-def amx_would_hold_weights() -> bool:
-    """True when repacking here would put the weights in llama.cpp's AMX buffers."""
+def cpuinfo() -> str:
+    """/proc/cpuinfo, read once; empty where there is none (not Linux)."""
     try:
-        cpuinfo = CPUINFO.read_text(errors="replace")
+        return CPUINFO.read_text(errors="replace")
     except OSError:
-        return False  # not Linux: llama.cpp's AMX buffers need Linux's arch_prctl anyway
-    return cpu_has_amx(cpuinfo) and build_has_amx(llama_cpp.llama_print_system_info().decode(errors="replace"))
+        return ""
+
+
+@functools.cache
+def amx_would_hold_weights() -> bool:
+    """True when repacking here would put the weights in llama.cpp's AMX buffers (never
+    off Linux: llama.cpp's AMX buffers need Linux's arch_prctl)."""
+    return cpu_has_amx(cpuinfo()) and build_has_amx(llama_cpp.llama_print_system_info().decode(errors="replace"))
 
 
 def repack_weights(repack: bool | None) -> bool:
