@@ -174,8 +174,8 @@ class PlannedBatch:
     batch "equally": each micro-batch takes a run of consecutive sequence ids and the
     same number of tokens from each, so a slot's drafts do not ride in the batch with
     the other slots' single tokens but run as a micro-batch of their own after it
-    (4 slots + 8 drafts on one: 60 ms, where 12 tokens of one sequence take 45 ms on
-    SmolLM2 here). With one stream the batch runs whole."""
+    (4 slots + 8 drafts on one: 52 ms, where 12 tokens of one sequence take 38 ms on
+    SmolLM2 here, bench/draft_batches.py). With one stream the batch runs whole."""
 
     def __init__(self, seq_ids: list[int], split: bool, n_ubatch: int) -> None:
         self.seq_ids = seq_ids  # the decoding sequences, in batch order
@@ -218,19 +218,17 @@ class PlannedBatch:
             total = self.total
             return lambda k: costs.cost(total + k)
         shared, sizes = self._shape(index)
-        own, n_ubatch = self.tokens[index], self.n_ubatch
-        fixed = sum(costs.cost(n) for n in sizes if n != _ALONE)
-
-        cost = costs.cost
+        own, n_ubatch, cost = self.tokens[index], self.n_ubatch, costs.cost
+        fixed = sum(cost(n) for n in sizes if n != _ALONE)
 
         def price(k: int) -> float:
             rest = own + k - shared
-            if 0 < rest <= n_ubatch:
+            if 0 < rest <= n_ubatch:  # the usual case: its own tokens fit one micro-batch
                 return fixed + cost(rest)
             if rest < 0:
                 return costs.batch_cost(self.ubatches(index, k))
             alone, left = divmod(rest, n_ubatch)
-            return fixed + alone * costs.cost(n_ubatch) + (costs.cost(left) if left else 0.0)
+            return fixed + alone * cost(n_ubatch) + (cost(left) if left else 0.0)
 
         return price
 
