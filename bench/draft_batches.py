@@ -8,7 +8,8 @@ one llama_decode of the four next tokens plus the k drafts, against k + 1 and k 
 tokens of one sequence: the sizes the engine's cost curve is measured at. With a KV
 stream per sequence (the default; `--unified` for one shared pool) llama.cpp splits a
 batch equally, so the drafts run as a micro-batch of their own after the four single
-tokens (engine/draft_policy.py prices them so).
+tokens, unless every sequence in the batch drafts as many (bench/README, "What a
+draft costs beside other slots' tokens").
 """
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable
 
 import llama_cpp
 
@@ -43,8 +42,6 @@ class DecodeCosts:
         self.measured = dict(sorted(measured.items()))
         self.sizes = list(self.measured)
         self.scale = 1.0
-        # the unscaled cost of every size up to the largest measured, looked up by drafting
-        self._table = [0.0] + [self._unscaled(n) for n in range(1, self.sizes[-1] + 1)]
 
     @classmethod
     def sizes_to_measure(cls, max_tokens: int) -> list[int]:
@@ -98,31 +95,22 @@ class DecodeCosts:
         dearer neighbour (unmeasured sizes may fall off the fast tiles); past the
         largest, linear."""
         n = max(n, 1)
-        table = self._table
-        return self.scale * (table[n] if n < len(table) else self._unscaled(n))
-
-    def _unscaled(self, n: int) -> float:
         known = self.measured.get(n)
         if known is not None:
-            return known
+            return self.scale * known
         sizes = self.sizes
         index = bisect.bisect_left(sizes, n)
         if index < len(sizes):
-            return max(self.measured[sizes[index - 1]], self.measured[sizes[index]])
+            return self.scale * max(self.measured[sizes[index - 1]], self.measured[sizes[index]])
         last, first = sizes[-1], sizes[len(sizes) // 2]
         slope = (self.measured[last] - self.measured[first]) / max(1, last - first)
-        return self.measured[last] + max(slope, 0.0) * (n - last)
+        return self.scale * (self.measured[last] + max(slope, 0.0) * (n - last))
 
-    def batch_cost(self, ubatches: list[int]) -> float:
-        """Expected seconds for a batch llama_decode runs as micro-batches of these sizes."""
-        return sum(self.cost(n) for n in ubatches)
-
-    def observe(self, ubatches: list[int], seconds: float) -> None:
-        """A decode batch that ran as micro-batches of these sizes, every token with
-        logits, took `seconds` (ignored unless every size was measured)."""
-        known = [self.measured.get(n) for n in ubatches]
-        if known and None not in known and seconds > 0:
-            self.scale += self.SCALE_WEIGHT * (seconds / sum(known) - self.scale)
+    def observe(self, n: int, seconds: float) -> None:
+        """A decode batch of n tokens, all with logits, took `seconds`."""
+        known = self.measured.get(n)
+        if known is not None and seconds > 0:
+            self.scale += self.SCALE_WEIGHT * (seconds / known - self.scale)
 
 
 class AcceptanceStats:
@@ -167,131 +155,6 @@ class AcceptanceStats:
         return out
 
 
-class PlannedBatch:
-    """The decode batch a draft would join, cut as llama_decode will cut it.
-
-    With a KV stream per sequence (several slots, no --kv-unified) llama.cpp splits a
-    batch "equally": each micro-batch takes a run of consecutive sequence ids and the
-    same number of tokens from each, so a slot's drafts do not ride in the batch with
-    the other slots' single tokens but run as a micro-batch of their own after it
-    (4 slots + 8 drafts on one: 52 ms, where 12 tokens of one sequence take 38 ms on
-    SmolLM2 here, bench/draft_batches.py). With one stream the batch runs whole."""
-
-    def __init__(self, seq_ids: list[int], split: bool, n_ubatch: int) -> None:
-        self.seq_ids = seq_ids  # the decoding sequences, in batch order
-        self.tokens = [1] * len(seq_ids)  # each one's next token and the drafts planned for it
-        self.split = split
-        self.n_ubatch = max(1, n_ubatch)
-        self._heads: dict[int, tuple[int, list[int]]] = {}  # _shape, by index
-
-    @property
-    def total(self) -> int:
-        return sum(self.tokens)
-
-    def add(self, index: int, n: int) -> None:
-        """`n` drafts were planned for sequence number `index`."""
-        self.tokens[index] += n
-        self._heads.clear()
-
-    def ubatches(self, index: int = 0, extra: int = 0) -> list[int]:
-        """The micro-batch sizes with `extra` more tokens on sequence number `index`."""
-        if not self.tokens:
-            return []
-        if not self.split:
-            return [self.total + extra]
-        own = self.tokens[index] + extra
-        shared, sizes = self._shape(index)
-        if own < shared:  # rarer: another sequence has drafts longer than these
-            tokens = list(self.tokens)
-            tokens[index] = own
-            return equal_split(list(zip(self.seq_ids, tokens)), self.n_ubatch)
-        alone, left = divmod(own - shared, self.n_ubatch)
-        run = [self.n_ubatch] * alone + ([left] if left else [])
-        cut = sizes.index(_ALONE)
-        return sizes[:cut] + run + sizes[cut + 1 :]
-
-    def pricer(self, costs: DecodeCosts, index: int) -> Callable[[int], float]:
-        """Seconds the batch takes with k more tokens on sequence number `index`, as a
-        function of k: the shared micro-batches are priced once, so trying every draft
-        length costs a lookup each."""
-        if not self.split:
-            total = self.total
-            return lambda k: costs.cost(total + k)
-        shared, sizes = self._shape(index)
-        own, n_ubatch, cost = self.tokens[index], self.n_ubatch, costs.cost
-        fixed = sum(cost(n) for n in sizes if n != _ALONE)
-
-        def price(k: int) -> float:
-            rest = own + k - shared
-            if 0 < rest <= n_ubatch:  # the usual case: its own tokens fit one micro-batch
-                return fixed + cost(rest)
-            if rest < 0:
-                return costs.batch_cost(self.ubatches(index, k))
-            alone, left = divmod(rest, n_ubatch)
-            return fixed + alone * cost(n_ubatch) + (cost(left) if left else 0.0)
-
-        return price
-
-    def _shape(self, index: int) -> tuple[int, list[int]]:
-        """How sequence number `index` splits with any draft at least as long as the
-        others': the tokens it gives to micro-batches it shares, and the split with
-        _ALONE where the rest of its tokens run by themselves. Worked out once per
-        sequence, not once per draft length tried."""
-        if index not in self._heads:
-            self._heads[index] = _split_around(list(zip(self.seq_ids, self.tokens)), index, self.n_ubatch)
-        return self._heads[index]
-
-
-_ALONE = -1  # in _split_around's sizes: where the one sequence's own micro-batches go
-
-
-def _split_around(spans: list[tuple[int, int]], index: int, n_ubatch: int) -> tuple[int, list[int]]:
-    """equal_split with sequence number `index` endless: what it gives to shared
-    micro-batches, and the sizes with _ALONE where it is the only one taken."""
-    left = [[i, seq, n] for i, (seq, n) in enumerate(spans) if n > 0 or i == index]
-    shared, sizes = 0, []
-    while left:
-        chosen = [left[0]]
-        for span in left[1:]:
-            if span[1] == chosen[-1][1] + 1:
-                chosen.append(span)
-        if len(chosen) == 1 and chosen[0][0] == index:
-            sizes.append(_ALONE)
-            left = left[1:]
-            continue
-        others = [span[2] for span in chosen if span[0] != index]
-        each = max(1, min(min(others), n_ubatch // len(chosen)))
-        for span in chosen:
-            if span[0] == index:
-                shared += each
-            else:
-                span[2] -= each
-        sizes.append(each * len(chosen))
-        left = [span for span in left if span[0] == index or span[2] > 0]
-    return shared, sizes
-
-
-def equal_split(spans: list[tuple[int, int]], n_ubatch: int) -> list[int]:
-    """The sizes of the micro-batches llama.cpp's sequential equal split cuts a batch
-    into: `spans` are (sequence id, tokens) in batch order, each sequence's tokens
-    together. Each micro-batch takes the first sequence with tokens left and every
-    later one whose id follows the last taken, and from each of them the same number
-    of tokens: as many as the shortest has left, within n_ubatch."""
-    left = [[seq, n] for seq, n in spans if n > 0]
-    sizes = []
-    while left:
-        chosen = [left[0]]
-        for span in left[1:]:
-            if span[0] == chosen[-1][0] + 1:
-                chosen.append(span)
-        each = max(1, min(min(span[1] for span in chosen), n_ubatch // len(chosen)))
-        for span in chosen:
-            span[1] -= each
-        sizes.append(each * len(chosen))
-        left = [span for span in left if span[1] > 0]
-    return sizes
-
-
 # a draft must promise this much more than the plain batch: near break-even the
 # estimates (acceptance, and a cost curve measured on one sequence) are noisier than
 # the gain, and a verify batch has costs the curve does not see
@@ -301,22 +164,20 @@ DRAFT_MARGIN = 0.1
 def best_draft_length(
     costs: DecodeCosts,
     expected: list[float],
-    batch: PlannedBatch,
-    index: int,
+    batch_tokens: int,
     batch_yield: float,
     min_draft: int,
     seconds_per_draft: float = 0.0,
     margin: float = DRAFT_MARGIN,
 ) -> int:
-    """The draft length k (0, or min_draft..len(expected)-1) for sequence number
-    `index` of `batch` that maximises the batch's expected tokens per second:
-    (batch_yield + E[accepted(k)]) over the cost of the batch with k more tokens there
-    plus drafting k tokens; 0 unless that beats the batch without drafts by `margin`."""
-    price = batch.pricer(costs, index)
-    plain = batch_yield / price(0)
+    """The draft length k (0, or min_draft..len(expected)-1) that maximises the
+    batch's expected tokens per second: (batch_yield + E[accepted(k)]) over the cost
+    of a batch of batch_tokens + k tokens plus drafting k tokens; 0 unless that beats
+    the batch without drafts by `margin`."""
+    plain = batch_yield / costs.cost(batch_tokens)
     best_k, best_rate = 0, plain * (1.0 + margin)
     for k in range(max(1, min_draft), len(expected)):
-        rate = (batch_yield + expected[k]) / (price(k) + k * seconds_per_draft)
+        rate = (batch_yield + expected[k]) / (costs.cost(batch_tokens + k) + k * seconds_per_draft)
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k

@@ -19,7 +19,7 @@ from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
 from mlxcel.engine.draft_model import DraftModel
-from mlxcel.engine.draft_policy import DecodeCosts, PlannedBatch, best_draft_length, equal_split
+from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
 from mlxcel.engine.draft_tracker import SlotAcceptance
 from mlxcel.engine.faults import (
     INJECTED_COMPUTE_FAILURE,
@@ -477,25 +477,26 @@ class Engine:
         # a draft is sized against the whole batch it joins (every decoding slot's next
         # token and the drafts planned so far): sized against a partial batch, the
         # first slots see a batch dearer per token than the full one and over-draft
-        decoding = [slot for slot in self.slots if slot.state is SlotState.DECODE]
-        planned = PlannedBatch([slot.id for slot in decoding], self._split_kv, self.runtime.n_ubatch)
-        expected_yield = float(len(decoding))  # tokens this batch is expected to emit
-        for index, slot in enumerate(decoding):
-            full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
-            if full and self.config.context_shift and not self._shift_context(slot):
-                continue
-            start = slot.n_past
-            slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
-            try:
-                drafts, gain = self._draft(slot, planned, index, expected_yield)
-            except Exception as exc:  # noqa: BLE001
+        n_decoding = sum(1 for slot in self.slots if slot.state is SlotState.DECODE)
+        n_planned = n_decoding
+        expected_yield = float(n_decoding)  # tokens this batch is expected to emit
+        for slot in self.slots:
+            if slot.state is SlotState.DECODE:
+                full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
+                if full and self.config.context_shift and not self._shift_context(slot):
+                    continue
+                start = slot.n_past
+                slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
+                try:
+                    drafts, gain = self._draft(slot, n_planned, expected_yield)
+                except Exception as exc:  # noqa: BLE001
+                    slot.cached_tokens.pop()
+                    self._request_failed(slot.request, "drafting", exc)
+                    continue
                 slot.cached_tokens.pop()
-                self._request_failed(slot.request, "drafting", exc)
-                continue
-            slot.cached_tokens.pop()
-            spans.append(_Span(slot, [slot.next_token, *drafts], start, prefill=False))
-            planned.add(index, len(drafts))
-            expected_yield += gain
+                spans.append(_Span(slot, [slot.next_token, *drafts], start, prefill=False))
+                n_planned += len(drafts)
+                expected_yield += gain
         n_decode = len(spans)
         room = self._batch.capacity - sum(len(span.tokens) for span in spans)
         budget = (room if n_decode == 0 else min(room, self.config.prefill_chunk)) - media_rows
@@ -582,7 +583,7 @@ class Engine:
         n_prefill = sum(len(sp.tokens) for sp in spans if sp.prefill)
         if rc == 0:
             if whole and self.config.decode_costs is not None and n_prefill == 0:
-                self.config.decode_costs.observe(self._ubatches(spans), time.perf_counter() - started)
+                self.config.decode_costs.observe(batch.size, time.perf_counter() - started)
             n_decode = sum(1 for sp in spans if not sp.prefill)
             if n_decode:
                 self.stats.decode_steps += 1
@@ -657,21 +658,10 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - one request's failure is its own
                 self._request_failed(request, "sampling", exc)
 
-    @property
-    def _split_kv(self) -> bool:
-        """Whether each slot has a KV stream of its own, so llama.cpp splits batches equally."""
-        return len(self.slots) > 1 and not self.runtime.kv_unified
-
-    def _ubatches(self, spans: list[_Span]) -> list[int]:
-        """The micro-batch sizes llama_decode runs these spans as (draft_policy.equal_split)."""
-        if not self._split_kv:
-            return [sum(len(span.tokens) for span in spans)]
-        return equal_split([(span.slot.id, len(span.tokens)) for span in spans], self.runtime.n_ubatch)
-
-    def _draft(self, slot: Slot, planned: PlannedBatch, index: int, expected_yield: float) -> tuple[list[int], float]:
+    def _draft(self, slot: Slot, batch_tokens: int, expected_yield: float) -> tuple[list[int], float]:
         """The tokens to draft for a decoding slot (none when speculation cannot apply
         or would not pay for itself in this batch) and how many of them are expected
-        to be accepted. `planned` (the slot is its `index`th sequence) and `expected_yield` count the batch's decode
+        to be accepted. `batch_tokens` and `expected_yield` count the batch's decode
         tokens: every decoding slot's next token (this one's history already ends
         with it) and the drafts planned so far."""
         request = slot.request
@@ -684,17 +674,17 @@ class Engine:
             return [], 0.0
         if slot.budget is not None and not slot.budget.done:
             return [], 0.0
-        room = self._batch.capacity - planned.total
+        room = self._batch.capacity - batch_tokens
         limit = min(room, self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
         if request.max_tokens >= 0:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
         if limit < self.config.draft_min:
             return [], 0.0
         if drafter is None:
-            return self._lookup_draft(slot, limit, planned, index, expected_yield)
+            return self._lookup_draft(slot, limit, batch_tokens, expected_yield)
         stats = slot.acceptance.stats(0)
         expected = stats.expected_accepted(limit)
-        k = self._draft_length(expected, planned, index, expected_yield)
+        k = self._draft_length(expected, batch_tokens, expected_yield)
         if k == 0:
             stats.idle()  # a draft model's drafts are judged only when verified: evidence fades back to the prior
             return [], 0.0
@@ -702,8 +692,7 @@ class Engine:
         slot.acceptance.follow(drafts, 0)
         return drafts, expected[len(drafts)]
 
-    def _lookup_draft(self, slot: Slot, limit: int, planned: PlannedBatch, index: int,
-                      expected_yield: float) -> tuple[list[int], float]:
+    def _lookup_draft(self, slot: Slot, limit: int, batch_tokens: int, expected_yield: float) -> tuple[list[int], float]:
         """Prompt lookup's proposal, drafted as far as it pays. One not drafted is still
         followed against what the slot emits (unless one is followed already), so the
         evidence about undrafted proposals stays fresh at no cost."""
@@ -712,7 +701,7 @@ class Engine:
             return [], 0.0
         kind = match_class(proposal.match)
         expected = slot.acceptance.stats(kind).expected_accepted(len(proposal.tokens))
-        k = self._draft_length(expected, planned, index, expected_yield)
+        k = self._draft_length(expected, batch_tokens, expected_yield)
         if k == 0:
             if not slot.acceptance.following:
                 slot.acceptance.follow(proposal.tokens, kind)
@@ -720,14 +709,14 @@ class Engine:
         slot.acceptance.follow(proposal.tokens, kind)
         return proposal.tokens[:k], expected[k]
 
-    def _draft_length(self, expected: list[float], planned: PlannedBatch, index: int, expected_yield: float) -> int:
+    def _draft_length(self, expected: list[float], batch_tokens: int, expected_yield: float) -> int:
         if len(expected) <= self.config.draft_min:
             return 0
         costs = self.config.decode_costs
         if costs is None:  # nothing measured: draft as much as is proposed
             return len(expected) - 1
         per_draft = self.config.drafter.seconds_per_token if self.config.drafter is not None else 0.0
-        return best_draft_length(costs, expected, planned, index, expected_yield, self.config.draft_min, per_draft)
+        return best_draft_length(costs, expected, batch_tokens, expected_yield, self.config.draft_min, per_draft)
 
     def _verify(self, slot: Slot) -> None:
         """Sample at the slot's token and at each drafted one in order, keeping drafts

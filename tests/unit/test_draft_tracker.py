@@ -1,7 +1,7 @@
 """Back-off and return of prompt-lookup drafting: every proposal, drafted or not, is
 followed against what the slot emits, per match-length class."""
 
-from mlxcel.engine.draft_policy import DecodeCosts, PlannedBatch, best_draft_length
+from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
 from mlxcel.engine.draft_tracker import SlotAcceptance
 from tests.unit.test_draft_policy import CPU
 
@@ -10,8 +10,7 @@ SHORT, LONG = 0, 2  # match classes
 
 def drafts_now(acceptance: SlotAcceptance, kind: int, n_proposed: int = 16) -> int:
     """The draft length one stream would draft now for a proposal of this class."""
-    return best_draft_length(DecodeCosts(CPU), acceptance.stats(kind).expected_accepted(n_proposed),
-                             PlannedBatch([0], split=False, n_ubatch=512), 0, 1.0, 2)
+    return best_draft_length(DecodeCosts(CPU), acceptance.stats(kind).expected_accepted(n_proposed), 1, 1.0, 2)
 
 
 def shadow(acceptance: SlotAcceptance, kind: int, proposal: list[int], emitted: list[int]) -> None:

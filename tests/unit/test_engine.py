@@ -56,8 +56,8 @@ def make_rig():
     rigs: list[Rig] = []
 
     def make(n_parallel=2, n_batch=64, n_ctx_seq=256, model=successor, start=True, fail_when=None,
-             refuse_sampler=None, pieces=None, kv_unified=False, **config) -> Rig:
-        runtime = FakeRuntime(n_parallel, n_batch, n_ctx_seq, model, kv_unified=kv_unified)
+             refuse_sampler=None, pieces=None, **config) -> Rig:
+        runtime = FakeRuntime(n_parallel, n_batch, n_ctx_seq, model)
         samplers = FakeSamplerFactory(runtime, fail_when, refuse_sampler)
         failures: list[str] = []
         engine = Engine(runtime, FakeTokenizer(pieces),
@@ -654,83 +654,6 @@ def test_four_streams_on_a_cpu_draft_nothing_that_never_pays(make_rig):
         assert e.token_ids == expected_tokens(never_copies, prompt, 56)
         assert e.finish.timings.draft_n == 0
     assert max(len(batch.tokens) for batch in rig.runtime.batches[1:]) == 4
-
-
-class _RecordingCosts:
-    """A DecodeCosts that records the micro-batch shapes of the batches it is told of."""
-
-    def __new__(cls, measured):
-        from mlxcel.engine.draft_policy import DecodeCosts
-
-        class Recording(DecodeCosts):
-            def __init__(self, measured):
-                super().__init__(measured)
-                self.timed = []
-
-            def observe(self, ubatches, seconds):
-                self.timed.append(tuple(ubatches))
-                super().observe(ubatches, seconds)
-
-        return Recording(measured)
-
-
-def _four_copying_streams(make_rig, costs, kv_unified: bool, period: int = 4, batches: list | None = None) -> int:
-    """Four streams whose prompts repeat a period the model goes on copying, so every
-    proposal holds; a proposal reaches at most `period` tokens. Their drafts in all."""
-    def copies(history: list[int]) -> int:
-        return history[-period]
-
-    rig = make_rig(n_parallel=4, model=copies, lookup_ngram=2, decode_costs=costs, kv_unified=kv_unified,
-                   start=False)
-    prompts = [[20 * i + j for j in range(1, period + 1)] * 3 for i in range(4)]
-    events = [rig.submit(prompt, max_tokens=40) for prompt in prompts]
-    rig.engine.start()  # all four prefill together, then decode side by side
-    for e, prompt in zip(events, prompts):
-        assert e.wait().reason is FinishReason.LENGTH
-        assert e.token_ids == expected_tokens(copies, prompt, 40)
-    if batches is not None:
-        batches.extend(rig.runtime.batches)
-    return sum(e.finish.timings.draft_n for e in events)
-
-
-@pytest.mark.parametrize("kv_unified", [False, True])
-def test_batches_with_drafts_are_timed_as_the_micro_batches_llama_cpp_runs(make_rig, kv_unified):
-    """With a KV stream per slot, a slot's drafts run as a micro-batch after the
-    batch's single tokens, and the cost curve is rescaled against those."""
-    from mlxcel.engine.draft_policy import equal_split
-
-    costs = _RecordingCosts({n: 0.004 + 0.0002 * n for n in range(1, 17)})  # a small fixed cost: held drafts pay
-    batches = []
-    assert _four_copying_streams(make_rig, costs, kv_unified, period=12, batches=batches) > 0
-    assert any(sum(shape) > 4 for shape in costs.timed)  # batches with drafts were timed
-    if kv_unified:
-        runs = {(len(b.tokens),) for b in batches}
-    else:  # (sequence, tokens) in batch order: the engine adds each sequence's tokens together
-        runs = {tuple(equal_split([(q, b.seq_ids.count(q)) for q in dict.fromkeys(b.seq_ids)], 64)) for b in batches}
-    assert set(costs.timed) <= runs
-    assert any(len(shape) >= 2 for shape in runs) is not kv_unified
-
-
-@pytest.mark.parametrize("kv_unified", [False, True])
-def test_even_nearly_free_tokens_do_not_pay_as_a_micro_batch_of_their_own(make_rig, kv_unified):
-    """An accelerator's curve (a step's fixed cost, extra tokens nearly free): with a
-    KV stream per slot, drafts would add a whole step, so four busy slots draft only
-    with --kv-unified."""
-    from mlxcel.engine.draft_policy import DecodeCosts
-    from tests.unit.test_draft_policy import FLAT
-
-    assert (_four_copying_streams(make_rig, DecodeCosts(FLAT), kv_unified) > 0) is kv_unified
-
-
-@pytest.mark.parametrize("kv_unified", [False, True])
-def test_on_a_cpu_short_drafts_pay_in_one_kv_stream_but_not_as_a_micro_batch_of_their_own(make_rig, kv_unified):
-    """SmolLM2's curve on 2 cores: 4 tokens plus 4 drafts cost 30 ms as one batch
-    and 41 ms as two, so the same copied text drafts only with --kv-unified."""
-    from mlxcel.engine.draft_policy import DecodeCosts
-    from tests.unit.test_draft_policy import SMOL
-
-    drafted = _four_copying_streams(make_rig, DecodeCosts(SMOL), kv_unified)
-    assert (drafted > 0) is kv_unified
 
 
 def test_a_stream_that_starts_copying_drafts_again(make_rig):
