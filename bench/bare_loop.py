@@ -58,7 +58,8 @@ class BareLoop:
         self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
         self.n_ctx, self.n_parallel, self.n_threads = n_ctx, n_parallel, n_threads
 
-    def _context(self, kv_unified: bool, nseq: int):
+    def context(self, kv_unified: bool, nseq: int):
+        """A fresh context as the servers make theirs (-c -np -t), the caller frees it."""
         cp = L.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = self.n_ctx, 2048, 512
         cp.n_seq_max = max(self.n_parallel, nseq)
@@ -77,7 +78,7 @@ class BareLoop:
         return list(buf[:n])
 
     def run(self, nseq: int, steps: int, kv_unified: bool, seed: str = "bare", sampling: dict | None = None) -> dict:
-        ctx = self._context(kv_unified, nseq)
+        ctx = self.context(kv_unified, nseq)
         batch = L.llama_batch_init(2048, 0, 1)
         chains = [sampler_chain(sampling, self.n_vocab, seq) for seq in range(nseq)] if sampling else []
         try:

@@ -14,10 +14,14 @@ draft costs beside other slots' tokens").
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import llama_cpp as L
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bare_loop import BareLoop  # noqa: E402
 
 MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 PREFIX = 40
@@ -30,13 +34,9 @@ def main() -> None:
     ap.add_argument("--unified", action="store_true", help="one KV pool for every sequence (-kvu)")
     ap.add_argument("--threads", "-t", type=int, default=2)
     args = ap.parse_args()
-    L.llama_backend_init()
-    model = L.llama_model_load_from_file(str(args.model).encode(), L.llama_model_default_params())
-    cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = 8192, 2048, 512, SEQS
-    cp.n_threads = cp.n_threads_batch = args.threads
-    cp.kv_unified = args.unified
-    ctx = L.llama_init_from_model(model, cp)
+    # the weights held and the context made as both servers make theirs
+    loop = BareLoop(args.model, n_ctx=8192, n_parallel=SEQS, n_threads=args.threads)
+    ctx = loop.context(args.unified, SEQS)
     memory = L.llama_get_memory(ctx)
     batch = L.llama_batch_init(2048, 0, SEQS)
 
@@ -75,7 +75,7 @@ def main() -> None:
         print(f"{drafts:6d}  {best_ms(drafts, SEQS):22.1f}  {best_ms(drafts, 1):18.1f}  {best_ms(drafts + 3, 1):18.1f}")
     L.llama_batch_free(batch)
     L.llama_free(ctx)
-    L.llama_model_free(model)
+    loop.close()
 
 
 if __name__ == "__main__":
