@@ -106,11 +106,12 @@ class DecodeCosts:
         slope = (self.measured[last] - self.measured[first]) / max(1, last - first)
         return self.scale * (self.measured[last] + max(slope, 0.0) * (n - last))
 
-    def observe(self, n: int, seconds: float) -> None:
-        """A decode batch of n tokens, all with logits, took `seconds`."""
-        known = self.measured.get(n)
-        if known is not None and seconds > 0:
-            self.scale += self.SCALE_WEIGHT * (seconds / known - self.scale)
+    def observe(self, ubatches: list[int], seconds: float) -> None:
+        """A decode batch that llama.cpp ran as micro-batches of these sizes, every
+        token with logits, took `seconds` (sizes the curve lacks teach nothing)."""
+        known = [self.measured.get(n) for n in ubatches]
+        if known and None not in known and seconds > 0:
+            self.scale += self.SCALE_WEIGHT * (seconds / sum(known) - self.scale)
 
 
 class AcceptanceStats:

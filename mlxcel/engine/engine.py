@@ -19,6 +19,7 @@ from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
 from mlxcel.engine.draft_model import DraftModel
+from mlxcel.engine.draft_plan import DraftOption, SplitBatch, equal_split, joint_draft_lengths
 from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
 from mlxcel.engine.draft_tracker import SlotAcceptance
 from mlxcel.engine.faults import (
@@ -480,6 +481,7 @@ class Engine:
         n_decoding = sum(1 for slot in self.slots if slot.state is SlotState.DECODE)
         n_planned = n_decoding
         expected_yield = float(n_decoding)  # tokens this batch is expected to emit
+        options: list[DraftOption] = []
         for slot in self.slots:
             if slot.state is SlotState.DECODE:
                 full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
@@ -488,15 +490,24 @@ class Engine:
                 start = slot.n_past
                 slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
                 try:
-                    drafts, gain = self._draft(slot, n_planned, expected_yield)
+                    option = self._draft(slot, n_planned, expected_yield)
                 except Exception as exc:  # noqa: BLE001
                     slot.cached_tokens.pop()
                     self._request_failed(slot.request, "drafting", exc)
                     continue
                 slot.cached_tokens.pop()
+                drafts: list[int] = []
+                if option is not None:
+                    option.index = len(spans)
+                    options.append(option)
+                    drafts = option.tokens[: option.length]
+                    expected_yield += option.expected[option.length]
                 spans.append(_Span(slot, [slot.next_token, *drafts], start, prefill=False))
                 n_planned += len(drafts)
-                expected_yield += gain
+        # when no slot drafts, each was sized against the plain batch, and split, drafts cost no less
+        drafting = any(option.length for option in options)
+        if drafting and len(spans) > 1 and self._split_kv and self.config.decode_costs is not None:
+            self._size_drafts_together(spans, options, n_planned)
         n_decode = len(spans)
         room = self._batch.capacity - sum(len(span.tokens) for span in spans)
         budget = (room if n_decode == 0 else min(room, self.config.prefill_chunk)) - media_rows
@@ -516,6 +527,26 @@ class Engine:
         # consecutive sequence ids, so out of order it computes more, smaller ubatches
         spans.sort(key=lambda span: span.slot.id)
         return spans
+
+    def _size_drafts_together(self, spans: list[_Span], options: list[DraftOption], n_planned: int) -> None:
+        """Resize the decode spans' drafts as one plan priced as llama.cpp splits the
+        batch (draft_plan): each slot sized its own as if the batch ran whole."""
+        batch = SplitBatch([span.slot.id for span in spans], self.config.decode_costs, self.runtime.n_ubatch)
+        lengths = joint_draft_lengths(batch, options, self._batch.capacity - n_planned, self.config.draft_min)
+        for option, k in zip(options, lengths):
+            span = spans[option.index]
+            span.tokens = [span.tokens[0], *option.tokens[:k]]
+
+    @property
+    def _split_kv(self) -> bool:
+        """Whether each slot has a KV stream of its own, so llama.cpp splits batches equally."""
+        return len(self.slots) > 1 and not self.runtime.kv_unified
+
+    def _ubatches(self, spans: list[_Span]) -> list[int]:
+        """The micro-batch sizes llama_decode runs these spans as."""
+        if not self._split_kv:
+            return [sum(len(span.tokens) for span in spans)]
+        return equal_split([(span.slot.id, len(span.tokens)) for span in spans], self.runtime.n_ubatch)
 
     def _shift_context(self, slot: Slot) -> bool:
         """Make room in a slot whose next token would take its context's last cell, as
@@ -583,7 +614,7 @@ class Engine:
         n_prefill = sum(len(sp.tokens) for sp in spans if sp.prefill)
         if rc == 0:
             if whole and self.config.decode_costs is not None and n_prefill == 0:
-                self.config.decode_costs.observe(batch.size, time.perf_counter() - started)
+                self.config.decode_costs.observe(self._ubatches(spans), time.perf_counter() - started)
             n_decode = sum(1 for sp in spans if not sp.prefill)
             if n_decode:
                 self.stats.decode_steps += 1
@@ -658,28 +689,28 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - one request's failure is its own
                 self._request_failed(request, "sampling", exc)
 
-    def _draft(self, slot: Slot, batch_tokens: int, expected_yield: float) -> tuple[list[int], float]:
-        """The tokens to draft for a decoding slot (none when speculation cannot apply
-        or would not pay for itself in this batch) and how many of them are expected
-        to be accepted. `batch_tokens` and `expected_yield` count the batch's decode
-        tokens: every decoding slot's next token (this one's history already ends
-        with it) and the drafts planned so far."""
+    def _draft(self, slot: Slot, batch_tokens: int, expected_yield: float) -> DraftOption | None:
+        """What a decoding slot could draft and how many of those tokens it would, in
+        a batch run whole (none when speculation cannot apply; length 0 when it would
+        not pay for itself in this batch). `batch_tokens` and `expected_yield` count
+        the batch's decode tokens: every decoding slot's next token (this one's history
+        already ends with it) and the drafts planned so far."""
         request = slot.request
         drafter = self.config.drafter
         if slot.acceptance is None or request.constraint is not None or slot.forced_tokens:
-            return [], 0.0
+            return None
         if slot.shifted_keep is not None:  # its history no longer matches its positions: no drafting
-            return [], 0.0
+            return None
         if request.media:  # a drafter cannot see media, and prompt lookup would copy stand-in ids
-            return [], 0.0
+            return None
         if slot.budget is not None and not slot.budget.done:
-            return [], 0.0
+            return None
         room = self._batch.capacity - batch_tokens
         limit = min(room, self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
         if request.max_tokens >= 0:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
         if limit < self.config.draft_min:
-            return [], 0.0
+            return None
         if drafter is None:
             return self._lookup_draft(slot, limit, batch_tokens, expected_yield)
         stats = slot.acceptance.stats(0)
@@ -687,27 +718,24 @@ class Engine:
         k = self._draft_length(expected, batch_tokens, expected_yield)
         if k == 0:
             stats.idle()  # a draft model's drafts are judged only when verified: evidence fades back to the prior
-            return [], 0.0
+            return None
         drafts = drafter.draft(slot.id, slot.cached_tokens, k)
         slot.acceptance.follow(drafts, 0)
-        return drafts, expected[len(drafts)]
+        return DraftOption(-1, drafts, expected, len(drafts)) if drafts else None
 
-    def _lookup_draft(self, slot: Slot, limit: int, batch_tokens: int, expected_yield: float) -> tuple[list[int], float]:
+    def _lookup_draft(self, slot: Slot, limit: int, batch_tokens: int, expected_yield: float) -> DraftOption | None:
         """Prompt lookup's proposal, drafted as far as it pays. One not drafted is still
         followed against what the slot emits (unless one is followed already), so the
         evidence about undrafted proposals stays fresh at no cost."""
         proposal = slot.lookup.draft(slot.cached_tokens, limit)
         if not proposal.tokens:
-            return [], 0.0
+            return None
         kind = match_class(proposal.match)
         expected = slot.acceptance.stats(kind).expected_accepted(len(proposal.tokens))
         k = self._draft_length(expected, batch_tokens, expected_yield)
-        if k == 0:
-            if not slot.acceptance.following:
-                slot.acceptance.follow(proposal.tokens, kind)
-            return [], 0.0
-        slot.acceptance.follow(proposal.tokens, kind)
-        return proposal.tokens[:k], expected[k]
+        if k or not slot.acceptance.following:
+            slot.acceptance.follow(proposal.tokens, kind)
+        return DraftOption(-1, proposal.tokens, expected, k)
 
     def _draft_length(self, expected: list[float], batch_tokens: int, expected_yield: float) -> int:
         if len(expected) <= self.config.draft_min:

@@ -26,12 +26,24 @@ def test_cost_between_measured_sizes_is_the_dearer_neighbour_and_linear_past_the
 def test_observed_batches_rescale_every_size():
     costs = DecodeCosts(CPU)
     for _ in range(100):
-        costs.observe(1, 0.032)  # the machine got twice as slow
+        costs.observe([1], 0.032)  # the machine got twice as slow
     assert costs.scale == pytest.approx(2.0, rel=0.01)
     assert costs.cost(8) == pytest.approx(0.132, rel=0.01)
-    costs.observe(3, -1.0)  # nonsense is ignored
-    costs.observe(99, 1.0)
+    costs.observe([3], -1.0)  # nonsense is ignored
+    costs.observe([99], 1.0)
+    costs.observe([4, 99], 1.0)
+    costs.observe([], 1.0)
     assert costs.scale == pytest.approx(2.0, rel=0.01)
+
+
+def test_a_split_batch_is_observed_against_the_sum_of_its_micro_batches():
+    costs = DecodeCosts(CPU)
+    for _ in range(100):
+        costs.observe([4, 8], 0.049 + 0.066)  # as the curve says: the scale stays
+    assert costs.scale == pytest.approx(1.0)
+    for _ in range(100):
+        costs.observe([4, 8], 1.5 * (0.049 + 0.066))
+    assert costs.scale == pytest.approx(1.5, rel=0.01)
 
 
 def test_rejects_a_curve_without_a_single_token_time():

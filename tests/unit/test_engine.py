@@ -56,8 +56,8 @@ def make_rig():
     rigs: list[Rig] = []
 
     def make(n_parallel=2, n_batch=64, n_ctx_seq=256, model=successor, start=True, fail_when=None,
-             refuse_sampler=None, pieces=None, **config) -> Rig:
-        runtime = FakeRuntime(n_parallel, n_batch, n_ctx_seq, model)
+             refuse_sampler=None, pieces=None, kv_unified=False, **config) -> Rig:
+        runtime = FakeRuntime(n_parallel, n_batch, n_ctx_seq, model, kv_unified)
         samplers = FakeSamplerFactory(runtime, fail_when, refuse_sampler)
         failures: list[str] = []
         engine = Engine(runtime, FakeTokenizer(pieces),
@@ -670,3 +670,31 @@ def test_a_stream_that_starts_copying_drafts_again(make_rig):
     assert events.token_ids == expected_tokens(copies_later, [1], 120)
     timings = events.finish.timings
     assert timings.draft_n_accepted > 40 and timings.draft_n_accepted >= 0.8 * timings.draft_n
+
+
+def repeats_six_back(history: list[int]) -> int:
+    return history[-6]
+
+
+def test_with_a_kv_stream_per_slot_copying_streams_draft_together_at_one_length(make_rig):
+    """llama.cpp runs drafts of equal length on neighbouring slots as one micro-batch
+    and a slot's longer drafts as one of their own: sized together, four streams that
+    copy draft alike every step; in one KV pool (batches run whole) the slot sized
+    last holds back, as each slot sees the batch the others' drafts made dearer."""
+    from mlxcel.engine.draft_policy import DecodeCosts
+    from tests.unit.test_draft_policy import CPU
+
+    shapes = {}
+    for unified in (False, True):
+        rig = make_rig(n_parallel=4, model=repeats_six_back, lookup_ngram=2, decode_costs=DecodeCosts(CPU),
+                       kv_unified=unified)
+        prompts = [[10 * i + j for j in range(6)] * 2 for i in range(4)]
+        events = [rig.submit(prompt, max_tokens=60) for prompt in prompts]
+        for e, prompt in zip(events, prompts):
+            assert e.wait().reason is FinishReason.LENGTH
+            assert e.token_ids == expected_tokens(repeats_six_back, prompt, 60)
+        shapes[unified] = [[len(batch.tokens_of(seq)) for seq in sorted(batch.seqs)] for batch in rig.runtime.batches]
+    # after the prompts and the first token (nothing to copy from yet): every step drafts, alike
+    assert shapes[False][2:] and all(len(set(shape)) == 1 and shape[0] > 1 for shape in shapes[False][2:])
+    assert any(len(set(shape)) > 1 for shape in shapes[True][2:])
+    assert len(shapes[False]) < len(shapes[True])
