@@ -1,0 +1,102 @@
+"""mlxcel against mlxcel: variants (trees, flags) on the aggregate4 workload, with the
+engine's own step counters beside the wall-clock rate.
+
+    .venv/bin/python bench/variants.py NAME="CMD" NAME="CMD" ... [--model GGUF] [--cycles 4]
+        [--streams 4] [--tokens 128] [--rounds 3]
+
+Each CMD starts mlxcel (for example ".venv/bin/mlxcel serve --spec-type none", or a
+script that runs an exported older tree); `-m -c 8192 -np 4 -t 2 --metrics` are
+appended. Variants run one at a time, a fresh server each, in ABBA order over the
+cycles, so a machine whose speed drifts drifts over all of them alike. Per run: tokens/s
+over `--rounds` rounds of `--streams` concurrent greedy `/completion` streams (short
+prompts, `--tokens` each, EOS ignored), engine steps, `llama_decode` milliseconds per
+token generated, tokens drafted and accepted, schedule milliseconds per step. Steps
+and drafts do not depend on the host's noise; decode milliseconds per token depend on
+it less than the wall-clock rate does (the client and the event loop are not in it).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from client import make_client, stream_completion  # noqa: E402
+from prompts import short_prompt  # noqa: E402
+from servers import start_server  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def engine_counters(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics", timeout=10, trust_env=False).text
+    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+            if line.startswith("mlxcel_engine_step")}
+
+
+async def one_run(url: str, rounds: int, streams: int, tokens: int) -> dict[str, float]:
+    done = wall = drafted = accepted = 0.0
+    async with make_client() as client:
+        await stream_completion(client, url, short_prompt("warm"), 8)
+        before = engine_counters(url)
+        for r in range(rounds):
+            started = time.perf_counter()
+            results = await asyncio.gather(*(stream_completion(client, url, short_prompt(f"agg-{r}-{i}"), tokens)
+                                             for i in range(streams)))
+            wall += time.perf_counter() - started
+            done += sum(result.n_tokens for result in results)
+            drafted += sum((result.timings or {}).get("draft_n", 0) for result in results)
+            accepted += sum((result.timings or {}).get("draft_n_accepted", 0) for result in results)
+        after = engine_counters(url)
+    steps = after["mlxcel_engine_steps_total"] - before.get("mlxcel_engine_steps_total", 0)
+    decode = after["mlxcel_engine_step_decode_seconds_total"] - before.get("mlxcel_engine_step_decode_seconds_total", 0)
+    schedule = (after["mlxcel_engine_step_schedule_seconds_total"]
+                - before.get("mlxcel_engine_step_schedule_seconds_total", 0))
+    return {"tok/s": done / wall, "steps": steps, "decode ms/token": 1e3 * decode / done,
+            "drafted": drafted, "accepted": accepted, "schedule ms/step": 1e3 * schedule / max(steps, 1)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("variants", nargs="+", help='NAME="command that starts mlxcel"')
+    ap.add_argument("--model", type=Path, default=MODEL)
+    ap.add_argument("--cycles", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
+    args = ap.parse_args()
+    variants = dict(v.split("=", 1) for v in args.variants)
+    common = ["-m", str(args.model), "-c", "8192", "-np", "4", "-t", "2", "--metrics"]
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    for cycle in range(args.cycles):
+        order = list(variants.items()) if cycle % 2 == 0 else list(reversed(variants.items()))
+        for name, command in order:
+            server = start_server(name, [*shlex.split(command), *common], args.log_dir)
+            try:
+                run = asyncio.run(one_run(server.url, args.rounds, args.streams, args.tokens))
+            finally:
+                server.stop()
+            runs[name].append(run)
+            print(name + ": " + "  ".join(f"{key} {value:.3g}" for key, value in run.items()), flush=True)
+    print(f"\n{args.model.name}, {args.streams} streams x {args.tokens} tokens, {args.rounds} rounds a run, "
+          f"{args.cycles} runs each; medians")
+    first = next(iter(runs))
+    for name, rows in runs.items():
+        medians = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+        ratio = medians["tok/s"] / statistics.median(row["tok/s"] for row in runs[first])
+        print(f"{name:>12}: " + "  ".join(f"{key} {value:.3g}" for key, value in medians.items())
+              + f"  tok/s / {first} {ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
