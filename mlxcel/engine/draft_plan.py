@@ -88,8 +88,10 @@ def joint_draft_lengths(batch: SplitBatch, options: list[DraftOption], room: int
     levels = {k for k in chosen if k} | {longest} | {2**i for i in range(1, 7) if 2**i < longest}
     for level in levels:
         if level >= min_draft:  # one common length: for the slots that chose to draft, and for all
-            candidates.add(tuple(min(level, len(o.tokens)) if o.length else 0 for o in options))
-            candidates.add(tuple(min(level, len(o.tokens)) for o in options))
+            lengths = [min(level, len(o.tokens)) for o in options]
+            lengths = [k if k >= min_draft else 0 for k in lengths]  # too short a proposal sits out
+            candidates.add(tuple(k if o.length else 0 for k, o in zip(lengths, options)))
+            candidates.add(tuple(lengths))
     zero = tuple(0 for _ in options)
     best, best_rate = zero, n / batch.seconds({}) * (1.0 + margin)
     for plan in candidates:

@@ -116,3 +116,12 @@ def test_the_plan_stays_within_the_room_the_batch_has():
     options = [DraftOption(i, list(range(8)), c, 8 if i == 0 else 0) for i, c in enumerate(curves)]
     lengths = joint_draft_lengths(SplitBatch([0, 1, 2, 3], costs, 512), options, 4, 2)
     assert sum(lengths) <= 8 + 4
+
+
+def test_a_proposal_shorter_than_the_least_draft_sits_out_a_common_length():
+    costs = DecodeCosts(CPU)
+    sure = survival(0.99, 8)
+    options = [DraftOption(0, list(range(8)), sure, 8), DraftOption(1, [5], survival(0.99, 1), 0),
+               DraftOption(2, list(range(8)), sure, 8), DraftOption(3, list(range(8)), sure, 0)]
+    lengths = joint_draft_lengths(SplitBatch([0, 1, 2, 3], costs, 512), options, 100, 2)
+    assert lengths[1] == 0 and lengths[0] == lengths[2] == lengths[3] > 0
