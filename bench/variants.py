@@ -6,7 +6,9 @@ engine's own step counters beside the wall-clock rate.
 
 Each CMD starts mlxcel (for example ".venv/bin/mlxcel serve --spec-type none", or a
 script that runs an exported older tree); `-m -c 8192 -np 4 -t 2 --metrics` are
-appended. Variants run one at a time, a fresh server each, in ABBA order over the
+appended. With `--churn CLIENTS`, CLIENTS clients instead send 12 requests each in
+turn (fresh prompts, answers of various lengths), so slots free up and refill while
+others decode. Variants run one at a time, a fresh server each, in ABBA order over the
 cycles, so a machine whose speed drifts drifts over all of them alike. Per run: tokens/s
 over `--rounds` rounds of `--streams` concurrent greedy `/completion` streams (short
 prompts, `--tokens` each, EOS ignored), engine steps, `llama_decode` milliseconds per
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import shlex
 import statistics
 import sys
@@ -41,15 +44,29 @@ def engine_counters(url: str) -> dict[str, float]:
             if line.startswith("mlxcel_engine_step")}
 
 
-async def one_run(url: str, rounds: int, streams: int, tokens: int) -> dict[str, float]:
+async def churning_client(client: httpx.AsyncClient, url: str, c: int, requests: int, tokens: int) -> list:
+    """One client's requests one after another, each a fresh prompt of tokens/3..tokens+32 tokens' answer."""
+    rng, results = random.Random(c), []
+    for j in range(requests):
+        results.append(await stream_completion(client, url, short_prompt(f"churn-{c}-{j}"),
+                                               rng.randint(max(1, tokens // 3), tokens + 32)))
+    return results
+
+
+async def one_run(url: str, rounds: int, streams: int, tokens: int, churn: int) -> dict[str, float]:
     done = wall = drafted = accepted = 0.0
     async with make_client() as client:
         await stream_completion(client, url, short_prompt("warm"), 8)
         before = engine_counters(url)
         for r in range(rounds):
             started = time.perf_counter()
-            results = await asyncio.gather(*(stream_completion(client, url, short_prompt(f"agg-{r}-{i}"), tokens)
-                                             for i in range(streams)))
+            if churn:
+                per_client = await asyncio.gather(*(churning_client(client, url, 100 * r + c, 12, tokens)
+                                                    for c in range(churn)))
+                results = [result for chunk in per_client for result in chunk]
+            else:
+                results = await asyncio.gather(*(stream_completion(client, url, short_prompt(f"agg-{r}-{i}"), tokens)
+                                                 for i in range(streams)))
             wall += time.perf_counter() - started
             done += sum(result.n_tokens for result in results)
             drafted += sum((result.timings or {}).get("draft_n", 0) for result in results)
@@ -71,6 +88,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--churn", type=int, default=0, metavar="CLIENTS",
+                    help="instead: CLIENTS clients (fewer than the 4 slots) sending 12 requests each in turn, "
+                         "fresh prompts, answers of tokens/3..tokens+32 tokens: slots free up and refill")
     ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
     args = ap.parse_args()
     variants = dict(v.split("=", 1) for v in args.variants)
@@ -82,12 +102,13 @@ def main() -> int:
         for name, command in order:
             server = start_server(name, [*shlex.split(command), *common], args.log_dir)
             try:
-                run = asyncio.run(one_run(server.url, args.rounds, args.streams, args.tokens))
+                run = asyncio.run(one_run(server.url, args.rounds, args.streams, args.tokens, args.churn))
             finally:
                 server.stop()
             runs[name].append(run)
             print(name + ": " + "  ".join(f"{key} {value:.3g}" for key, value in run.items()), flush=True)
-    print(f"\n{args.model.name}, {args.streams} streams x {args.tokens} tokens, {args.rounds} rounds a run, "
+    workload = f"{args.churn} churning clients" if args.churn else f"{args.streams} streams x {args.tokens} tokens"
+    print(f"\n{args.model.name}, {workload}, {args.rounds} rounds a run, "
           f"{args.cycles} runs each; medians")
     first = next(iter(runs))
     for name, rows in runs.items():

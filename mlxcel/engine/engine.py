@@ -125,7 +125,10 @@ class Engine:
         self.tokenizer = tokenizer
         self.config = config
         self.n_ctx_slot = runtime.n_ctx_seq
-        self.slots = SlotTable(runtime.config.n_parallel)
+        # a slot whose tokens the host cache holds costs little to overwrite, a micro-batch
+        # more each step to leave between busy ones (with a KV stream per slot)
+        split = runtime.config.n_parallel > 1 and not runtime.kv_unified
+        self.slots = SlotTable(runtime.config.n_parallel, contiguous=split and config.host_cache is not None)
         self.waiting = PrefillQueue()
         self.stats = EngineStats()
         self._batch = TokenBatch(runtime.n_batch)

@@ -151,8 +151,12 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 
 class SlotTable:
-    def __init__(self, n_slots: int) -> None:
+    def __init__(self, n_slots: int, contiguous: bool = False) -> None:
         self.slots = [Slot(id=i) for i in range(n_slots)]
+        # keep busy slots in one run of ids where nothing is lost by it: with a KV stream
+        # per slot llama.cpp decodes each run of consecutive busy slots as a micro-batch
+        # of its own (slots 0, 1, 3 take 18.6 ms a step where 0, 1, 2 take 16.4, SmolLM2)
+        self.contiguous = contiguous
 
     def __iter__(self):
         return iter(self.slots)
@@ -177,7 +181,14 @@ class SlotTable:
             idle = [s for s in idle if s.id == pinned]
         if not idle:
             return None
+        runs = self._runs_with if self.contiguous and len(idle) > 1 else (lambda slot: 0)
         if not reuse:
-            return min(idle, key=lambda s: (bool(s.cached_tokens), s.last_used)), 0
-        best = max(idle, key=lambda s: (common_prefix_length(s.cached_tokens, prompt), not s.unsaved, -s.last_used))
+            return min(idle, key=lambda s: (bool(s.cached_tokens), runs(s), s.last_used)), 0
+        best = max(idle, key=lambda s: (common_prefix_length(s.cached_tokens, prompt), not s.unsaved, -runs(s),
+                                        -s.last_used))
         return best, common_prefix_length(best.cached_tokens, prompt)
+
+    def _runs_with(self, slot: Slot) -> int:
+        """How many runs of consecutive ids the busy slots would form with `slot` busy too."""
+        busy = {s.id for s in self.slots if s.state is not SlotState.IDLE} | {slot.id}
+        return sum(1 for i in busy if i - 1 not in busy)
