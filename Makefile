@@ -11,7 +11,7 @@ ARGS ?=
 
 .PHONY: setup serve test unit bench reference parity clean redis-server
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py mlxcel/engine/_topset.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install -e '.[test,audio,cluster]'

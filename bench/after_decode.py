@@ -5,8 +5,10 @@ against the engine's numpy argmax of the logits row.
     .venv/bin/python bench/after_decode.py [--model PATH] [--threads 2] [--steps 400] [--rounds 4]
 
 One sequence decodes one token a step, nothing else runs (no server, no client). Reported:
-- the engine's chat-chain candidate set (`Narrowing.candidate_ids`, top-k 40 and a 64-token
-  penalty window, as bench/run.py's chat_decode asks) and the greedy argmax, timed on the
+- the engine's chat-chain candidate set (`Narrowing.fill`, one C call writing the chain's
+  entries; top-k 40 and a 64-token penalty window, as bench/run.py's chat_decode asks),
+  the numpy set it replaced (`numpy_set`: block-maxima threshold, mask, touched ids,
+  flatnonzero, the entries' three fields) and the greedy argmax, timed on the
   row of the decode just done and again at once on the same row (now in cache), medians;
 - one-stream greedy tokens/s with the argmax in numpy and with llama.cpp's greedy sampler
   set on the sequence (`llama_set_sampler`), rounds alternating, and whether both gave
@@ -23,9 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import llama_cpp  # noqa: E402
+import numpy as np  # noqa: E402
 
 from mlxcel.engine.llama_runtime import logits_row  # noqa: E402
+from mlxcel.engine.candidates import TOKEN_DATA  # noqa: E402
 from mlxcel.engine.narrowing import Narrowing  # noqa: E402
+from mlxcel.engine.top_logits import top_threshold  # noqa: E402
 from mlxcel.models.pull import resolve_model  # noqa: E402
 
 PROMPT = list(range(100, 140))
@@ -70,6 +75,19 @@ class Loop:
         return steps / (time.perf_counter() - started), tokens
 
 
+def numpy_set(row, k: int, touched: list[int], entries) -> int:
+    """The candidate set as the engine made it in numpy before _topset (for comparison)."""
+    threshold = top_threshold(row, k + len(touched))
+    mask = row >= threshold
+    mask[touched] = True
+    ids = np.flatnonzero(mask)
+    n = ids.shape[0]
+    entries["id"][:n] = ids
+    entries["logit"][:n] = row[ids]
+    entries["p"][:n] = 0.0
+    return n
+
+
 def timed(fn) -> float:
     started = time.perf_counter()
     fn()
@@ -87,7 +105,11 @@ def main() -> None:
 
     narrowing = Narrowing(40, [], 64)
     narrowing.accepted_all(list(range(1000, 1064)))
-    phases = {"candidate_ids": lambda row: narrowing.candidate_ids(row), "argmax": lambda row: row.argmax()}
+    entries = np.zeros(loop.n_vocab // 8, dtype=TOKEN_DATA)
+    touched = list(range(1000, 1064))
+    phases = {"set in C": lambda row: narrowing.fill(row, entries),
+              "numpy_set": lambda row: numpy_set(row, 40, touched, entries),
+              "argmax": lambda row: row.argmax()}
     cold = {name: [] for name in phases}
     warm = {name: [] for name in phases}
     position = loop.restart()

@@ -8,7 +8,10 @@ Each CMD starts mlxcel (for example ".venv/bin/mlxcel serve --spec-type none", o
 script that runs an exported older tree); `-m -c 8192 -np 4 -t 2 --metrics` are
 appended. With `--churn CLIENTS`, CLIENTS clients instead send 12 requests each in
 turn (fresh prompts, answers of various lengths), so slots free up and refill while
-others decode. Variants run one at a time, a fresh server each, in ABBA order over the
+others decode. With `--chat`, the streams are `/v1/chat/completions` sampled as
+run.py's chat_decode samples (temperature 0.7, top-k 40, top-p 0.9, min-p 0.05, repeat
+penalty 1.1; EOS ignored), and the sample phase's milliseconds per step are reported
+too. Variants run one at a time, a fresh server each, in ABBA order over the
 cycles, so a machine whose speed drifts drifts over all of them alike. Per run: tokens/s
 over `--rounds` rounds of `--streams` concurrent greedy `/completion` streams (short
 prompts, `--tokens` each, EOS ignored), engine steps, `llama_decode` milliseconds per
@@ -30,7 +33,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client import make_client, stream_completion  # noqa: E402
+from client import make_client, stream_chat, stream_completion  # noqa: E402
 from prompts import short_prompt  # noqa: E402
 from servers import start_server  # noqa: E402
 
@@ -53,7 +56,7 @@ async def churning_client(client: httpx.AsyncClient, url: str, c: int, requests:
     return results
 
 
-async def one_run(url: str, rounds: int, streams: int, tokens: int, churn: int) -> dict[str, float]:
+async def one_run(url: str, rounds: int, streams: int, tokens: int, churn: int, chat: bool) -> dict[str, float]:
     done = wall = drafted = accepted = 0.0
     async with make_client() as client:
         await stream_completion(client, url, short_prompt("warm"), 8)
@@ -64,6 +67,9 @@ async def one_run(url: str, rounds: int, streams: int, tokens: int, churn: int) 
                 per_client = await asyncio.gather(*(churning_client(client, url, 100 * r + c, 12, tokens)
                                                     for c in range(churn)))
                 results = [result for chunk in per_client for result in chunk]
+            elif chat:
+                results = await asyncio.gather(*(stream_chat(client, url, short_prompt(f"chat-{r}-{i}"), tokens,
+                                                             seed=1000 + 10 * r + i) for i in range(streams)))
             else:
                 results = await asyncio.gather(*(stream_completion(client, url, short_prompt(f"agg-{r}-{i}"), tokens)
                                                  for i in range(streams)))
@@ -76,8 +82,10 @@ async def one_run(url: str, rounds: int, streams: int, tokens: int, churn: int) 
     decode = after["mlxcel_engine_step_decode_seconds_total"] - before.get("mlxcel_engine_step_decode_seconds_total", 0)
     schedule = (after["mlxcel_engine_step_schedule_seconds_total"]
                 - before.get("mlxcel_engine_step_schedule_seconds_total", 0))
+    sample = after["mlxcel_engine_step_sample_seconds_total"] - before.get("mlxcel_engine_step_sample_seconds_total", 0)
     return {"tok/s": done / wall, "steps": steps, "decode ms/token": 1e3 * decode / done,
-            "drafted": drafted, "accepted": accepted, "schedule ms/step": 1e3 * schedule / max(steps, 1)}
+            "drafted": drafted, "accepted": accepted, "schedule ms/step": 1e3 * schedule / max(steps, 1),
+            "sample ms/step": 1e3 * sample / max(steps, 1)}
 
 
 def main() -> int:
@@ -91,6 +99,8 @@ def main() -> int:
     ap.add_argument("--churn", type=int, default=0, metavar="CLIENTS",
                     help="instead: CLIENTS clients (fewer than the 4 slots) sending 12 requests each in turn, "
                          "fresh prompts, answers of tokens/3..tokens+32 tokens: slots free up and refill")
+    ap.add_argument("--chat", action="store_true",
+                    help="sampled /v1/chat/completions streams (run.py's chat_decode chain) instead of greedy /completion")
     ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
     args = ap.parse_args()
     variants = dict(v.split("=", 1) for v in args.variants)
@@ -102,12 +112,13 @@ def main() -> int:
         for name, command in order:
             server = start_server(name, [*shlex.split(command), *common], args.log_dir)
             try:
-                run = asyncio.run(one_run(server.url, args.rounds, args.streams, args.tokens, args.churn))
+                run = asyncio.run(one_run(server.url, args.rounds, args.streams, args.tokens, args.churn, args.chat))
             finally:
                 server.stop()
             runs[name].append(run)
             print(name + ": " + "  ".join(f"{key} {value:.3g}" for key, value in run.items()), flush=True)
-    workload = f"{args.churn} churning clients" if args.churn else f"{args.streams} streams x {args.tokens} tokens"
+    workload = (f"{args.churn} churning clients" if args.churn else
+                f"{args.streams} {'sampled chat' if args.chat else 'greedy'} streams x {args.tokens} tokens")
     print(f"\n{args.model.name}, {workload}, {args.rounds} rounds a run, "
           f"{args.cycles} runs each; medians")
     first = next(iter(runs))

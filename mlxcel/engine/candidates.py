@@ -1,5 +1,5 @@
 """A llama_token_data_array over a numpy buffer: a sampler chain runs on it as
-llama_sampler_sample would (on every token, or on the few a Narrowing picked), and
+llama_sampler_sample would (on every token, or on the few a Narrowing wrote), and
 what the chain left (the surviving candidates and their probabilities) can then be
 read, for llama-server's post-sampling probabilities.
 
@@ -20,38 +20,52 @@ assert TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
 class Candidates:
     def __init__(self, n_vocab: int) -> None:
         self.n_vocab = n_vocab
-        self.buffer = np.zeros(0, dtype=TOKEN_DATA)  # grows to the largest set run so far
+        self.buffer = np.zeros(0, dtype=TOKEN_DATA)  # the whole vocabulary's, made on first use
         self._all_ids: np.ndarray | None = None
+        self._narrowed: np.ndarray | None = None  # a Narrowing's sets, made on first use
+        self._narrowed_data = None
+        self._ran = self.buffer  # the buffer the last run's array points into
         self.array = llama_cpp.llama_token_data_array()
+        self._array_ref = ctypes.byref(self.array)
 
-    def run(self, chain, logits: np.ndarray, ids: np.ndarray | None = None) -> int:
-        """The tokens `ids` (ascending; None: every token) with these logits through
-        `chain` (applied, not accepted); the token it selected."""
-        if ids is None:
-            if self._all_ids is None:
-                self._all_ids = np.arange(self.n_vocab, dtype=np.int32)
-            ids = self._all_ids
-        n = ids.shape[0]
-        if self.buffer.shape[0] < n:
-            self.buffer = np.zeros(n, dtype=TOKEN_DATA)
-        entries = self.buffer[:n]
-        entries["id"] = ids
-        entries["logit"] = logits if n == self.n_vocab else logits[ids]
-        entries["p"] = 0.0
-        self.array.data = self.buffer.ctypes.data_as(llama_cpp.llama_token_data_p)
-        self.array.size = n
-        self.array.selected = -1
-        self.array.sorted = False
-        llama_cpp.llama_sampler_apply(chain, ctypes.byref(self.array))
-        if not 0 <= self.array.selected < self.array.size:
+    def run(self, chain, logits: np.ndarray) -> int:
+        """Every token with these logits through `chain` (applied, not accepted); the
+        token it selected."""
+        if self._all_ids is None:
+            self._all_ids = np.arange(self.n_vocab, dtype=np.int32)
+            self.buffer = np.zeros(self.n_vocab, dtype=TOKEN_DATA)
+        self.buffer["id"] = self._all_ids
+        self.buffer["logit"] = logits
+        self.buffer["p"] = 0.0
+        return self._apply(chain, self.buffer, self.buffer.ctypes.data_as(llama_cpp.llama_token_data_p), self.n_vocab)
+
+    def run_narrowed(self, chain, logits: np.ndarray, narrowing) -> int | None:
+        """`chain` (applied, not accepted) on the set `narrowing` writes for these
+        logits; the token it selected, or None where the set could not be had (run()
+        the whole row then)."""
+        if self._narrowed is None:
+            self._narrowed = np.zeros(max(64, self.n_vocab // 8), dtype=TOKEN_DATA)
+            self._narrowed_data = self._narrowed.ctypes.data_as(llama_cpp.llama_token_data_p)
+        n = narrowing.fill(logits, self._narrowed)
+        return None if n is None else self._apply(chain, self._narrowed, self._narrowed_data, n)
+
+    def _apply(self, chain, buffer: np.ndarray, data, n: int) -> int:
+        array = self.array
+        array.data = data
+        array.size = n
+        array.selected = -1
+        array.sorted = False
+        self._ran = buffer
+        llama_cpp.llama_sampler_apply(chain, self._array_ref)
+        if not 0 <= array.selected < array.size:
             raise RuntimeError("the sampler chain selected no token")
-        return int(self.surviving()["id"][self.array.selected])
+        return array.data[array.selected].id
 
     def surviving(self) -> np.ndarray:
         """The entries [data, data + size) as the chain left them (a view)."""
         start = ctypes.cast(self.array.data, ctypes.c_void_p).value or 0
-        offset = (start - self.buffer.ctypes.data) // TOKEN_DATA.itemsize
-        return self.buffer[offset : offset + self.array.size]
+        offset = (start - self._ran.ctypes.data) // TOKEN_DATA.itemsize
+        return self._ran[offset : offset + self.array.size]
 
 
 def post_sampling_probs(entries: np.ndarray, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:

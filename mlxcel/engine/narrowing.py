@@ -11,10 +11,12 @@ set: those known tokens, and the ids of the k + (their number) largest raw logit
 token the first samplers leave alone that ends among the top k has fewer than k
 untouched tokens above it, raw as after, plus at most every touched one.
 
-So the chain runs on that set (a few hundred tokens, ascending ids as in the full
-array) and picks what it would pick on the whole vocabulary: the same samplers, the
-same random draws, the same survivors in the same order. Only an exact tie at the
-k-th logit may keep another of the tied tokens.
+So the chain runs on that set (ids of every logit >= the (k + touched)-th largest,
+then the touched ones; a hundred-odd tokens, ascending ids as in the full array) and
+picks what it would pick on the whole vocabulary: the same samplers, the same random
+draws, the same survivors. Only an exact tie at the k-th logit may keep another of
+the tied tokens. The set is written by one C call (`_topset.fill`) straight into the
+llama_token_data entries the chain runs on.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from mlxcel.engine.top_logits import top_threshold
+from mlxcel.engine import _topset
 
 # samplers that only change the logits of tokens the chain knows of
 _BEFORE_THE_CUT = frozenset({"bans", "logit_bias", "penalties"})
 # the set must stay this much smaller than the vocabulary to pay for itself
 _MAX_SHARE = 1 / 16
+_NO_IDS = np.zeros(0, dtype=np.int32)
 
 
 class Narrowing:
@@ -38,7 +41,7 @@ class Narrowing:
 
     def __init__(self, k: int, biased: Iterable[int], window: int) -> None:
         self.k = k
-        self._biased = np.array(sorted(biased), dtype=np.intp)
+        self._biased = np.array(sorted(biased), dtype=np.int32)
         self._window = window  # the penalties' history in tokens; 0: no penalties before the cut
         self._recent: deque[int] = deque()
         self._counts: dict[int, int] = {}
@@ -87,22 +90,12 @@ class Narrowing:
             else:
                 del counts[old]
 
-    def candidate_ids(self, logits: np.ndarray) -> np.ndarray | None:
-        """Ascending ids to run the chain on, or None where the set would be too
-        large a share of the vocabulary to pay (run it on all of them). The touched
-        ids are marked in the row's mask: right after a decode (cold caches) that is
-        ~0.1 ms a token cheaper than a sorted union with the top ids
-        (bench/after_decode.py)."""
-        touched = self._biased.shape[0] + len(self._counts)
-        m = self.k + touched
-        if m > logits.shape[0] * _MAX_SHARE:
-            return None
-        threshold = top_threshold(logits, m)
-        if threshold is None:
-            return np.arange(logits.shape[0])
-        mask = logits >= threshold
-        if self._biased.shape[0]:
-            mask[self._biased] = True
-        if self._counts:
-            mask[list(self._counts)] = True
-        return np.flatnonzero(mask)
+    def fill(self, logits: np.ndarray, entries: np.ndarray) -> int | None:
+        """Write the set into `entries` (llama_token_data, p 0), ascending ids; how many,
+        or None where the chain must run on the whole row: the set would be too large a
+        share of the vocabulary to pay, larger than `entries`, or cannot be told (a NaN,
+        a row masked down to fewer finite logits than it needs)."""
+        counts = self._counts
+        window = np.fromiter(counts, np.int32, len(counts)) if counts else _NO_IDS
+        n = _topset.fill(logits, self.k, int(logits.shape[0] * _MAX_SHARE), self._biased, window, entries)
+        return n if n >= 0 else None

@@ -245,10 +245,9 @@ class SamplerChain:
         if self.argmax_bans is not None:
             return self.argmax(logits_row(ctx, batch_index, self._n_vocab))
         if self.narrowing is not None:
-            logits = logits_row(ctx, batch_index, self._n_vocab)
-            ids = self.narrowing.candidate_ids(logits)
-            if ids is not None:
-                token = self._candidates.run(self._ptr, logits, ids)
+            token = self._candidates.run_narrowed(self._ptr, logits_row(ctx, batch_index, self._n_vocab),
+                                                  self.narrowing)
+            if token is not None:
                 self.accept(token)
                 return token
         token = int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))
@@ -270,8 +269,11 @@ class SamplerChain:
         chain computes no probabilities: its pick has probability 1 and nothing
         else survives, as llama-server's temperature-0 chain leaves it."""
         self._finish_priming()
-        ids = self.narrowing.candidate_ids(logits) if self.narrowing is not None else None
-        token = self._candidates.run(self._ptr, logits, ids)
+        token = None
+        if self.narrowing is not None:
+            token = self._candidates.run_narrowed(self._ptr, logits, self.narrowing)
+        if token is None:
+            token = self._candidates.run(self._ptr, logits)
         self.accept(token)
         if self._greedy:
             return token, 1.0, [(token, 1.0)] if k > 0 else []

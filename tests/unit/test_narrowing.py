@@ -8,11 +8,34 @@ import math
 import numpy as np
 import pytest
 
+from mlxcel.engine import _topset
+from mlxcel.engine.candidates import TOKEN_DATA
 from mlxcel.engine.narrowing import Narrowing
 from mlxcel.engine.sampling import SamplerChain, SamplingParams
 from mlxcel.engine.top_logits import at_least_top
 
 N_VOCAB = 8000
+NO_IDS = np.zeros(0, dtype=np.int32)
+
+
+def candidate_ids(narrowing: Narrowing, logits: np.ndarray, room: int | None = None) -> list[int] | None:
+    """The set a Narrowing writes for this row (its ids), None where it gives none;
+    also checks what it wrote beside the ids: each id's logit and p 0."""
+    entries = np.zeros(logits.shape[0] if room is None else room, dtype=TOKEN_DATA)
+    n = narrowing.fill(logits, entries)
+    if n is None:
+        return None
+    written = entries[:n]
+    assert np.array_equal(written["logit"], logits[written["id"]])
+    assert not written["p"].any()
+    return written["id"].tolist()
+
+
+def brute_force_set(logits: np.ndarray, k: int, touched: set[int]) -> list[int]:
+    """Every id whose logit is >= the (k + touched)-th largest, and the touched ones."""
+    m = k + len(touched)
+    mth = np.sort(logits)[logits.shape[0] - m]
+    return sorted(set(np.flatnonzero(logits >= mth).tolist()) | touched)
 
 
 @pytest.mark.parametrize("n", [257, 1000, 49_152, 151_936])
@@ -93,35 +116,109 @@ def test_the_candidate_set_counts_what_the_penalties_window_holds():
         narrowing.accepted(token)
     logits = -10.0 - np.random.default_rng(0).random(N_VOCAB).astype(np.float32)
     logits[[100, 101, 102, 103, 104, 105, 106, 107, 108]] = np.arange(9, 0, -1)
-    ids = narrowing.candidate_ids(logits).tolist()
+    ids = candidate_ids(narrowing, logits)
     # the window holds 5, 7, 8, 9 (the first 5 and the 6 left it): 3 + 5 touched = the top 8
     assert {5, 7, 8, 9, 900} <= set(ids) and 6 not in ids
     assert set(range(100, 108)) <= set(ids)
     assert len(ids) < N_VOCAB // 16
 
 
-@pytest.mark.parametrize("row", ["random", "ties", "nan", "masked"])
-def test_the_candidate_set_is_the_top_ids_and_the_touched_ones_ascending_and_once(row):
-    """The touched ids are marked in the row's mask, not merged by a sort: the set must
-    still be exactly what at_least_top gives for k + touched, with every biased and
-    windowed id added once, in ascending order, whatever the row holds."""
+@pytest.mark.parametrize("row", ["random", "ties", "infinite", "few-distinct"])
+@pytest.mark.parametrize("n_vocab", [49_152, 151_936])
+def test_the_candidate_set_is_the_top_ids_and_the_touched_ones_ascending_and_once(row, n_vocab):
+    """Every id at or above the (k + touched)-th largest logit, each biased and windowed
+    id once, ascending, whatever the row holds: the chain's top k can come from
+    nowhere else."""
     rng = np.random.default_rng(3)
-    logits = rng.standard_normal(49_152).astype(np.float32) * 3
+    logits = rng.standard_normal(n_vocab).astype(np.float32) * 3
     if row == "ties":
         logits = np.round(logits)
-    elif row == "nan":
-        logits[rng.integers(0, logits.shape[0], 50)] = np.nan
-    elif row == "masked":  # a grammar mask left 30 tokens: fewer than k + touched are finite
-        logits[:] = -np.inf
-        logits[rng.choice(logits.shape[0], 30, replace=False)] = rng.standard_normal(30)
-    window = [int(t) for t in rng.integers(0, logits.shape[0], 64)]
-    narrowing = Narrowing(k=40, biased=[7, 49_151], window=64)
+    elif row == "infinite":  # a grammar mask and a +inf bias
+        logits[rng.choice(n_vocab, n_vocab // 2, replace=False)] = -np.inf
+        logits[11] = np.inf
+    elif row == "few-distinct":  # ties far past k: the set holds all that tie the m-th
+        logits = rng.integers(0, 40, n_vocab).astype(np.float32)
+    window = [int(t) for t in rng.integers(0, n_vocab, 64)]
+    narrowing = Narrowing(k=40, biased=[7, n_vocab - 1], window=64)
     for token in window:
         narrowing.accepted(token)
-    touched = {7, 49_151, *window}
-    ids = narrowing.candidate_ids(logits)
-    expected = sorted(set(at_least_top(logits, 40 + 2 + len(set(window))).tolist()) | touched)
-    assert ids.tolist() == expected
+    expected = brute_force_set(logits, 40, {7, n_vocab - 1, *window})
+    ids = candidate_ids(narrowing, logits)
+    if len(expected) > n_vocab // 16 * 2:
+        assert ids is None or ids == expected
+    else:
+        assert ids == expected
+
+
+@pytest.mark.parametrize("row", ["nan", "masked"])
+def test_a_row_the_set_cannot_be_told_of_gives_none(row):
+    """A NaN, or fewer finite logits than k + touched (a grammar mask left 30 tokens):
+    the chain runs on the whole row."""
+    rng = np.random.default_rng(4)
+    logits = rng.standard_normal(49_152).astype(np.float32)
+    if row == "nan":
+        logits[rng.integers(0, logits.shape[0], 5)] = np.nan
+    else:
+        logits[:] = -np.inf
+        logits[rng.choice(logits.shape[0], 30, replace=False)] = rng.standard_normal(30)
+    narrowing = Narrowing(k=40, biased=[7], window=64)
+    for token in (1, 2, 3):
+        narrowing.accepted(token)
+    assert candidate_ids(narrowing, logits) is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_set_matches_a_brute_force_on_random_shapes(seed):
+    """Small and odd vocabularies, k from 1 up, windows with repeats, biases out of
+    range (dropped), duplicate biases: the C selection against a sort."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(17, 5000))
+    k = int(rng.integers(1, max(2, n // 40)))
+    logits = (rng.standard_normal(n) * rng.choice([0.5, 3.0, 30.0])).astype(np.float32)
+    if seed % 3 == 0:
+        logits = np.round(logits)
+    biased = [int(t) for t in rng.integers(0, n, int(rng.integers(0, 4)))]
+    narrowing = Narrowing(k=k, biased=[*biased, *biased[:1]], window=int(rng.integers(0, 12)))
+    for token in rng.integers(0, n, 20).tolist():
+        narrowing.accepted(token)
+    touched = set(biased) | set(narrowing._counts)
+    ids = candidate_ids(narrowing, logits)
+    m = k + len(touched)
+    block = max(1, min(256, n // (4 * m)))
+    if m > int(n / 16) or -(-n // block) <= m:  # too large a share, or too few blocks to cut
+        assert ids is None
+    else:
+        assert ids == brute_force_set(logits, k, touched)
+
+
+def test_a_set_larger_than_its_room_gives_none():
+    logits = np.zeros(49_152, dtype=np.float32)  # every id ties the k-th
+    narrowing = Narrowing(k=40, biased=(), window=0)
+    assert candidate_ids(narrowing, logits, room=6144) is None
+    logits[100:140] = 1.0
+    assert candidate_ids(narrowing, logits, room=6144) == list(range(100, 140))
+
+
+@pytest.mark.parametrize("args, error", [
+    ((np.zeros(100, np.float64), 4, 10, NO_IDS, NO_IDS, np.zeros(10, TOKEN_DATA)), ValueError),
+    ((np.zeros(100, np.float32), 4, 10, np.zeros(2, np.int64), NO_IDS, np.zeros(10, TOKEN_DATA)), ValueError),
+    ((np.zeros(100, np.float32), 4, 10, NO_IDS, NO_IDS, np.zeros(10, TOKEN_DATA)[::2]), ValueError),
+    ((np.zeros(100, np.float32), 4, 10, NO_IDS, NO_IDS, bytes(120)), BufferError),  # not writable
+    ((np.zeros(100, np.float32), 4, 10, NO_IDS, NO_IDS), TypeError),
+    ((np.zeros(100, np.float32), "4", 10, NO_IDS, NO_IDS, np.zeros(10, TOKEN_DATA)), TypeError),
+])
+def test_fill_refuses_buffers_of_the_wrong_kind(args, error):
+    with pytest.raises(error):
+        _topset.fill(*args)
+
+
+def test_fill_with_k_beyond_the_row_or_below_one_gives_none():
+    logits = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, TOKEN_DATA)
+    assert _topset.fill(logits, 0, 64, NO_IDS, NO_IDS, out) == -1
+    assert _topset.fill(logits, -5, 64, NO_IDS, NO_IDS, out) == -1
+    assert _topset.fill(logits, 65, 1000, NO_IDS, NO_IDS, out) == -1
+    assert _topset.fill(np.zeros(0, np.float32), 1, 10, NO_IDS, NO_IDS, out) == -1
 
 
 @pytest.mark.parametrize("before, tokens", [
@@ -147,7 +244,7 @@ def test_a_set_too_large_a_share_of_the_vocabulary_runs_on_every_token():
     narrowing = Narrowing(k=40, biased=(), window=N_VOCAB)
     for token in range(N_VOCAB // 16):
         narrowing.accepted(token)
-    assert narrowing.candidate_ids(np.zeros(N_VOCAB, dtype=np.float32)) is None
+    assert candidate_ids(narrowing, np.zeros(N_VOCAB, dtype=np.float32)) is None
 
 
 @pytest.mark.parametrize("params, narrowed", [

@@ -1,0 +1,268 @@
+/* The candidate set of a sampler chain that cuts to its top k, written straight into
+ * a llama_token_data buffer: the ids of every logit >= the m-th largest of the row
+ * (so the m largest, and all that tie the m-th), plus the ids the chain's first
+ * samplers touch (biases, the penalties' window), ascending and each once.
+ *
+ * In numpy this took a block-maxima pass, a compare, a flatnonzero, the touched ids
+ * marked in the mask, a gather of their logits and three field writes: each call
+ * cheap, but right after llama_decode (caches full of weights) the dozen calls cost
+ * ~0.2-0.3 ms a token. Here it is one vectorized pass over the row (block maxima), one
+ * over the blocks that can hold the top and a selection on a few hundred values, in
+ * one call. See mlxcel/engine/narrowing.py for why the set suffices.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t id;
+    float logit;
+    float p;
+} token_data; /* llama_token_data's layout (checked by narrowing.py) */
+
+#define BLOCKS_PER_M 8 /* more blocks: a tighter first bar, more maxima to select from */
+#define MAX_BLOCK 256
+
+/* Floats compared as int32 keys in the same order (-0.0 as +0.0), so that the passes
+ * over the row vectorize without fast-math: a float's bits, the magnitude bits flipped
+ * where it is negative. A NaN's key lies past an infinity's; rows with one are refused. */
+static inline int32_t key_of(int32_t bits)
+{
+    return (bits ^ ((bits >> 31) & 0x7fffffff)) + (bits == INT32_MIN);
+}
+
+#define KEY_NEG_INF ((int32_t)0x807fffff) /* key_of(-inf) */
+
+/* The k-th largest of a[0..n) (1 <= k <= n); reorders a. */
+static int32_t kth_largest(int32_t *a, Py_ssize_t n, Py_ssize_t k)
+{
+    Py_ssize_t lo = 0, hi = n - 1, target = k - 1; /* a position in descending order */
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        int32_t x = a[lo], y = a[mid], z = a[hi];
+        int32_t pivot = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) {
+                int32_t t = a[i];
+                a[i] = a[j];
+                a[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (target <= j) hi = j;
+        else if (target >= i) lo = i;
+        else return a[target]; /* between the parts: equal to the pivot */
+    }
+    return a[target];
+}
+
+static int cmp_int32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Each block's largest key into maxima; whether the row holds a NaN. */
+static int block_maxima(const int32_t *bits, Py_ssize_t n, Py_ssize_t block, int32_t *maxima)
+{
+    uint32_t nan = 0;
+    for (Py_ssize_t b = 0, start = 0; start < n; b++, start += block) {
+        Py_ssize_t end = start + block < n ? start + block : n;
+        int32_t top = INT32_MIN;
+        for (Py_ssize_t i = start; i < end; i++) {
+            int32_t v = bits[i];
+            int32_t key = key_of(v);
+            top = key > top ? key : top;
+            nan |= (uint32_t)(v & 0x7fffffff) > 0x7f800000u;
+        }
+        maxima[b] = top;
+    }
+    return nan != 0;
+}
+
+/* The ids whose key is >= `bar` into out with their logits, ascending, visiting only
+ * the blocks whose maximum reaches it (every block where maxima is NULL); how many, or
+ * -1 where more than `cap`. `ids` has room for cap + MAX_BLOCK: each block's ids are
+ * written without a branch, the count moved on by the compare. */
+static Py_ssize_t collect(const float *x, Py_ssize_t n, Py_ssize_t block, const int32_t *maxima,
+                          int32_t bar, token_data *out, Py_ssize_t cap, int32_t *ids)
+{
+    const int32_t *bits = (const int32_t *)x;
+    Py_ssize_t c = 0;
+    for (Py_ssize_t b = 0, start = 0; start < n; b++, start += block) {
+        if (maxima && maxima[b] < bar) continue;
+        if (c > cap) return -1;
+        Py_ssize_t end = start + block < n ? start + block : n;
+        for (Py_ssize_t i = start; i < end; i++) {
+            ids[c] = (int32_t)i;
+            c += key_of(bits[i]) >= bar;
+        }
+    }
+    if (c > cap) return -1;
+    for (Py_ssize_t q = 0; q < c; q++) {
+        out[q].id = ids[q];
+        out[q].logit = x[ids[q]];
+    }
+    return c;
+}
+
+/* The set's size, or -1 where it cannot be had: a NaN in the row, fewer than m logits
+ * above -inf (a mask left few), a set past `cap` entries, or m = k + touched past
+ * `max_m`. */
+static Py_ssize_t select_set(const float *x, Py_ssize_t n, Py_ssize_t k, Py_ssize_t max_m,
+                             const int32_t *biased, Py_ssize_t nb_ids, const int32_t *window,
+                             Py_ssize_t nw_ids, token_data *out, Py_ssize_t cap)
+{
+    const int32_t *bits = (const int32_t *)x;
+    Py_ssize_t result = -1, nt = 0;
+    int32_t *touched = NULL, *scratch = NULL, *row = NULL;
+
+    /* the touched ids, ascending, once, in range */
+    if (nb_ids + nw_ids) {
+        touched = malloc((size_t)(nb_ids + nw_ids) * sizeof(int32_t));
+        if (!touched) return -1;
+        for (Py_ssize_t i = 0; i < nb_ids; i++)
+            if (biased[i] >= 0 && biased[i] < n) touched[nt++] = biased[i];
+        for (Py_ssize_t i = 0; i < nw_ids; i++)
+            if (window[i] >= 0 && window[i] < n) touched[nt++] = window[i];
+        qsort(touched, (size_t)nt, sizeof(int32_t), cmp_int32);
+        Py_ssize_t u = 0;
+        for (Py_ssize_t i = 0; i < nt; i++)
+            if (u == 0 || touched[u - 1] != touched[i]) touched[u++] = touched[i];
+        nt = u;
+    }
+    Py_ssize_t m = k + nt;
+    if (k < 1 || m > max_m || m > n) goto done;
+
+    Py_ssize_t block = n / (BLOCKS_PER_M * m);
+    block = block < 1 ? 1 : (block > MAX_BLOCK ? MAX_BLOCK : block);
+    Py_ssize_t n_blocks = (n + block - 1) / block;
+    if (n_blocks <= m) goto done;
+    scratch = malloc((size_t)(2 * n_blocks + 2 * cap + MAX_BLOCK) * sizeof(int32_t));
+    if (!scratch) goto done;
+    int32_t *maxima = scratch, *selecting = scratch + n_blocks, *ids = selecting + n_blocks + cap;
+
+    /* pass 1: each block's maximum; m blocks reach the m-th largest of them, so at
+     * least m logits are >= it */
+    if (block_maxima(bits, n, block, maxima)) goto done; /* a NaN: the chain sees the row */
+    memcpy(selecting, maxima, (size_t)n_blocks * sizeof(int32_t));
+    int32_t first = kth_largest(selecting, n_blocks, m);
+    if (first == KEY_NEG_INF) goto done;
+
+    /* pass 2, over the blocks that reach it: a few hundred ids, the m largest among them */
+    Py_ssize_t c = collect(x, n, block, maxima, first, out, cap, ids);
+    int32_t threshold;
+    if (c >= 0) {
+        for (Py_ssize_t i = 0; i < c; i++) selecting[i] = key_of(bits[out[i].id]);
+        threshold = kth_largest(selecting, c, m);
+    } else {
+        /* the largest logits crowd a few blocks (so their maxima set a low bar): the
+         * m-th largest of the whole row, then the ids at or above it */
+        row = malloc((size_t)n * sizeof(int32_t));
+        if (!row) goto done;
+        for (Py_ssize_t i = 0; i < n; i++) row[i] = key_of(bits[i]);
+        threshold = kth_largest(row, n, m);
+        if (threshold == KEY_NEG_INF || (c = collect(x, n, block, NULL, threshold, out, cap, ids)) < 0) goto done;
+    }
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < c; i++)
+        if (key_of(bits[out[i].id]) >= threshold) out[kept++] = out[i];
+
+    /* the touched ids below the threshold (the rest are there), merged in from the end */
+    Py_ssize_t extra = 0;
+    for (Py_ssize_t i = 0; i < nt; i++)
+        if (key_of(bits[touched[i]]) < threshold) touched[extra++] = touched[i];
+    if (kept + extra > cap) goto done;
+    Py_ssize_t i = kept - 1, j = extra - 1, w = kept + extra - 1;
+    while (j >= 0) {
+        if (i >= 0 && out[i].id > touched[j]) {
+            out[w--] = out[i--];
+        } else {
+            out[w].id = touched[j];
+            out[w].logit = x[touched[j]];
+            w--;
+            j--;
+        }
+    }
+    result = kept + extra;
+    for (Py_ssize_t q = 0; q < result; q++) out[q].p = 0.0f;
+
+done:
+    free(touched);
+    free(scratch);
+    free(row);
+    return result;
+}
+
+static int get(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t item, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if (view->itemsize != item) {
+        PyErr_Format(PyExc_ValueError, "%s: items of %zd bytes, not %zd", what, view->itemsize, item);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(fill_doc,
+"fill(logits, k, max_m, biased, window, out) -> int\n\n"
+"Write the candidate set of a chain cutting to its top k into `out` (llama_token_data\n"
+"entries): the ids of every logit >= the m-th largest, m = k + the touched ids (the\n"
+"int32 `biased` and `window` ids, once each), and the touched ids, ascending, with\n"
+"their logits and p 0. Returns how many, or -1 where the chain must see the whole\n"
+"row: a NaN, fewer than m finite logits, m above max_m, or more entries than `out` holds.");
+
+static PyObject *fill(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "fill takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]), max_m = PyLong_AsSsize_t(args[2]);
+    if ((k == -1 || max_m == -1) && PyErr_Occurred()) return NULL;
+    Py_buffer lv, bv, wv, ov;
+    if (get(args[0], &lv, 0, sizeof(float), "logits") < 0) return NULL;
+    if (get(args[3], &bv, 0, sizeof(int32_t), "biased") < 0) goto fail_l;
+    if (get(args[4], &wv, 0, sizeof(int32_t), "window") < 0) goto fail_b;
+    if (get(args[5], &ov, 1, sizeof(token_data), "out") < 0) goto fail_w;
+    /* the GIL is kept: releasing it for ~20 us would hand it to the event loop's
+     * thread mid-step (see mlxcel/engine/held_wakeups.py) */
+    Py_ssize_t result = select_set((const float *)lv.buf, lv.len / (Py_ssize_t)sizeof(float), k, max_m,
+                        (const int32_t *)bv.buf, bv.len / (Py_ssize_t)sizeof(int32_t),
+                        (const int32_t *)wv.buf, wv.len / (Py_ssize_t)sizeof(int32_t),
+                        (token_data *)ov.buf, ov.len / (Py_ssize_t)sizeof(token_data));
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&wv);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&lv);
+    return PyLong_FromSsize_t(result);
+fail_w:
+    PyBuffer_Release(&wv);
+fail_b:
+    PyBuffer_Release(&bv);
+fail_l:
+    PyBuffer_Release(&lv);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_topset",
+    "A sampler chain's candidate set in one pass of C (see mlxcel/engine/narrowing.py).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__topset(void) { return PyModule_Create(&module); }
