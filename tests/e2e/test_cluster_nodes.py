@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,13 @@ def test_replicas_on_two_nodes_behind_the_head():
         server = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "2048", "--api-key", "k-secret",
                                 "--ray-address", f"127.0.0.1:{nodes.port}")
         server.wait_ready(replicas=2)
-        replicas = server.ready_replicas()
+        # the router places requests by the replicas' last routing reports (every few
+        # seconds): one made while a replica still loaded keeps it out until the next
+        deadline = time.monotonic() + 60
+        while not (len(replicas := server.ready_replicas()) == 2
+                   and all(info.get("ready") for info in replicas.values())):
+            assert time.monotonic() < deadline, replicas
+            time.sleep(0.3)
         assert len({info["node"] for info in replicas.values()}) == 2, replicas
         served = set()
         with server.client() as anonymous:
