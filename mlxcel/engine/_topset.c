@@ -20,7 +20,7 @@ typedef struct {
     int32_t id;
     float logit;
     float p;
-} token_data; /* llama_token_data's layout (checked by narrowing.py) */
+} token_data; /* llama_token_data (candidates.py checks TOKEN_DATA against it; fill checks the item size) */
 
 #define BLOCKS_PER_M 8 /* more blocks: a tighter first bar, more maxima to select from */
 #define MAX_BLOCK 256
