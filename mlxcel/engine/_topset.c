@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 typedef struct {
     int32_t id;
@@ -254,14 +255,86 @@ fail_l:
     return NULL;
 }
 
+/* The first index of the row's largest value, or of its first NaN (numpy's argmax). */
+static Py_ssize_t first_argmax(const int32_t *bits, Py_ssize_t n)
+{
+    int32_t top = INT32_MIN;
+    uint32_t nan = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t v = bits[i];
+        int32_t key = key_of(v);
+        top = key > top ? key : top;
+        nan |= (uint32_t)(v & 0x7fffffff) > 0x7f800000u;
+    }
+    if (nan) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if ((uint32_t)(bits[i] & 0x7fffffff) > 0x7f800000u) return i;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (key_of(bits[i]) == top) return i;
+    return 0; /* not reached: n >= 1 */
+}
+
+typedef float *(*logits_ith_fn)(void *ctx, int32_t i);
+
+PyDoc_STRVAR(argmax_row_doc,
+"argmax_row(logits_ith, ctx, index, n_vocab, bans) -> int\n\n"
+"The greedy pick of one batch output: the row llama_get_logits_ith(ctx, index) answers\n"
+"(`logits_ith` that function's address, `ctx` the context's), its int32 `bans` ids set\n"
+"to -inf in place (ids outside the row are skipped), then the lowest id of its largest\n"
+"logit, or its first NaN (numpy's argmax). One call with the GIL held: no ctypes call\n"
+"(which releases the GIL) and no array wrapped around the row. ValueError where\n"
+"llama.cpp answers no row.");
+
+static PyObject *argmax_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "argmax_row takes 5 arguments");
+        return NULL;
+    }
+    void *fn = PyLong_AsVoidPtr(args[0]);
+    if (fn == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "argmax_row: no function address");
+        return NULL;
+    }
+    void *ctx = PyLong_AsVoidPtr(args[1]);
+    if (ctx == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "argmax_row: no context");
+        return NULL;
+    }
+    long index = PyLong_AsLong(args[2]);
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[3]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 1 || index < INT32_MIN || index > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "argmax_row: n_vocab must be >= 1 and the index an int32");
+        return NULL;
+    }
+    Py_buffer bv;
+    if (get(args[4], &bv, 0, sizeof(int32_t), "bans") < 0) return NULL;
+    float *row = ((logits_ith_fn)fn)(ctx, (int32_t)index);
+    if (row == NULL) {
+        PyBuffer_Release(&bv);
+        PyErr_Format(PyExc_ValueError, "no logits for batch output %ld", index);
+        return NULL;
+    }
+    const int32_t *bans = (const int32_t *)bv.buf;
+    for (Py_ssize_t i = 0, m = bv.len / (Py_ssize_t)sizeof(int32_t); i < m; i++)
+        if (bans[i] >= 0 && bans[i] < n) row[bans[i]] = -HUGE_VALF;
+    PyBuffer_Release(&bv);
+    return PyLong_FromSsize_t(first_argmax((const int32_t *)(const void *)row, n));
+}
+
 static PyMethodDef methods[] = {
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
+    {"argmax_row", (PyCFunction)(void (*)(void))argmax_row, METH_FASTCALL, argmax_row_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_topset",
-    "A sampler chain's candidate set in one pass of C (see mlxcel/engine/narrowing.py).",
+    "A sampler chain's candidate set, and a greedy pick, in one pass of C (see mlxcel/engine/narrowing.py).",
     -1, methods,
 };
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from mlxcel.engine import held_wakeups
+from mlxcel.engine import _topset, held_wakeups
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.weight_buffers import avoids_amx, repack_weights
@@ -338,6 +338,18 @@ _logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_in
 @functools.cache
 def _row_type(n_vocab: int) -> type:
     return ctypes.c_float * n_vocab
+
+
+# its own address, for the greedy pick in C
+_LOGITS_ITH = ctypes.cast(llama_cpp.llama_cpp._lib.llama_get_logits_ith, ctypes.c_void_p).value
+
+
+def greedy_token(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int, bans: np.ndarray) -> int:
+    """The argmax of one batch output's logits row, with the int32 `bans` ids set to
+    -inf in it first (the lowest id on ties, the first NaN if any: numpy's argmax), in
+    one C call that keeps the GIL: right after a decode, wrapping the row in numpy and
+    taking its argmax cost ~45 us, mostly the wrapping on cold caches."""
+    return _topset.argmax_row(_LOGITS_ITH, ctx, batch_index, n_vocab, bans)
 
 
 def logits_row(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int) -> np.ndarray:

@@ -11,8 +11,8 @@ engine applies it to the logits before the chain.
 Plain greedy (temperature <= 0, nothing that can move the argmax, no logit bias but
 the -inf bans of ignore_eos) skips the chain: llama_sampler_sample would copy the
 whole vocabulary into a candidates array (1.8 MB on a 152k vocabulary) to take its
-argmax; numpy takes it on the logits row in place (the lowest id on ties, as
-llama.cpp's greedy sampler), ~30x cheaper. The chain is still built: forced tokens
+argmax; one C call (`greedy_token`) takes it on the logits row in place (the lowest
+id on ties, as llama.cpp's greedy sampler), ~30x cheaper. The chain is still built: forced tokens
 are accepted into it, and it is what every other request samples with. A chain that
 cuts to its top k before reading the whole vocabulary (the default order does) runs on
 the few hundred tokens that can survive the cut (`Narrowing`).
@@ -33,7 +33,7 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.candidates import Candidates, post_sampling_probs
-from mlxcel.engine.llama_runtime import logits_row
+from mlxcel.engine.llama_runtime import greedy_token, logits_row
 from mlxcel.engine.narrowing import Narrowing
 from mlxcel.engine.sampler_order import DEFAULT_ORDER
 
@@ -112,7 +112,7 @@ class SamplerChain:
         # the ids to set to -inf before an argmax, when the chain is a plain argmax
         self.argmax_bans: np.ndarray | None = None
         if self._added in (["greedy"], ["bans", "greedy"]):
-            self.argmax_bans = np.array(sorted(self._bans), dtype=np.intp)
+            self.argmax_bans = np.array(sorted(self._bans), dtype=np.int32)
         penalty_window = self._window(params.repeat_last_n, zero_means_all=False)
         self.narrowing = None if self.argmax_bans is not None else Narrowing.of_chain(
             self._added, params.top_k, self._biased, penalty_window)
@@ -243,7 +243,7 @@ class SamplerChain:
         """The token for one batch output (whose logits row may already be masked)."""
         self._finish_priming()
         if self.argmax_bans is not None:
-            return self.argmax(logits_row(ctx, batch_index, self._n_vocab))
+            return greedy_token(ctx, batch_index, self._n_vocab, self.argmax_bans)
         if self.narrowing is not None:
             token = self._candidates.run_narrowed(self._ptr, logits_row(ctx, batch_index, self._n_vocab),
                                                   self.narrowing)
@@ -254,13 +254,6 @@ class SamplerChain:
         if self.narrowing is not None:
             self.narrowing.accepted(token)
         return token
-
-    def argmax(self, logits: np.ndarray) -> int:
-        """A plain-greedy chain's pick from these logits, without running it: the banned
-        ids are set to -inf in place. (Its samplers keep no state: nothing to accept.)"""
-        if self.argmax_bans.shape[0]:
-            logits[self.argmax_bans] = -np.inf
-        return int(logits.argmax())
 
     def sample_with_probs(self, logits: np.ndarray, k: int) -> tuple[int, float, list[tuple[int, float]]]:
         """sample() on these logits (the batch row, as the engine left it), also
