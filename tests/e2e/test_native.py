@@ -30,6 +30,18 @@ def test_completion_stream_concatenates_to_the_same_content(http):
     assert sum(len(e["tokens"]) for e in events[:-1]) == 12
 
 
+def test_stream_chunks_carry_their_token_without_return_tokens(http):
+    """As llama-server's: each partial chunk names the token it carries; only the whole
+    answer's `tokens` depends on return_tokens."""
+    body = {"prompt": PROMPT, "n_predict": 12, "temperature": 0}
+    whole = http.post("/completion", json=body | {"return_tokens": True}).json()
+    assert http.post("/completion", json=body).json()["tokens"] == []
+    with http.stream("POST", "/completion", json=body | {"stream": True}) as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    assert [t for e in events[:-1] for t in e["tokens"]] == whole["tokens"]
+    assert events[-1]["tokens"] == []
+
+
 def test_stop_word_is_reported(http):
     body = http.post("/completion", json={"prompt": PROMPT, "n_predict": 24, "temperature": 0, "stop": ["."]}).json()
     assert body["stop_type"] == "word" and body["stopping_word"] == "."

@@ -82,7 +82,7 @@ class CompletionAnswer:
         body = {
             "index": index,
             "content": event.text,
-            "tokens": [event.token] if self.return_tokens else [],
+            "tokens": [event.token],  # llama-server's stream chunks carry their token whatever return_tokens says
             "stop": False,
             "id_slot": -1,
             "tokens_predicted": n_predicted,
