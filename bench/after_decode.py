@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import llama_cpp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mlxcel.engine.llama_runtime import logits_row  # noqa: E402
+from mlxcel.engine.llama_runtime import greedy_token, logits_row  # noqa: E402
 from mlxcel.engine.candidates import TOKEN_DATA  # noqa: E402
 from mlxcel.engine.narrowing import Narrowing  # noqa: E402
 from mlxcel.engine.top_logits import top_threshold  # noqa: E402
@@ -109,7 +109,12 @@ def main() -> None:
     touched = list(range(1000, 1064))
     phases = {"set in C": lambda row: narrowing.fill(row, entries),
               "numpy_set": lambda row: numpy_set(row, 40, touched, entries),
-              "argmax": lambda row: row.argmax()}
+              "argmax": lambda row: row.argmax(),
+              # the greedy pick whole, the row's lookup included: as the engine took it
+              # before (a numpy view, then its argmax) and as it takes it now (one C call)
+              "row+argmax": lambda row: int(logits_row(loop.ctx, -1, loop.n_vocab).argmax()),
+              "greedy_token": lambda row: greedy_token(loop.ctx, -1, loop.n_vocab, no_bans)}
+    no_bans = np.zeros(0, dtype=np.int32)
     cold = {name: [] for name in phases}
     warm = {name: [] for name in phases}
     position = loop.restart()
@@ -137,6 +142,8 @@ def main() -> None:
             tps, outputs[backend] = loop.greedy_run(args.steps, backend)
             rates[backend].append(tps)
             print(f"round {rnd + 1}: {'backend greedy' if backend else 'numpy argmax  '} {tps:6.1f} tok/s", flush=True)
+    if not args.rounds:
+        return
     plain, backend = statistics.median(rates[False]), statistics.median(rates[True])
     print(f"one-stream greedy: numpy argmax {plain:.1f} tok/s, backend greedy {backend:.1f} tok/s, "
           f"ratio {backend / plain:.3f}; same tokens: {outputs[True] == outputs[False]}")

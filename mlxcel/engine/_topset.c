@@ -23,6 +23,15 @@ typedef struct {
     float p;
 } token_data; /* llama_token_data (candidates.py checks TOKEN_DATA against it; fill checks the item size) */
 
+/* The passes over a whole row, built twice on x86-64 with GCC: for AVX2 (8 keys a
+ * compare, and a signed max the SSE2 baseline lacks) and for the baseline, the loader
+ * picking one for the CPU at hand (numpy dispatches its own loops the same way). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__)
+#define ROW_PASS __attribute__((target_clones("avx2", "default")))
+#else
+#define ROW_PASS
+#endif
+
 #define BLOCKS_PER_M 8 /* more blocks: a tighter first bar, more maxima to select from */
 #define MAX_BLOCK 256
 
@@ -70,7 +79,7 @@ static int cmp_int32(const void *a, const void *b)
 }
 
 /* Each block's largest key into maxima; whether the row holds a NaN. */
-static int block_maxima(const int32_t *bits, Py_ssize_t n, Py_ssize_t block, int32_t *maxima)
+ROW_PASS static int block_maxima(const int32_t *bits, Py_ssize_t n, Py_ssize_t block, int32_t *maxima)
 {
     uint32_t nan = 0;
     for (Py_ssize_t b = 0, start = 0; start < n; b++, start += block) {
@@ -91,7 +100,7 @@ static int block_maxima(const int32_t *bits, Py_ssize_t n, Py_ssize_t block, int
  * the blocks whose maximum reaches it (every block where maxima is NULL); how many, or
  * -1 where more than `cap`. `ids` has room for cap + MAX_BLOCK: each block's ids are
  * written without a branch, the count moved on by the compare. */
-static Py_ssize_t collect(const float *x, Py_ssize_t n, Py_ssize_t block, const int32_t *maxima,
+ROW_PASS static Py_ssize_t collect(const float *x, Py_ssize_t n, Py_ssize_t block, const int32_t *maxima,
                           int32_t bar, token_data *out, Py_ssize_t cap, int32_t *ids)
 {
     const int32_t *bits = (const int32_t *)x;
@@ -255,24 +264,35 @@ fail_l:
     return NULL;
 }
 
-/* The first index of the row's largest value, or of its first NaN (numpy's argmax). */
-static Py_ssize_t first_argmax(const int32_t *bits, Py_ssize_t n)
+/* The first index of the row's largest value, or of its first NaN (numpy's argmax):
+ * one vectorized pass of block maxima that keeps the first block holding the largest,
+ * then a scan of that block alone. */
+ROW_PASS static Py_ssize_t first_argmax(const int32_t *bits, Py_ssize_t n)
 {
     int32_t top = INT32_MIN;
+    Py_ssize_t top_start = 0;
     uint32_t nan = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t v = bits[i];
-        int32_t key = key_of(v);
-        top = key > top ? key : top;
-        nan |= (uint32_t)(v & 0x7fffffff) > 0x7f800000u;
+    for (Py_ssize_t start = 0; start < n; start += MAX_BLOCK) {
+        Py_ssize_t end = start + MAX_BLOCK < n ? start + MAX_BLOCK : n;
+        int32_t block_top = INT32_MIN;
+        for (Py_ssize_t i = start; i < end; i++) {
+            int32_t v = bits[i];
+            int32_t key = key_of(v);
+            block_top = key > block_top ? key : block_top;
+            nan |= (uint32_t)(v & 0x7fffffff) > 0x7f800000u;
+        }
+        if (block_top > top) { /* strictly: an equal later block does not hold the first */
+            top = block_top;
+            top_start = start;
+        }
     }
     if (nan) {
         for (Py_ssize_t i = 0; i < n; i++)
             if ((uint32_t)(bits[i] & 0x7fffffff) > 0x7f800000u) return i;
     }
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (Py_ssize_t i = top_start; i < n; i++)
         if (key_of(bits[i]) == top) return i;
-    return 0; /* not reached: n >= 1 */
+    return top_start; /* not reached: the block holds its maximum */
 }
 
 typedef float *(*logits_ith_fn)(void *ctx, int32_t i);
