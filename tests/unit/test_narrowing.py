@@ -255,7 +255,7 @@ def test_a_set_too_large_a_share_of_the_vocabulary_runs_on_every_token():
     (dict(temperature=0.8, top_n_sigma=1.5), False),  # reads the whole row before top-k
     (dict(temperature=0.8, mirostat=2), False),
     (dict(temperature=0.8, samplers=("temperature", "top_k")), False),
-    (dict(temperature=0.0), False),  # plain greedy: numpy's argmax, no chain
+    (dict(temperature=0.0), False),  # plain greedy: the argmax in C, no chain
 ])
 def test_the_cut_is_found_only_where_nothing_before_it_reads_the_whole_vocabulary(params, narrowed):
     chain = SamplerChain(SamplingParams(**params), None, N_VOCAB, 64)
