@@ -12,8 +12,10 @@ import time
 import numpy as np
 
 from mlxcel.engine.batch import TokenBatch
-from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
+from mlxcel.engine.llama_runtime import LlamaRuntime, greedy_token
 from mlxcel.engine.slots import common_prefix_length
+
+NO_BANS = np.zeros(0, dtype=np.int32)  # a draft is the row's plain argmax
 
 
 class DraftModel:
@@ -62,7 +64,7 @@ class DraftModel:
         drafts: list[int] = []
         index = self._batch.size - 1
         while True:
-            token = int(np.argmax(logits_row(self.runtime.ctx, index, self.n_vocab)))
+            token = greedy_token(self.runtime.ctx, index, self.n_vocab, NO_BANS)
             drafts.append(token)
             if len(drafts) >= limit:
                 return drafts
