@@ -201,3 +201,25 @@ def test_speculation_is_on_by_default_and_none_turns_it_off(smol_plain):
     with smol_plain.client() as client:
         plain = client.post("/completion", json=body).json()
     assert "draft_n" not in plain["timings"] and plain["content"] == copied["content"]
+
+
+def test_a_draft_model_drafts_and_leaves_greedy_output_unchanged(smol_plain):
+    """`-md`: a second model drafts greedily (its argmax taken on its own logits row in
+    C) and the target verifies. SmolLM2 drafting for itself proposes what the target
+    would pick, so drafts are accepted and the answer is the plain server's."""
+    from mlxcel.models.pull import resolve_model
+
+    draft = str(resolve_model("smollm2-135m-instruct"))
+    proc = ServerProcess("-c", "2048", "-np", "1", "-md", draft, "--spec-draft-n-max", "8", env=DRAFT_ALWAYS)
+    try:
+        proc.wait_ready()
+        with smol_plain.client() as client:
+            plain = _chat(client)
+        with proc.client() as client:
+            drafted = _chat(client)
+    finally:
+        proc.stop()
+    assert drafted["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    timings = drafted["timings"]
+    assert timings["draft_kind"] == "draft-model"
+    assert timings["draft_rounds"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
