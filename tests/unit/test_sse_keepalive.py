@@ -131,3 +131,28 @@ def test_a_client_going_away_closes_the_source_and_stops_the_pings():
     assert closed == [True, "on_close"]
     assert len(client.sent) == count  # nothing is sent once the client has gone
     assert b":\n\n" in client.bodies()
+
+
+def test_a_source_that_fails_mid_stream_fails_the_response_with_its_own_error_and_is_closed():
+    closed = []
+
+    class Broken(RuntimeError):
+        pass
+
+    async def events():
+        try:
+            yield "data: 1\n\n"
+            raise Broken("the source broke")
+        finally:
+            closed.append("source")
+
+    client = _Client()
+    response = EventStreamResponse(events(), on_close=lambda: closed.append("on_close"))
+    try:
+        _run(response, client)
+    except Broken as exc:  # the error itself, not a group of them: the middleware above sees what it knows
+        assert str(exc) == "the source broke"
+    else:
+        raise AssertionError("the stream's failure was swallowed")
+    assert client.bodies() == [b"data: 1\n\n"]  # no final chunk: the client sees a cut stream
+    assert closed == ["source", "on_close"]

@@ -205,3 +205,28 @@ def test_a_failed_generation_is_a_503_only_when_the_engine_failed():
     failed.engine_failed = True
     assert isinstance(generation_error(failed), EngineUnavailable)
     assert as_api_error(generation_error(failed)).code == "engine_failed"
+
+
+def test_the_event_inbox_hands_over_in_order_wakes_its_waiter_and_survives_a_cancelled_get():
+    from mlxcel.turn.generation import EventInbox
+
+    async def run():
+        inbox = EventInbox()
+        inbox.put(1)
+        inbox.put(2)
+        assert [await inbox.get(), await inbox.get()] == [1, 2]  # already there: no waiting
+        waiting = asyncio.ensure_future(inbox.get())
+        await asyncio.sleep(0)
+        assert not waiting.done()  # nothing to take: it waits
+        inbox.put(3)
+        assert await asyncio.wait_for(waiting, 1) == 3
+        abandoned = asyncio.ensure_future(inbox.get())
+        await asyncio.sleep(0)
+        abandoned.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await abandoned
+        inbox.put(4)  # a put after the cancelled get is kept for the next one
+        inbox.put(5)
+        return [await asyncio.wait_for(inbox.get(), 1), await asyncio.wait_for(inbox.get(), 1)]
+
+    assert asyncio.run(run()) == [4, 5]

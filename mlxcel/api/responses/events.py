@@ -10,11 +10,11 @@ produce the same items.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from mlxcel.api.responses.wire import function_call_item, message_item, new_id, output_text_part, reasoning_item
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
+from mlxcel.http.sse import compact_json
 
 
 class EventSequence:
@@ -30,7 +30,7 @@ class EventSequence:
 
 
 def sse_event(event: dict) -> str:
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    data = compact_json(event)
     return f"event: {event['type']}\ndata: {data}\n\n"
 
 
