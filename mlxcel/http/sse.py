@@ -73,8 +73,8 @@ class _StreamState:
 
 class WatchedStreamResponse(Response):
     """A streamed response that watches for the client going away while it streams, so
-    abandoned work is cancelled at once, not at its next send. Subclasses give the
-    bytes (`_chunks`) and the iterator to close (`_source`). `on_close` runs however
+    abandoned work is cancelled at once, not at its next send. The source's items
+    become bytes by `_encode` (a subclass's; bytes as they are here). `on_close` runs however
     the stream ends; it cancels what is still running (a generator that was never
     started runs no `finally` of its own). An error of `broken_by` after the headers
     went out ends the response without its final chunk: the client sees a cut stream.
@@ -96,8 +96,10 @@ class WatchedStreamResponse(Response):
         self.raw_headers = [(b"content-type", content_type), (b"cache-control", b"no-cache"),
                             (b"x-accel-buffering", b"no")]
 
-    def _chunks(self) -> AsyncIterator[bytes]:
-        raise NotImplementedError
+    @staticmethod
+    def _encode(item) -> bytes:
+        """The bytes of one item of the source (the source's items are bytes here)."""
+        return item
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         failure: list[Exception] = []
@@ -124,7 +126,9 @@ class WatchedStreamResponse(Response):
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             for keepalive in self._keepalives:
                 tasks.start_soon(self._keep_alive, keepalive, state, send)
-            async for chunk in self._chunks():
+            encode = self._encode
+            async for item in self._source:
+                chunk = encode(item)
                 if chunk:
                     async with state.lock:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -187,6 +191,6 @@ class EventStreamResponse(WatchedStreamResponse):
         super().__init__(events, b"text/event-stream; charset=utf-8", on_close, status_code,
                          comment_keepalive(ping_seconds) + keepalives)
 
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        async for event in self._source:
-            yield event.encode("utf-8")
+    @staticmethod
+    def _encode(item: str) -> bytes:
+        return item.encode("utf-8")

@@ -19,6 +19,3 @@ class ByteStreamResponse(WatchedStreamResponse):
                  on_close: Callable[[], None] | None = None) -> None:
         super().__init__(chunks, media_type.encode(), on_close)
         self.raw_headers += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-
-    def _chunks(self) -> AsyncIterator[bytes]:
-        return self._source
