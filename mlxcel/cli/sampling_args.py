@@ -39,9 +39,16 @@ def _logit_bias(text: str) -> tuple[int, float]:
     raise argparse.ArgumentTypeError(f"invalid logit bias {text!r} (expected TOKEN_ID(+/-)BIAS, e.g. 15043+1)")
 
 
+def _temperature(text: str) -> float:
+    """llama-server's --temp: any finite number, a negative one taken as 0 (greedy)."""
+    return max(_ranged(float)(text), 0.0)
+
+
+_temperature.__name__ = "float"
+
 # (flags, dest, type, default, environment variable, help): the same shape as serve_args'
 SAMPLING_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
-    (("--temp", "--temperature"), "temp", _ranged(float, 0.0), 0.8, "LLAMA_ARG_TEMPERATURE", "default temperature (0: greedy)"),
+    (("--temp", "--temperature"), "temp", _temperature, 0.8, "LLAMA_ARG_TEMPERATURE", "default temperature (0: greedy)"),
     (("--top-k",), "top_k", _ranged(int, 0), 40, "LLAMA_ARG_TOP_K", "default top-k (0: disabled)"),
     (("--top-p",), "top_p", _ranged(float, 0.0, 1.0), 0.95, "LLAMA_ARG_TOP_P", "default top-p (1.0: disabled)"),
     (("--min-p",), "min_p", _ranged(float, 0.0, 1.0), 0.05, "LLAMA_ARG_MIN_P", "default min-p (0.0: disabled)"),

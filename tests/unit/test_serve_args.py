@@ -16,6 +16,11 @@ def test_llama_server_names_and_defaults(tmp_path):
     assert config.alias == "alias" and config.hosts == ["127.0.0.1"] and config.port == 8080
 
 
+def test_a_negative_temperature_is_greedy_as_in_llama_server():
+    assert parse_serve_args(["--temp", "-0.5"]).sampling.temperature == 0.0
+    assert parse_serve_args(["--temp", "1.5"]).sampling.temperature == 1.5
+
+
 def test_environment_is_read_and_flags_win(monkeypatch):
     monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "1234")
     monkeypatch.setenv("LLAMA_ARG_ENDPOINT_METRICS", "true")
@@ -27,7 +32,7 @@ def test_environment_is_read_and_flags_win(monkeypatch):
 
 
 @pytest.mark.parametrize("argv", [["--tool-call-parser", "nonsense"], ["--chat-template-kwargs", "[1]"],
-                                  ["--chat-template-file", "/no/such.jinja"], ["-c", "-1"], ["--temp", "-0.5"], ["--min-p", "1.5"], ["-fa", "sometimes"],
+                                  ["--chat-template-file", "/no/such.jinja"], ["-c", "-1"], ["--temp", "nan"], ["--min-p", "1.5"], ["-fa", "sometimes"],
                                   ["--threads", "x"], ["--bogus"]])
 def test_bad_values_raise_usage_error(argv):
     with pytest.raises(UsageError):
