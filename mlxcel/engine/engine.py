@@ -51,6 +51,13 @@ log = logging.getLogger("mlxcel.engine")
 
 
 IDLE_SAVE_DELAY_S = 0.05  # idle this long before slots are saved to the host cache
+# Requests sent together reach an idle engine a few hundred microseconds apart (the
+# event loop opens them one by one), or several milliseconds apart when this thread
+# keeps the GIL for the first one's admission. Prefilled alone, the first keeps the
+# others waiting a whole prefill; so after a wake from idle the engine waits while they
+# keep coming: up to BURST_WAIT_S for each next one, BURST_MAX_S in all.
+BURST_WAIT_S = 0.002
+BURST_MAX_S = 0.02
 PRIME_TOKENS_PER_STEP = 2048  # prompt tokens accepted into a prefilling slot's sampler a step (~2.5 ms)
 
 
@@ -241,6 +248,8 @@ class Engine:
                     continue
             elif not self._drain_inbox(block=idle):
                 return
+            if idle and self.waiting and not self._gather_burst():
+                return
             if not self._has_work():
                 continue
             if gate.active:
@@ -286,6 +295,19 @@ class Engine:
 
     def _has_work(self) -> bool:
         return bool(self.slots.busy()) or bool(self.waiting)
+
+    def _gather_burst(self) -> bool:
+        """Take the rest of a burst of requests before the first turn after idle (see
+        BURST_WAIT_S): the wait ends once none comes within BURST_WAIT_S. False when
+        asked to stop."""
+        deadline = time.monotonic() + BURST_MAX_S
+        while (remaining := deadline - time.monotonic()) > 0:
+            before = len(self.waiting)
+            if not self._drain_inbox(block=True, timeout=min(BURST_WAIT_S, remaining)):
+                return False
+            if len(self.waiting) <= before:
+                break
+        return True
 
     def _drain_inbox(self, block: bool, timeout: float | None = None) -> bool:
         """Apply pending commands (waiting up to `timeout` for one when blocking);

@@ -123,6 +123,25 @@ def test_waiting_requests_are_admitted_by_priority_then_arrival(make_rig):
     assert order == ["first", "high1", "high2", "normal1", "normal2", "low1", "low2"]
 
 
+def test_a_burst_reaching_an_idle_engine_a_little_apart_is_prefilled_in_one_batch(make_rig, monkeypatch):
+    """The event loop hands over requests sent together one by one: an idle engine
+    waits for the rest of the burst (each within BURST_WAIT_S of the last) before its
+    first decode, instead of prefilling the first alone while the others wait. The
+    window is widened here so that the test does not race the engine thread."""
+    from mlxcel.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "BURST_WAIT_S", 0.2)
+    monkeypatch.setattr(engine_module, "BURST_MAX_S", 2.0)
+    rig = make_rig(n_parallel=4)
+    events = []
+    for n in range(3):
+        events.append(rig.submit([10 * (n + 1), 5], max_tokens=2))
+        time.sleep(0.03)  # far longer than the engine takes to start a decode
+    for e in events:
+        assert e.wait().reason is FinishReason.LENGTH
+    assert len(set(rig.runtime.batches[0].seq_ids)) == 3  # all three in the first decode
+
+
 def test_a_pinned_request_runs_in_its_slot_and_waits_without_blocking_others(make_rig):
     rig = make_rig(n_parallel=2)
     order: list[str] = []
