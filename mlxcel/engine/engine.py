@@ -298,10 +298,11 @@ class Engine:
 
     def _gather_burst(self) -> bool:
         """Take the rest of a burst of requests before the first turn after idle (see
-        BURST_WAIT_S): the wait ends once none comes within BURST_WAIT_S. False when
+        BURST_WAIT_S): the wait ends once none comes within BURST_WAIT_S, or once as many
+        wait as there are slots (no later one could join the first batch). False when
         asked to stop."""
         deadline = time.monotonic() + BURST_MAX_S
-        while (remaining := deadline - time.monotonic()) > 0:
+        while len(self.waiting) < len(self.slots) and (remaining := deadline - time.monotonic()) > 0:
             before = len(self.waiting)
             if not self._drain_inbox(block=True, timeout=min(BURST_WAIT_S, remaining)):
                 return False

@@ -142,6 +142,22 @@ def test_a_burst_reaching_an_idle_engine_a_little_apart_is_prefilled_in_one_batc
     assert len(set(rig.runtime.batches[0].seq_ids)) == 3  # all three in the first decode
 
 
+def test_a_burst_gathers_no_more_requests_than_there_are_slots(make_rig, monkeypatch):
+    """Once as many requests wait as there are slots, none that comes later could join
+    the first batch: the engine starts at once instead of waiting out the window."""
+    from mlxcel.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "BURST_WAIT_S", 5.0)
+    monkeypatch.setattr(engine_module, "BURST_MAX_S", 5.0)
+    rig = make_rig(n_parallel=2)
+    started = time.monotonic()
+    events = [rig.submit([10 * (n + 1), 5], max_tokens=1) for n in range(2)]
+    for e in events:
+        assert e.wait(timeout=4.0).reason is FinishReason.LENGTH
+    assert time.monotonic() - started < 4.0  # not the 5 s window
+    assert len(set(rig.runtime.batches[0].seq_ids)) == 2
+
+
 def test_a_pinned_request_runs_in_its_slot_and_waits_without_blocking_others(make_rig):
     rig = make_rig(n_parallel=2)
     order: list[str] = []
