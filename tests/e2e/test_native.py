@@ -43,25 +43,24 @@ def test_stream_chunks_carry_their_token_without_return_tokens(http):
 
 
 def test_soft_limited_numbers_are_clamped_as_llama_server_does(http):
-    """llama-server clamps temperature, top_k, top_p, min_p, typical_p, XTC's two and
-    mirostat into their ranges on /completion (its temperature -1 is greedy); the rest
-    of a body is still checked."""
+    """llama-server clamps temperature, top_k, top_p, min_p, typical_p and XTC's two
+    into their ranges on /completion (its temperature -1 is greedy); the rest of a body
+    is still checked (a mirostat mode that does not exist included)."""
     body = {"prompt": PROMPT, "n_predict": 8, "seed": 3}
     greedy = http.post("/completion", json=body | {"temperature": 0}).json()
     assert http.post("/completion", json=body | {"temperature": -1}).json()["content"] == greedy["content"]
-    outside = {"temperature": -1, "top_p": 2, "top_k": -7, "min_p": -0.5, "typical_p": 3, "xtc_probability": 9,
-               "mirostat": -1}
-    inside = {"temperature": 0, "top_p": 1, "top_k": 0, "min_p": 0, "typical_p": 1, "xtc_probability": 1,
-              "mirostat": 0}
+    outside = {"temperature": -1, "top_p": 2, "top_k": -7, "min_p": -0.5, "typical_p": 3, "xtc_probability": 9}
+    inside = {"temperature": 0, "top_p": 1, "top_k": 0, "min_p": 0, "typical_p": 1, "xtc_probability": 1}
     clamped = http.post("/completion", json=body | outside)
     assert clamped.status_code == 200, clamped.text
     answer = clamped.json()
     assert answer["content"] == http.post("/completion", json=body | inside).json()["content"]
     settings = answer["generation_settings"]
     assert (settings["temperature"], settings["top_p"], settings["top_k"], settings["min_p"]) == (0.0, 1.0, 0, 0.0)
-    assert (settings["xtc_probability"], settings["mirostat"]) == (1.0, 0)
+    assert settings["xtc_probability"] == 1.0
     refused = http.post("/completion", json=body | {"temperature": -1, "repeat_last_n": -5})
     assert refused.status_code == 400 and "repeat_last_n" in refused.text
+    assert http.post("/completion", json=body | {"mirostat": 7}).status_code == 400
     assert http.post("/completion", json=body | {"temperature": "cold"}).status_code == 400
 
 

@@ -153,8 +153,8 @@ def test_soft_limits_clamp_numbers_and_leave_the_rest_to_validation():
     from mlxcel.api.native.wire import clamp_soft_limits
 
     body = {"prompt": "x", "temperature": -1, "top_k": -3, "top_p": 1.5, "mirostat": 5, "repeat_last_n": -9}
-    assert clamp_soft_limits(body) == {"prompt": "x", "temperature": 0, "top_k": 0, "top_p": 1.0, "mirostat": 2,
-                                       "repeat_last_n": -9}  # not soft: validation refuses it
+    assert clamp_soft_limits(body) == {"prompt": "x", "temperature": 0, "top_k": 0, "top_p": 1.0, "mirostat": 5,
+                                       "repeat_last_n": -9}  # not soft here: validation refuses them
     assert body["temperature"] == -1  # the caller's body is not changed
     for value in ("hot", True, None, float("nan"), float("inf")):
         assert clamp_soft_limits({"temperature": value})["temperature"] is value  # validation's to refuse

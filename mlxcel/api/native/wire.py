@@ -12,8 +12,9 @@ from mlxcel.turn.prompts import PromptField
 from mlxcel.turn.sampling_fields import INT32_MAX, SamplingFields
 
 # llama-server's "soft" limits on /completion and /infill: a number outside them is
-# clamped, not refused (its -1 for temperature is greedy). Every other field keeps its
-# range and a value outside it is a 400 naming the field, as on the OpenAI routes.
+# clamped, not refused (its -1 for temperature is greedy, a negative top_k is off).
+# Every other field keeps its range and a value outside it is a 400 naming the field,
+# as on the OpenAI routes.
 SOFT_LIMITS: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 100.0),
     "top_k": (0, INT32_MAX),
@@ -22,8 +23,7 @@ SOFT_LIMITS: dict[str, tuple[float, float]] = {
     "typical_p": (0.0, 1.0),
     "xtc_probability": (0.0, 1.0),
     "xtc_threshold": (0.0, 1.0),
-    "mirostat": (0, 2),
-}
+}  # llama-server clamps mirostat too; a mode it does not have (7) is a 400 here
 
 
 def clamp_soft_limits(body: Any) -> Any:
