@@ -34,7 +34,7 @@ def compact_json(payload: object) -> str:
 
 
 def sse_data(payload: dict | str) -> str:
-    text = payload if isinstance(payload, str) else _ENCODER.encode(payload)
+    text = payload if isinstance(payload, str) else compact_json(payload)
     return f"data: {text}\n\n"
 
 
