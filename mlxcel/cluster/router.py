@@ -27,6 +27,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, R
 SENT_TTL_S = 30.0  # how long a prompt this router sent counts as held before a report confirms it
 SENT_MAX = 1 << 16
 RESERVED_TTL_S = 5.0
+FINISHED_EARLY_MAX = 4096  # completions seen before their request's routing callback, kept at most
 LIVE: weakref.WeakSet[PrefixRouter] = weakref.WeakSet()  # routers in this process (the gateway reads them)
 
 
@@ -44,6 +45,10 @@ class PrefixRouter(RequestRouter):
         self._held_cache: dict[str, tuple[list, frozenset[int]]] = {}  # replica -> (report's list, as a set)
         self._open: dict[str, set[str]] = {}  # replica -> requests this router sent it that have not finished
         self._last_done: dict[str, float] = {}  # replica -> wall time a request of it last finished
+        # requests whose completion came before their `on_request_routed`: Ray registers the
+        # completion callback before it awaits the replica's acceptance, so a fast answer (a
+        # 401) can finish first, and counting it open then would mark the replica busy forever
+        self._finished_early: OrderedDict[str, None] = OrderedDict()
         # request -> (replica, when): chosen but not yet sent; counted as load for a while so a
         # burst routed at once spreads instead of all seeing the same idle replica
         self._reserved: dict[str, tuple[str, float]] = {}
@@ -152,14 +157,23 @@ class PrefixRouter(RequestRouter):
     # -- bookkeeping -------------------------------------------------------------------
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
-        self._open.get(replica_id.unique_id, set()).discard(internal_request_id)
+        open_requests = self._open.get(replica_id.unique_id, set())
+        if internal_request_id in open_requests:
+            open_requests.discard(internal_request_id)
+        else:  # not routed yet (or not a counted call): remember it, bounded
+            self._finished_early[internal_request_id] = None
+            while len(self._finished_early) > FINISHED_EARLY_MAX:
+                self._finished_early.popitem(last=False)
         self._last_done[replica_id.unique_id] = time.time()
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: ReplicaResult) -> None:
         if pending_request is not None and pending_request.metadata.call_method == "serve_http":
             request = pending_request.metadata.internal_request_id
-            self._open.setdefault(replica_id.unique_id, set()).add(request)
+            if request in self._finished_early:
+                del self._finished_early[request]
+            else:
+                self._open.setdefault(replica_id.unique_id, set()).add(request)
             self._reserved.pop(request, None)
             stale = time.monotonic() - RESERVED_TTL_S  # chosen, then cancelled before it was sent
             for old in [r for r, (_, when) in self._reserved.items() if when <= stale]:

@@ -167,3 +167,21 @@ def test_a_report_older_than_a_finish_the_router_saw_is_not_load():
     assert chosen.count("a") == chosen.count("b") == 4
     a.routing_stats = {**stats(busy=1), "at": time.time() + 1}  # a newer report counts again
     assert router._load(a) >= 1
+
+
+def test_a_request_that_finishes_before_its_routing_callback_is_not_left_open():
+    """Ray registers the completion callback before it awaits the replica's acceptance: a
+    fast answer (a 401) completes first. The replica must not stay counted busy after."""
+    router = _router()
+    a, b = FakeReplica("a", stats()), FakeReplica("b", stats())
+    router.on_request_completed(SimpleNamespace(unique_id="a"), "fast")
+    router.on_request_routed(_pending("fast"), SimpleNamespace(unique_id="a"), None)
+    assert router._load(a) == 0
+    chosen = [_choose(router, [a, b], request_id=f"q{i}") for i in range(6)]
+    assert chosen.count("a") == chosen.count("b") == 3
+    for request, name in zip((f"q{i}" for i in range(6)), chosen):  # the usual order: routed, then done
+        router.on_request_routed(_pending(request), SimpleNamespace(unique_id=name), None)
+    assert router._load(a) == router._load(b) == 3
+    for request, name in zip((f"q{i}" for i in range(6)), chosen):
+        router.on_request_completed(SimpleNamespace(unique_id=name), request)
+    assert router._load(a) == router._load(b) == 0 and not router._finished_early
