@@ -131,8 +131,10 @@ class EarlyStream:
 
 
 class LeaseMiddleware:
-    """Releases the request's model lease once its response has been sent in full
-    (a stream included), or the request failed."""
+    """Releases the request's model lease as its response's last byte goes out (a
+    stream included), or when the request fails: a client that has read the end of
+    one answer and asks for another model must find this one idle, so the release
+    comes before that byte is sent, not after the route returns."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -141,14 +143,24 @@ class LeaseMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
+        async def send_last_released(message: Message) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                _release(scope)
+            await send(message)
+
         state = scope.setdefault("state", {})  # shared with the copies inner layers make of the scope
-        early = state[EARLY_KEY] = EarlyStream(send, is_anthropic_path(scope.get("path", "")))
+        early = state[EARLY_KEY] = EarlyStream(send_last_released, is_anthropic_path(scope.get("path", "")))
         try:
             await self.app(scope, receive, early.send)
         finally:
-            lease = lease_of(scope)
-            if lease is not None:
-                lease.release()
+            _release(scope)
+
+
+def _release(scope: Scope) -> None:
+    lease = lease_of(scope)
+    if lease is not None:
+        lease.release()  # once: a second call does nothing
 
 
 def check_service_model(request: Request, name, service_id: str, *also: str | None) -> None:

@@ -134,5 +134,5 @@ def create_app(
     policy = CorsPolicy(config.cors_origins, config.cors_methods, config.cors_headers, config.cors_credentials)
     app.add_middleware(CorsMiddleware, policy=policy)
     if fleet is not None:
-        app.add_middleware(LeaseMiddleware)  # outermost: a lease ends after the response's last byte
+        app.add_middleware(LeaseMiddleware)  # outermost: a lease ends as the response's last byte goes out
     return app
