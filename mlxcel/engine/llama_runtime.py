@@ -31,6 +31,14 @@ _backend_lock = threading.Lock()
 _backend_ready = False
 
 
+# -fa as the command line spells it -> llama.cpp's flash_attn_type
+FLASH_ATTN_TYPES = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
 class ModelLoadError(RuntimeError):
     """The GGUF file could not be loaded or a context could not be created."""
 

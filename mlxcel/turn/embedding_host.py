@@ -4,7 +4,6 @@ how a request's inputs become token lists and come back as vectors."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -15,14 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from mlxcel.config import ServerConfig
-from mlxcel.engine.embedding_engine import EmbeddingEngine, EmbeddingJob
-from mlxcel.engine.embedding_runtime import EmbeddingRuntime, EmbeddingRuntimeConfig
-from mlxcel.engine.engine import EngineStoppedError, QueueFullError
-from mlxcel.engine.faults import EngineFailedError
+from mlxcel.engine.embedding_engine import EmbeddingEngine
+from mlxcel.engine.embedding_runtime import EmbeddingRuntime
 from mlxcel.engine.request import Priority
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
-from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, GenerationFailed, InvalidRequest, ServerBusy
+from mlxcel.turn.embedding_jobs import embedding_runtime_config, require_running, run_embedding_job
+from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, InvalidRequest, ServerBusy
 
 log = logging.getLogger("mlxcel.server")
 
@@ -66,16 +64,12 @@ class EmbeddingHost:
 
     def _load(self, on_failure: Callable[[str], None]) -> None:
         from mlxcel.models.pull import resolve_model
-        from mlxcel.turn.model_host import _FLASH_ATTN
 
         cfg = self.config
         try:
             started = time.monotonic()
             self.model_path = resolve_model(self.model, log=lambda line: log.info("%s", line))
-            runtime = EmbeddingRuntime(EmbeddingRuntimeConfig(
-                model_path=self.model_path, pooling=cfg.pooling, n_ubatch=cfg.ubatch_size,
-                n_threads=cfg.threads, n_threads_batch=cfg.threads_batch, flash_attn=_FLASH_ATTN[cfg.flash_attn],
-                n_gpu_layers=cfg.n_gpu_layers, use_mmap=cfg.use_mmap, repack=cfg.repack))
+            runtime = EmbeddingRuntime(embedding_runtime_config(cfg, self.model_path, cfg.pooling))
             tokenizer = Tokenizer(runtime.vocab)
             engine = EmbeddingEngine(runtime, cfg.queue_cap)
             engine.start()
@@ -95,9 +89,7 @@ class EmbeddingHost:
             raise EngineUnavailable(self.error)
         if not self.ready:
             raise ServerBusy("Loading model")
-        if self.engine.failure is not None:
-            raise EngineUnavailable(self.engine.failure)
-        return self.engine
+        return require_running(self.engine, "embedding")
 
     @property
     def pooling(self) -> str:
@@ -148,31 +140,4 @@ class EmbeddingHost:
     async def embed(self, inputs: EmbeddingInputs, priority: Priority) -> list[np.ndarray]:
         """The model's raw output for every input (pooled vector, rank scores, or one row
         per token), from the engine's next batches. Raises ServerBusy past the queue cap."""
-        engine = self.require_ready()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
-
-        def done(rows, error) -> None:
-            def settle() -> None:
-                if not future.done():
-                    future.set_result((rows, error))
-            try:
-                loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the loop is closed: nobody is waiting
-                pass
-
-        job = EmbeddingJob(inputs.tokens, done, priority)
-        try:
-            engine.submit(job)
-        except QueueFullError:
-            raise ServerBusy("All slots are busy. Please try again later.") from None
-        except (EngineFailedError, EngineStoppedError) as exc:
-            raise EngineUnavailable(str(exc)) from None
-        try:
-            rows, error = await future
-        except asyncio.CancelledError:  # the client left: its inputs not yet decoded are dropped
-            engine.cancel(job)
-            raise
-        if error is not None:
-            raise GenerationFailed(error)
-        return rows
+        return await run_embedding_job(self.require_ready(), inputs.tokens, priority)

@@ -19,7 +19,7 @@ from mlxcel.engine.cost_cache import cost_file, load_costs, save_costs
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.engine import Engine, EngineConfig
-from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
+from mlxcel.engine.llama_runtime import FLASH_ATTN_TYPES, LlamaRuntime, RuntimeConfig
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.media import MediaLoader
@@ -34,13 +34,6 @@ log = logging.getLogger("mlxcel.server")
 # single decodes; output is the same either way)
 COST_MODEL_ENV = "MLXCEL_SPEC_COST_MODEL"
 ENGINE_FAILURE_DRAIN_S = 2.0  # after the engine fails: answer 503s this long, then exit
-
-_FLASH_ATTN = {
-    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
-    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
-}
-
 
 def _pool_size(cfg: ServerConfig) -> int:
     """-c, or (as llama-server) parallel x --kv-unified-per-slot when -c is unset."""
@@ -66,7 +59,7 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         n_ubatch=cfg.ubatch_size,
         n_threads=cfg.threads,
         n_threads_batch=cfg.threads_batch,
-        flash_attn=_FLASH_ATTN[cfg.flash_attn],
+        flash_attn=FLASH_ATTN_TYPES[cfg.flash_attn],
         n_gpu_layers=cfg.n_gpu_layers,
         split_mode=cfg.split_mode,
         main_gpu=cfg.main_gpu,
@@ -162,8 +155,9 @@ class ModelHost:
     @property
     def flash_attn(self) -> str:
         """The attention kernel the context runs: on, off, or auto (left to llama.cpp)."""
-        chosen = self.runtime.config.flash_attn if self.runtime is not None else _FLASH_ATTN[self.config.flash_attn]
-        return next(name for name, value in _FLASH_ATTN.items() if value == chosen)
+        runtime = self.runtime
+        chosen = runtime.config.flash_attn if runtime is not None else FLASH_ATTN_TYPES[self.config.flash_attn]
+        return next(name for name, value in FLASH_ATTN_TYPES.items() if value == chosen)
 
     def _choose_flash_attn(self, model, params) -> int:
         """-fa auto with every layer on the CPU: the attention kernel that serves a

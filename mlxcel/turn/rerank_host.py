@@ -22,16 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from mlxcel.config import ServerConfig
-from mlxcel.engine.embedding_engine import EmbeddingEngine, EmbeddingJob
-from mlxcel.engine.embedding_runtime import EmbeddingRuntime, EmbeddingRuntimeConfig
-from mlxcel.engine.engine import EngineStoppedError, QueueFullError
-from mlxcel.engine.faults import EngineFailedError
+from mlxcel.engine.embedding_engine import EmbeddingEngine
+from mlxcel.engine.embedding_runtime import EmbeddingRuntime
 from mlxcel.engine.request import Priority
 from mlxcel.engine.rerank_prompt import PairFormat, pair_tokens
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
-from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, GenerationFailed, ServerBusy
-from mlxcel.turn.model_host import _FLASH_ATTN as FLASH_ATTN
+from mlxcel.turn.embedding_jobs import embedding_runtime_config, require_running, run_embedding_job
+from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, ServerBusy
 
 log = logging.getLogger("mlxcel.rerank")
 
@@ -72,11 +70,7 @@ class RerankHost:
         return thread
 
     def _runtime(self, path: Path, pooling: str) -> EmbeddingRuntime:
-        cfg = self.config
-        return EmbeddingRuntime(EmbeddingRuntimeConfig(
-            model_path=path, pooling=pooling, n_ubatch=cfg.ubatch_size, n_threads=cfg.threads,
-            n_threads_batch=cfg.threads_batch, flash_attn=FLASH_ATTN[cfg.flash_attn], n_gpu_layers=cfg.n_gpu_layers,
-            use_mmap=cfg.use_mmap, repack=cfg.repack))
+        return EmbeddingRuntime(embedding_runtime_config(self.config, path, pooling))
 
     def _load(self, on_failure: Callable[[str], None]) -> None:
         from mlxcel.models.pull import resolve_model
@@ -111,9 +105,7 @@ class RerankHost:
             raise EngineUnavailable(self.error)
         if not self.ready:
             raise ServerBusy("Loading model")
-        if not self.engine.alive:
-            raise EngineUnavailable(self.engine.failure or "the rerank engine stopped")
-        return self.engine
+        return require_running(self.engine, "rerank")
 
     def shutdown(self) -> None:
         if self.engine is not None:
@@ -154,29 +146,7 @@ class RerankHost:
         decoded are dropped."""
         engine = self.require_ready()
         inputs = await asyncio.to_thread(self.inputs, query, documents, truncate)
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future = loop.create_future()
-
-        def done(rows: list[np.ndarray] | None, error: str | None) -> None:
-            try:
-                loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result((rows, error)))
-            except RuntimeError:  # the loop is closed: nobody is waiting
-                pass
-
-        job = EmbeddingJob(inputs, done, priority)
-        try:
-            engine.submit(job)
-        except QueueFullError:
-            raise ServerBusy("All slots are busy. Please try again later.") from None
-        except (EngineFailedError, EngineStoppedError) as exc:
-            raise EngineUnavailable(str(exc)) from None
-        try:
-            rows, error = await answer
-        except asyncio.CancelledError:
-            engine.cancel(job)
-            raise
-        if rows is None:
-            raise GenerationFailed(error or "reranking failed")
+        rows = await run_embedding_job(engine, inputs, priority)
         n_tokens = sum(map(len, inputs))
         if self.scoring is RerankScoring.RANK:
             return RerankScores([float(row[0]) for row in rows], n_tokens)

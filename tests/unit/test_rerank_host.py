@@ -15,7 +15,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.engine.embedding_engine import EmbeddingEngine
 from mlxcel.engine.request import Priority
 from mlxcel.engine.rerank_prompt import PairFormat
-from mlxcel.turn.errors import ContextOverflow, ServerBusy
+from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, GenerationFailed, ServerBusy
 from mlxcel.turn.rerank_host import RerankHost, RerankScoring, cosine_scores
 
 BOS, EOS = 1, 2
@@ -40,10 +40,13 @@ class FakeRuntime:
         self.batches: list[list[list[int]]] = []
 
     gate: threading.Event | None = None
+    broken: str | None = None  # every decode raises this
 
     def embed(self, inputs):
         if self.gate is not None:
             self.gate.wait(5)
+        if self.broken is not None:
+            raise RuntimeError(self.broken)
         self.batches.append(inputs)
         if self.pooling == "rank":
             return [np.array([float(sum(tokens))], dtype=np.float32) for tokens in inputs]
@@ -130,3 +133,26 @@ def test_a_cancelled_request_drops_its_pairs_not_yet_decoded():
         runtime.gate.set()
     assert len(result.scores) == 1
     assert runtime.batches == [[[BOS, 11, EOS, 11, EOS]]]  # the cancelled request's pairs never ran
+
+
+def test_a_failed_forward_pass_fails_that_request_and_the_engine_goes_on():
+    host, runtime, engine = _host("rank")
+    engine.start()
+    try:
+        runtime.broken = "the head read NaN"
+        with pytest.raises(GenerationFailed, match="the head read NaN"):
+            asyncio.run(host.score("q", ["a"], Priority.NORMAL, truncate=False))
+        runtime.broken = None
+        result = asyncio.run(host.score("q", ["a"], Priority.NORMAL, truncate=False))
+    finally:
+        engine.stop()
+    assert result.scores == [sum([BOS, 11, EOS, 11, EOS])]
+
+
+def test_a_stopped_engine_is_unavailable_before_any_work():
+    host, runtime, engine = _host("rank")
+    engine.start()
+    engine.stop()
+    with pytest.raises(EngineUnavailable, match="rerank engine stopped"):
+        asyncio.run(host.score("q", ["a"], Priority.NORMAL, truncate=False))
+    assert runtime.batches == []

@@ -6,21 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
+from mlxcel.engine.request import GenerationRequest, TokenEvent
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.turn.completion_probs import CompletionProbs
 from mlxcel.turn.generation import Completion
 from mlxcel.turn.generation_settings import generation_settings
-
-
-def _stop_type(finish: FinishEvent) -> str:
-    if finish.stopped_by_eos:
-        return "eos"
-    if finish.stop_word is not None:
-        return "word"
-    if finish.reason is FinishReason.LENGTH:
-        return "limit"
-    return "none"
+from mlxcel.turn.verbose import stop_type
 
 
 @dataclass
@@ -56,7 +47,7 @@ class CompletionAnswer:
             "prompt": self.tokenizer.decode(request.prompt_tokens),
             "has_new_line": "\n" in result.text,
             "truncated": finish.truncated,
-            "stop_type": _stop_type(finish),
+            "stop_type": stop_type(finish),
             "stopping_word": finish.stop_word or "",
             "tokens_cached": finish.prompt_tokens + finish.completion_tokens,
             "timings": finish.timings.to_dict(),
