@@ -802,7 +802,12 @@ class Engine:
             raise InjectedFault("sampling")
         constraint = request.constraint
         if constraint is not None and constraint.error:
-            self._finish(slot, FinishReason.ERROR, error=f"structured output: {constraint.error}")
+            # the step's mask could not be computed: the request's own grammar ran past the
+            # matcher's limits (a regex whose lexer grows with each token), a 400 like an
+            # oversized schema, found only as the output reached it
+            self._finish(slot, FinishReason.ERROR, unsatisfiable=True,
+                         error=f"the output format's grammar exceeded the structured-output limits: "
+                               f"{' '.join(constraint.error.replace('<non-verbose/>', ' ').split())}")
             return -1
         k = request.logprobs
         post = k is not None and request.post_sampling_probs

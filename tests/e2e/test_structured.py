@@ -114,6 +114,29 @@ def test_schema_the_engine_rejects_is_a_400_with_a_reason(http):
                             json={"messages": ASK, "response_format": _json_schema(impossible)}))
 
 
+def test_a_grammar_that_outgrows_the_matcher_mid_answer_is_a_400_and_the_server_goes_on(http):
+    """A pattern whose lexer grows with every token compiles (its first mask is cheap)
+    and breaks the matcher's limits a few tokens in: the request's own format, a 400
+    for an answer, the end a stream gives any failure, never a server error."""
+    schema = {"type": "string", "pattern": "(a*)*" * 500}  # unanchored: every prefix keeps each group open
+    body = {"messages": [{"role": "user", "content": "say aaa"}], "temperature": 0, "max_tokens": 20,
+            "response_format": _json_schema(schema)}
+    message = _error(http.post("/v1/chat/completions", json=body))
+    assert "structured-output limits" in message and "<non-verbose/>" not in message
+    with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
+        assert response.status_code == 200
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    assert events[-1]["choices"][0]["finish_reason"] == "error"  # the spec's streamed failure
+    native = {"prompt": "aaa", "temperature": 0, "n_predict": 20, "json_schema": schema}
+    assert "structured-output limits" in _error(http.post("/completion", json=native))
+    with http.stream("POST", "/completion", json={**native, "stream": True}) as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    assert events[-1]["error"]["type"] == "invalid_request_error"
+    fine = http.post("/v1/chat/completions", json={"messages": ASK, "response_format": _json_schema(ANIMAL),
+                                                    "temperature": 0, "max_tokens": 120})
+    jsonschema.validate(json.loads(fine.json()["choices"][0]["message"]["content"]), ANIMAL)
+
+
 @pytest.mark.parametrize("response_format", [{"type": "xml"}, {"type": "json_object", "schema": 123},
                                              {"type": "json_schema", "json_schema": {"schema": "{}"}}])
 def test_malformed_response_formats(http, response_format):
