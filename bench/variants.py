@@ -11,7 +11,10 @@ turn (fresh prompts, answers of various lengths), so slots free up and refill wh
 others decode. With `--chat`, the streams are `/v1/chat/completions` sampled as
 run.py's chat_decode samples (temperature 0.7, top-k 40, top-p 0.9, min-p 0.05, repeat
 penalty 1.1; EOS ignored), and the sample phase's milliseconds per step are reported
-too. Variants run one at a time, a fresh server each, in ABBA order over the
+too. With `--prompt-words N`, each greedy stream's prompt is ~N words of fresh text
+(about 1.3 tokens a word), and the servers' own `timings` give two more figures: prompt
+tokens/s (prefill) and tokens/s decoding after that prompt (the attention kernel's
+trade, for example `-fa on` against `-fa off`). Variants run one at a time, a fresh server each, in ABBA order over the
 cycles, so a machine whose speed drifts drifts over all of them alike. Per run: tokens/s
 over `--rounds` rounds of `--streams` concurrent greedy `/completion` streams (short
 prompts, `--tokens` each, EOS ignored), engine steps, `llama_decode` milliseconds per
@@ -34,7 +37,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client import make_client, stream_chat, stream_completion  # noqa: E402
-from prompts import short_prompt  # noqa: E402
+from prompts import short_prompt, text_words  # noqa: E402
 from servers import start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,8 +59,15 @@ async def churning_client(client: httpx.AsyncClient, url: str, c: int, requests:
     return results
 
 
-async def one_run(url: str, rounds: int, streams: int, tokens: int, churn: int, chat: bool) -> dict[str, float]:
+def _prompt(seed: str, words: int) -> str:
+    return f"{text_words(seed, words)} Continue:" if words else short_prompt(seed)
+
+
+async def one_run(url: str, rounds: int, streams: int, tokens: int, churn: int, chat: bool,
+                  prompt_words: int = 0) -> dict[str, float]:
     done = wall = drafted = accepted = 0.0
+    prefill_tps: list[float] = []
+    decode_tps: list[float] = []
     async with make_client() as client:
         await stream_completion(client, url, short_prompt("warm"), 8)
         before = engine_counters(url)
@@ -71,21 +81,26 @@ async def one_run(url: str, rounds: int, streams: int, tokens: int, churn: int, 
                 results = await asyncio.gather(*(stream_chat(client, url, short_prompt(f"chat-{r}-{i}"), tokens,
                                                              seed=1000 + 10 * r + i) for i in range(streams)))
             else:
-                results = await asyncio.gather(*(stream_completion(client, url, short_prompt(f"agg-{r}-{i}"), tokens)
-                                                 for i in range(streams)))
+                results = await asyncio.gather(*(stream_completion(client, url, _prompt(f"agg-{r}-{i}", prompt_words),
+                                                                   tokens) for i in range(streams)))
             wall += time.perf_counter() - started
             done += sum(result.n_tokens for result in results)
             drafted += sum((result.timings or {}).get("draft_n", 0) for result in results)
             accepted += sum((result.timings or {}).get("draft_n_accepted", 0) for result in results)
+            prefill_tps += [result.timings["prompt_per_second"] for result in results if result.timings]
+            decode_tps += [result.timings["predicted_per_second"] for result in results if result.timings]
         after = engine_counters(url)
     steps = after["mlxcel_engine_steps_total"] - before.get("mlxcel_engine_steps_total", 0)
     decode = after["mlxcel_engine_step_decode_seconds_total"] - before.get("mlxcel_engine_step_decode_seconds_total", 0)
     schedule = (after["mlxcel_engine_step_schedule_seconds_total"]
                 - before.get("mlxcel_engine_step_schedule_seconds_total", 0))
     sample = after["mlxcel_engine_step_sample_seconds_total"] - before.get("mlxcel_engine_step_sample_seconds_total", 0)
-    return {"tok/s": done / wall, "steps": steps, "decode ms/token": 1e3 * decode / done,
-            "drafted": drafted, "accepted": accepted, "schedule ms/step": 1e3 * schedule / max(steps, 1),
-            "sample ms/step": 1e3 * sample / max(steps, 1)}
+    run = {"tok/s": done / wall, "steps": steps, "decode ms/token": 1e3 * decode / done,
+           "drafted": drafted, "accepted": accepted, "schedule ms/step": 1e3 * schedule / max(steps, 1),
+           "sample ms/step": 1e3 * sample / max(steps, 1)}
+    if prompt_words and prefill_tps:
+        run |= {"prompt tok/s": statistics.median(prefill_tps), "decode tok/s": statistics.median(decode_tps)}
+    return run
 
 
 def main() -> int:
@@ -101,6 +116,9 @@ def main() -> int:
                          "fresh prompts, answers of tokens/3..tokens+32 tokens: slots free up and refill")
     ap.add_argument("--chat", action="store_true",
                     help="sampled /v1/chat/completions streams (run.py's chat_decode chain) instead of greedy /completion")
+    ap.add_argument("--prompt-words", type=int, default=0, metavar="N",
+                    help="greedy streams' prompts of ~N words (fresh text): adds prefill and decode tokens/s "
+                         "from the servers' timings")
     ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
     args = ap.parse_args()
     variants = dict(v.split("=", 1) for v in args.variants)
@@ -112,13 +130,15 @@ def main() -> int:
         for name, command in order:
             server = start_server(name, [*shlex.split(command), *common], args.log_dir)
             try:
-                run = asyncio.run(one_run(server.url, args.rounds, args.streams, args.tokens, args.churn, args.chat))
+                run = asyncio.run(one_run(server.url, args.rounds, args.streams, args.tokens, args.churn, args.chat,
+                                          args.prompt_words))
             finally:
                 server.stop()
             runs[name].append(run)
             print(name + ": " + "  ".join(f"{key} {value:.3g}" for key, value in run.items()), flush=True)
     workload = (f"{args.churn} churning clients" if args.churn else
-                f"{args.streams} {'sampled chat' if args.chat else 'greedy'} streams x {args.tokens} tokens")
+                f"{args.streams} {'sampled chat' if args.chat else 'greedy'} streams x {args.tokens} tokens"
+                + (f" after ~{args.prompt_words}-word prompts" if args.prompt_words and not args.chat else ""))
     print(f"\n{args.model.name}, {workload}, {args.rounds} rounds a run, "
           f"{args.cycles} runs each; medians")
     first = next(iter(runs))
