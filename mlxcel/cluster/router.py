@@ -159,7 +159,7 @@ class PrefixRouter(RequestRouter):
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         open_requests = self._open.get(replica_id.unique_id, set())
         if internal_request_id in open_requests:
-            open_requests.discard(internal_request_id)
+            open_requests.remove(internal_request_id)
         else:  # not routed yet (or not a counted call): remember it, bounded
             self._finished_early[internal_request_id] = None
             while len(self._finished_early) > FINISHED_EARLY_MAX:
