@@ -31,14 +31,7 @@ def _fingerprints(dest: Path, entry: CatalogEntry) -> dict[str, dict[str, int]]:
 
 
 def write_stamp(dest: Path, entry: CatalogEntry) -> None:
-    record = {"sha256": entry.sha256, "files": _fingerprints(dest, entry)}
-    stamp = verify.stamp_path(dest)
-    tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(record) + "\n")
-        os.replace(tmp, stamp)
-    finally:
-        tmp.unlink(missing_ok=True)
+    verify.write_stamp_record(verify.stamp_path(dest), {"sha256": entry.sha256, "files": _fingerprints(dest, entry)})
 
 
 def stamp_vouches(dest: Path, entry: CatalogEntry) -> bool:

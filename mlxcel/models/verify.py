@@ -40,8 +40,11 @@ def _fingerprint(path: Path) -> dict[str, int]:
 
 def write_stamp(path: Path, sha256: str) -> None:
     """Record that ``path``, as it is now, has digest ``sha256`` (atomic write)."""
-    record = {**_fingerprint(path), "sha256": sha256}
-    stamp = stamp_path(path)
+    write_stamp_record(stamp_path(path), {**_fingerprint(path), "sha256": sha256})
+
+
+def write_stamp_record(stamp: Path, record: dict) -> None:
+    """Write a stamp's JSON record atomically: a reader sees the old one or this one."""
     tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(json.dumps(record) + "\n")
