@@ -10,7 +10,8 @@ decodes near the start and at depth) and keeps the cheaper for a typical request
 new prompt tokens (the rest cached) and a 128-token reply at half a slot's context,
 plain attention's steps counted at what they cost when served, unless plain attention
 is dearer near the start of a context. A quantized V cache needs flash attention: then
-nothing is measured.
+nothing is measured. Nor is it where plain attention's scores could take a large share
+of the machine's memory (a big model, a long slot): flash attention streams them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ MAX_SHALLOW_LOSS = 0.05
 # (27.6 against 31.7 tokens/s, consecutive runs). So its steps count this much more.
 PLAIN_SERVED_STEP_PENALTY = 0.12
 FLASH_NEEDED = {"f16", "f32", "bf16"}  # V cache types that work without flash attention
+# Plain attention holds one micro-batch's scores against a whole slot's keys, per query
+# head, in f32, twice (the scores and their softmax), where flash attention streams them:
+# Qwen2.5-0.5B (14 heads) at 16,384 tokens and -ub 512 needs 0.9 GiB of it, a 7-8B model
+# (32 heads) at 32,768 tokens 4 GiB, touched only when a prompt that long arrives. Auto
+# takes plain attention for speed only while that stays under this share of the memory.
+MAX_PLAIN_SCORES_SHARE = 1 / 8
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,12 @@ def choose(flash: KernelTimes, plain: KernelTimes, depth: int) -> bool:
     if plain.step_at(0) > (1.0 + MAX_SHALLOW_LOSS) * flash.step_at(0):
         return True
     return served_plain_cost(plain, depth) > (1.0 - MIN_GAIN) * flash.request_cost(depth)
+
+
+def plain_scores_bytes(n_ubatch: int, n_ctx_seq: int, n_head: int) -> int:
+    """Plain attention's scratch for the scores at its largest: a full micro-batch of
+    queries against a full slot's keys, every head, f32, the scores and their softmax."""
+    return 2 * 4 * n_ubatch * n_ctx_seq * n_head
 
 
 def probe_needed(n_gpu_layers: int, type_v: str) -> bool:
@@ -161,10 +174,18 @@ def _time(ctx, model, n_batch: int, threads: int) -> KernelTimes:
     return KernelTimes(prefill, shallow, deep)
 
 
-def decide(model, params, cache_path: Path, depth: int, threads: int) -> tuple[int, str]:
-    """The llama_flash_attn_type for auto, and why: the kernels' timings read back from
-    `cache_path` (the same model and settings timed before) or measured and saved there;
-    llama.cpp's own auto when they cannot be measured (then measured at the next start)."""
+def decide(model, params, cache_path: Path, depth: int, threads: int, scores_bytes: int = 0,
+           memory_bytes: int = 0) -> tuple[int, str]:
+    """The llama_flash_attn_type for auto, and why: flash attention, unmeasured, where
+    plain attention's `scores_bytes` pass MAX_PLAIN_SCORES_SHARE of `memory_bytes` (0:
+    unknown); else the kernels' timings read back from `cache_path` (the same model and
+    settings timed before) or measured and saved there; llama.cpp's own auto when they
+    cannot be measured (then measured at the next start)."""
+    if memory_bytes > 0 and scores_bytes > MAX_PLAIN_SCORES_SHARE * memory_bytes:
+        return llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, (
+            f"on (without it, one micro-batch's attention scores over a full slot would take "
+            f"{scores_bytes / 2**20:.0f} MiB, more than 1/{round(1 / MAX_PLAIN_SCORES_SHARE)} of "
+            f"the {memory_bytes / 2**20:.0f} MiB of memory; not timed)")
     saved = load_json(cache_path)
     try:
         flash, plain = KernelTimes.from_dict(saved["flash"]), KernelTimes.from_dict(saved["plain"])

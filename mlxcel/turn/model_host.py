@@ -22,6 +22,7 @@ from mlxcel.engine.engine import Engine, EngineConfig
 from mlxcel.engine.llama_runtime import FLASH_ATTN_TYPES, LlamaRuntime, RuntimeConfig
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.fleet.memory import MemoryProbeError, read_host_memory
 from mlxcel.media import MediaLoader
 from mlxcel.models.catalog import CATALOG
 from mlxcel.models.store import mlxcel_home
@@ -170,8 +171,14 @@ class ModelHost:
                     "type_v": cfg.cache_type_v, "ubatch": min(cfg.ubatch_size, cfg.batch_size), "repack": cfg.repack,
                     "probe": (attention_choice.PROBE_DEPTH, attention_choice.PROBE_STEPS)}
         path = cost_file(mlxcel_home() / "attention", Path(self.model_path), settings)
+        scores = attention_choice.plain_scores_bytes(int(params.n_ubatch), per_slot,
+                                                     int(llama_cpp.llama_model_n_head(model)))
+        try:
+            memory = read_host_memory().total_bytes
+        except MemoryProbeError:
+            memory = 0  # unknown: the timings decide alone
         chosen, why = attention_choice.decide(model, params, path, attention_choice.typical_depth(per_slot),
-                                              cfg.threads)
+                                              cfg.threads, scores, memory)
         log.info("flash attention (-fa auto): %s", why)
         return chosen
 

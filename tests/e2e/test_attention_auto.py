@@ -57,3 +57,30 @@ def test_an_explicit_flash_attn_is_served_as_given_without_timing(tmp_path):
         chosen, log, text = start(home, "-fa", value)
         assert chosen == value and "flash attention (-fa auto)" not in log and text.strip()
     assert not (home / "attention").exists()
+
+
+def test_plain_attention_whose_scores_could_take_an_eighth_of_the_memory_is_never_timed(tmp_path):
+    """An 8,192-token micro-batch against an 8,192-token slot: SmolLM2's 9 heads would need
+    4.5 GiB of scores without flash attention. Where that passes an eighth of the machine's
+    memory (a 24 GiB host) auto keeps flash attention untimed; elsewhere it times both."""
+    from mlxcel.engine.attention_choice import plain_scores_bytes
+    from mlxcel.fleet.memory import read_host_memory
+
+    home = tmp_path / "home"
+    proc = ServerProcess("-c", "8192", "-np", "1", "-b", "8192", "-ub", "8192", model=str(MODEL),
+                         env={"MLXCEL_HOME": str(home), "MLXCEL_SPEC_COST_MODEL": "0"})
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            chosen = client.get("/props").json()["flash_attn"]
+            text = client.post("/completion", json={"prompt": "The capital of France is", "n_predict": 4,
+                                                    "temperature": 0}).json()["content"]
+        log = proc.log()
+    finally:
+        proc.stop()
+    assert text.strip()
+    if plain_scores_bytes(8192, 8192, 9) > read_host_memory().total_bytes / 8:
+        assert chosen == "on" and "MiB of memory; not timed" in log and "4608 MiB" in log
+        assert not (home / "attention").exists()
+    else:
+        assert CHOICE.search(log) or "llama.cpp's auto" in log

@@ -6,7 +6,8 @@ import llama_cpp
 import pytest
 
 from mlxcel.engine import attention_choice
-from mlxcel.engine.attention_choice import KernelTimes, choose, decide, probe_needed, typical_depth
+from mlxcel.engine.attention_choice import (KernelTimes, choose, decide, plain_scores_bytes, probe_needed,
+                                             typical_depth)
 from mlxcel.engine.core_share import Contended
 
 # the shape measured on a 2-core Zen 3 with SmolLM2-135M: flash's decode step grows
@@ -117,3 +118,24 @@ def test_timings_taken_against_other_work_leave_llama_cpp_to_decide_and_are_not_
     chosen, why = decide(object(), object(), path, 2048, 2)
     assert chosen == llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO and "55%" in why
     assert not path.exists()
+
+
+def test_plain_attention_whose_scores_would_take_much_of_the_memory_is_not_even_timed(tmp_path, monkeypatch):
+    monkeypatch.setattr(attention_choice, "time_kernel", lambda *args: pytest.fail("timed"))
+    path = tmp_path / "attention.json"
+    path.write_text(json.dumps({"flash": FLASH.to_dict(), "plain": PLAIN.to_dict()}))  # timings that pick plain
+    scores = plain_scores_bytes(512, 32768, 32)  # a 7-8B model's 32 query heads, one 32,768-token slot
+    assert scores == 4 * 2**30
+    chosen, why = decide(None, None, path, 8192, 2, scores, 16 * 2**30)
+    assert chosen == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    assert "4096 MiB" in why and "1/8" in why and "not timed" in why
+    chosen, why = decide(None, None, path, 8192, 2, scores, 64 * 2**30)  # room enough: the timings decide
+    assert chosen == llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED and "earlier start" in why
+    chosen, _ = decide(None, None, path, 8192, 2, scores, 0)  # the memory unknown: the timings decide
+    assert chosen == llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+
+
+def test_the_scores_grow_with_the_micro_batch_the_slot_and_the_heads():
+    base = plain_scores_bytes(512, 2048, 14)
+    assert plain_scores_bytes(1024, 2048, 14) == plain_scores_bytes(512, 4096, 14) == 2 * base
+    assert plain_scores_bytes(512, 2048, 28) == 2 * base
