@@ -31,6 +31,7 @@ from mlxcel.cluster import router as routing
 from mlxcel.cluster.envelope import HttpEnvelope, ResponseStart
 from mlxcel.cluster.metrics_merge import merge_exposition
 from mlxcel.cluster.prompt_keys import ROUTED
+from mlxcel.http.bounded_head import BoundedHeadProtocol
 from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
 from mlxcel.server.listeners import open_listeners
 
@@ -84,7 +85,8 @@ class Gateway:
         await self.engine.options(method_name="record_routing_stats").remote()  # the router starts with it
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
         app.add_api_route("/{path:path}", self.forward, methods=METHODS, include_in_schema=False)
-        self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
+        self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
+                                                    http=BoundedHeadProtocol))
         # every --host address, bound here so that one in use fails the deploy
         self._serving = asyncio.create_task(self._server.serve(sockets=open_listeners(hosts, port)))
         where = ", ".join(hosts) + f" port {port}"
