@@ -1,5 +1,5 @@
 """The memory governor: a band from how much memory is left, and what the server does
-about it. On llama.cpp "memory" is host RAM (mlxcel.fleet.memory) plus the residency
+about it. On llama.cpp "memory" is host RAM (mlxcel.engine.host_memory) plus the residency
 budget the fleet accounts against (weights of the resident models and the KV their
 requests hold: `held_bytes` per model, which the caller sums into `used_bytes`).
 A monitor calls `check(host, used_bytes, live requests)` a few times a second: it
@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from mlxcel.engine.host_memory import HostMemory
 from mlxcel.engine.snapshot import EngineSnapshot
-from mlxcel.fleet.memory import HostMemory
 
 GOVERNOR_ENV = "MLXCEL_GOVERNOR"
 FORCE_BAND_ENV = "MLXCEL_GOVERNOR_BAND"  # tests only: start with this band forced

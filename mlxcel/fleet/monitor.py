@@ -11,10 +11,10 @@ import weakref
 from dataclasses import dataclass
 
 from mlxcel.config import ServerConfig
+from mlxcel.engine.host_memory import HostMemory, MemoryProbeError, read_host_memory
 from mlxcel.fleet.capacity import CapacityTable, build_table
 from mlxcel.fleet.footprint import compute_bytes
 from mlxcel.fleet.governor import MemoryGovernor, held_bytes, live_requests
-from mlxcel.fleet.memory import HostMemory, MemoryProbeError, read_host_memory
 from mlxcel.fleet.readiness import QueueCounters
 from mlxcel.fleet.residency import Fleet
 from mlxcel.models.gguf_header import kv_bytes_per_token, model_geometry

@@ -47,12 +47,12 @@ from dataclasses import dataclass, field
 from prometheus_client.utils import floatToGoString
 
 from mlxcel.engine.drain import drain_eta_s
+from mlxcel.engine.host_memory import HostMemory, read_host_memory
 from mlxcel.engine.rates import Rates, combine, rates_of
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.snapshot import EngineSnapshot, SlotView
 from mlxcel.fleet.capacity import CapacityTable, overcommit
 from mlxcel.fleet.governor import Band, MemoryGovernor
-from mlxcel.fleet.memory import HostMemory, read_host_memory
 from mlxcel.fleet.readiness import QueueCounters
 
 log = logging.getLogger("mlxcel.metrics")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from mlxcel.fleet.memory import read_host_memory
+from mlxcel.engine.host_memory import read_host_memory
 from mlxcel.fleet.monitor import ServerMonitor
 from mlxcel.http.errors import invalid_request
 from mlxcel.observability.metrics_snapshot import ModelView, SnapshotView, build_snapshot, render_prometheus

@@ -19,10 +19,10 @@ from mlxcel.engine.cost_cache import cost_file, load_costs, save_costs
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.engine import Engine, EngineConfig
+from mlxcel.engine.host_memory import MemoryProbeError, read_host_memory
 from mlxcel.engine.llama_runtime import FLASH_ATTN_TYPES, LlamaRuntime, RuntimeConfig
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.fleet.memory import MemoryProbeError, read_host_memory
 from mlxcel.media import MediaLoader
 from mlxcel.models.catalog import CATALOG
 from mlxcel.models.store import mlxcel_home

@@ -64,7 +64,7 @@ def test_plain_attention_whose_scores_could_take_an_eighth_of_the_memory_is_neve
     4.5 GiB of scores without flash attention. Where that passes an eighth of the machine's
     memory (a 24 GiB host) auto keeps flash attention untimed; elsewhere it times both."""
     from mlxcel.engine.attention_choice import plain_scores_bytes
-    from mlxcel.fleet.memory import read_host_memory
+    from mlxcel.engine.host_memory import read_host_memory
 
     home = tmp_path / "home"
     proc = ServerProcess("-c", "8192", "-np", "1", "-b", "8192", "-ub", "8192", model=str(MODEL),

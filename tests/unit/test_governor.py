@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlxcel.engine.host_memory import HostMemory, MemoryProbeError, read_host_memory
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.snapshot import EngineSnapshot, SlotView
 from mlxcel.fleet.governor import (
@@ -17,7 +18,6 @@ from mlxcel.fleet.governor import (
     held_bytes,
     live_requests,
 )
-from mlxcel.fleet.memory import HostMemory, MemoryProbeError, read_host_memory
 from mlxcel.fleet.readiness import QueueCounters, Readiness, readiness
 
 GB = 1024**3

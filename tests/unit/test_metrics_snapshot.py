@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mlxcel.engine.host_memory import HostMemory, MemoryProbeError
 from mlxcel.engine.rates import combine, rates_of
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.snapshot import EngineSnapshot, QueuedView, SlotView
 from mlxcel.engine.stats import EngineStats, RequestTiming
 from mlxcel.fleet.capacity import build_table
 from mlxcel.fleet.governor import MemoryGovernor
-from mlxcel.fleet.memory import HostMemory, MemoryProbeError
 from mlxcel.fleet.readiness import QueueCounters
 from mlxcel.observability.metrics_snapshot import ModelView, SnapshotView, build_snapshot, render_prometheus
 
