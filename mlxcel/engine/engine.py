@@ -806,8 +806,7 @@ class Engine:
             # matcher's limits (a regex whose lexer grows with each token), a 400 like an
             # oversized schema, found only as the output reached it
             self._finish(slot, FinishReason.ERROR, unsatisfiable=True,
-                         error=f"the output format's grammar exceeded the structured-output limits: "
-                               f"{' '.join(constraint.error.replace('<non-verbose/>', ' ').split())}")
+                         error=f"the output format's grammar exceeded the structured-output limits: {constraint.error}")
             return -1
         k = request.logprobs
         post = k is not None and request.post_sampling_probs

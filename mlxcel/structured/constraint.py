@@ -38,6 +38,7 @@ import numpy as np
 from llguidance import LLExecutor, LLMatcher
 
 from mlxcel.engine.llama_runtime import logits_row  # noqa: F401  (re-exported)
+from mlxcel.structured.errors import one_line_reason
 
 if sys.byteorder != "little":  # the bit order of apply_mask assumes it
     raise ImportError("mlxcel.structured needs a little-endian machine")
@@ -79,7 +80,7 @@ class Constraint:
         """Why the constraint broke (a rejected token, a per-step limit), or None."""
         if not self.matcher.is_error():
             return None
-        return self.matcher.get_error() or "the grammar matcher failed"
+        return one_line_reason(self.matcher.get_error() or "the grammar matcher failed")
 
 
 class BatchMasker:

@@ -3,6 +3,17 @@ HTTP 400), and none of their messages repeat the schema."""
 
 from __future__ import annotations
 
+MAX_REASON_CHARS = 200
+
+
+def one_line_reason(message: str) -> str:
+    """llguidance's message as one line, without its debug marker, short enough not to
+    carry the schema."""
+    text = " ".join(message.replace("<non-verbose/>", " ").split())
+    if len(text) > MAX_REASON_CHARS:
+        text = text[: MAX_REASON_CHARS - 3] + "..."
+    return text or "rejected by the grammar compiler"
+
 
 class StructuredOutputError(ValueError):
     """Base class: the request's response format cannot be honoured."""

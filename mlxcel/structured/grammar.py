@@ -30,11 +30,11 @@ from mlxcel.structured.errors import (
     ResponseFormatError,
     SchemaError,
     StructuredOutputError,
+    one_line_reason,
 )
 from mlxcel.structured.limits import check_schema
 
 DEFAULT_COMPILE_TIMEOUT_S = 3.0
-MAX_REASON_CHARS = 200
 MAX_GRAMMAR_BYTES = 64 * 1024  # a GBNF text, as large as a schema may be
 
 # Between JSON tokens: nothing, one space, or a newline and up to 20 spaces/tabs of
@@ -167,7 +167,7 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     try:
         return LLMatcher.grammar_from_json_schema(schema, overrides=options)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
-        raise SchemaError(_reason(str(exc))) from None
+        raise SchemaError(one_line_reason(str(exc))) from None
 
 
 def compile_constraint(
@@ -216,26 +216,18 @@ def _compile(spec: GrammarSpec, lltokenizer: LLTokenizer, limits: GrammarLimits)
         try:
             grammar = grammar_from("gbnf", spec.grammar)
         except ValueError as exc:
-            raise GrammarError(_reason(str(exc).removeprefix(GBNF_FRONT_END_PREFIX))) from None
+            raise GrammarError(one_line_reason(str(exc).removeprefix(GBNF_FRONT_END_PREFIX))) from None
     matcher = LLMatcher(lltokenizer, grammar, log_level=0, limits=limits.to_llguidance())
     if not matcher.is_error():
         scratch = np.empty((lltokenizer.vocab_size + 31) // 32, dtype=np.int32)
         matcher.unsafe_compute_mask_ptr(scratch.ctypes.data, scratch.nbytes)
     if matcher.is_error():
-        reason = _reason(matcher.get_error())
+        reason = one_line_reason(matcher.get_error())
         raise GrammarError(reason) if spec.kind == "gbnf" else SchemaError(reason)
     return Constraint(matcher, lltokenizer.vocab_size, source=spec.grammar if spec.kind == "gbnf" else "")
 
 
 GBNF_FRONT_END_PREFIX = "Failed to convert the grammar from GBNF to Lark: "
-
-
-def _reason(message: str) -> str:
-    """One line, without llguidance's debug marker, short enough not to carry the schema."""
-    text = " ".join(message.replace("<non-verbose/>", " ").split())
-    if len(text) > MAX_REASON_CHARS:
-        text = text[: MAX_REASON_CHARS - 3] + "..."
-    return text or "rejected by the grammar compiler"
 
 
 _pool_lock = threading.Lock()

@@ -67,17 +67,7 @@ def test_plain_attention_whose_scores_could_take_an_eighth_of_the_memory_is_neve
     from mlxcel.engine.host_memory import read_host_memory
 
     home = tmp_path / "home"
-    proc = ServerProcess("-c", "8192", "-np", "1", "-b", "8192", "-ub", "8192", model=str(MODEL),
-                         env={"MLXCEL_HOME": str(home), "MLXCEL_SPEC_COST_MODEL": "0"})
-    try:
-        proc.wait_ready()
-        with proc.client() as client:
-            chosen = client.get("/props").json()["flash_attn"]
-            text = client.post("/completion", json={"prompt": "The capital of France is", "n_predict": 4,
-                                                    "temperature": 0}).json()["content"]
-        log = proc.log()
-    finally:
-        proc.stop()
+    chosen, log, text = start(home, "-c", "8192", "-b", "8192", "-ub", "8192")  # the last -c counts
     assert text.strip()
     if plain_scores_bytes(8192, 8192, 9) > read_host_memory().total_bytes / 8:
         assert chosen == "on" and "MiB of memory; not timed" in log and "4608 MiB" in log

@@ -17,6 +17,7 @@ from mlxcel.structured import (
     mask_words,
 )
 from mlxcel.structured import grammar as grammar_module
+from mlxcel.structured.errors import MAX_REASON_CHARS
 
 from .walk import lowest_allowed, random_logits, walk
 
@@ -48,7 +49,7 @@ def test_reason_is_truncated(lltokenizer):
     pattern = "(" + "abcdefgh" * 500  # the regex error quotes the pattern
     with pytest.raises(SchemaError) as info:
         compile_constraint(spec_for({"type": "string", "pattern": pattern}), lltokenizer)
-    assert len(info.value.reason) <= grammar_module.MAX_REASON_CHARS
+    assert len(info.value.reason) <= MAX_REASON_CHARS
     assert pattern not in str(info.value)
 
 
