@@ -224,6 +224,10 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "draft model: most tokens drafted per verify round"),
     (("--spec-draft-n-min",), "spec_draft_min", _ranged(int, 1, 256), 2, "LLAMA_ARG_SPEC_DRAFT_N_MIN",
      "fewer drafted tokens than this are not verified"),
+    (("-to", "--timeout"), "timeout", _ranged(int, 1), 600, "LLAMA_ARG_TIMEOUT",
+     ("seconds a client may go without progress while sending a request or reading its response; then the "
+      "connection is closed (408 where an answer can still be sent) and its request cancelled; a request's "
+      "head must arrive whole within this, at most 60 s")),
     (("--sse-ping-interval",), "sse_ping_interval", _ranged(int, -1), 30, "LLAMA_ARG_SSE_PING_INTERVAL",
      "seconds a stream may stay silent before an SSE comment ping goes out (-1: never)"),
     (("--queue-cap",), "queue_cap", _ranged(int, 0), 64, "MLXCEL_QUEUE_CAP",
@@ -585,6 +589,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         n_predict=args.n_predict,
         ignore_eos=args.ignore_eos,
         sse_ping_interval=_keepalive_interval(args),
+        timeout_s=float(args.timeout),
         default_stop=[s for s in args.reverse_prompt or [] if s],
         context_shift=args.context_shift,
         n_keep=args.keep,

@@ -61,7 +61,8 @@ def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
     gateway = Gateway.options(name="gateway", num_replicas=1, max_ongoing_requests=100_000,
                               ray_actor_options={"num_cpus": 0, "resources": {f"node:{node_ip}": 0.001},
                                                  "runtime_env": {"env_vars": _serve_env()}})
-    return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix, config.hosts, config.port)
+    return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix, config.hosts, config.port,
+                        config.timeout_s)
 
 
 def run_cluster(config: ServerConfig) -> int:

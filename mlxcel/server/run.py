@@ -12,7 +12,7 @@ import uvicorn
 
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.entries import FleetConfig
-from mlxcel.http.bounded_head import BoundedHeadProtocol
+from mlxcel.http.connection_guard import guarded_protocol
 from mlxcel.server.app import create_app
 from mlxcel.server.listeners import ListenError, describe, open_listeners
 from mlxcel.state.url import StateUnavailable, open_state
@@ -72,7 +72,7 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
         log_level="debug" if config.verbose else "warning",
         access_log=config.verbose,
         timeout_graceful_shutdown=3,
-        http=BoundedHeadProtocol,
+        http=guarded_protocol(config.timeout_s),
     )
     server = uvicorn.Server(uv_config)
     where = ", ".join(describe(sock) for sock in sockets)

@@ -9,7 +9,7 @@ import json
 import socket
 import time
 
-from mlxcel.http.bounded_head import MAX_HEAD_BYTES
+from mlxcel.http.connection_guard import MAX_HEAD_BYTES
 
 
 def _connect(server) -> socket.socket:

@@ -318,3 +318,17 @@ def test_defrag_threshold_is_accepted_and_named_deprecated(argv):
     assert config.ctx_size == 512
     (note,) = config.ignored_flags
     assert note.startswith(argv[0].split("=")[0] + " (") and "deprecated" in note
+
+
+def test_timeout_is_implemented_not_ignored(monkeypatch):
+    """llama-server's -to/--timeout bounds how long a client may stall; mlxcel applies it
+    (so it is no longer named in the ignored-flags warning) and refuses nonsense."""
+    assert parse_serve_args([]).timeout_s == 600.0
+    for argv in (["-to", "5"], ["--timeout", "5"], ["--timeout=5"]):
+        config = parse_serve_args(argv)
+        assert config.timeout_s == 5.0 and config.ignored_flags == []
+    for bad in (["--timeout", "0"], ["-to", "-1"], ["--timeout", "soon"]):
+        with pytest.raises(UsageError):
+            parse_serve_args(bad)
+    monkeypatch.setenv("LLAMA_ARG_TIMEOUT", "30")
+    assert parse_serve_args([]).timeout_s == 30.0
