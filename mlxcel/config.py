@@ -164,6 +164,12 @@ class ServerConfig:
     media: MediaSettings = field(default_factory=MediaSettings)  # media content parts (mlxcel.media)
 
     @property
+    def model_load_mode(self) -> str:
+        """How llama.cpp loads every model of this server: --load-mode, where --no-mmap
+        (llama-server's older spelling of --load-mode none) reads as none."""
+        return "none" if not self.use_mmap and self.load_mode == "auto" else self.load_mode
+
+    @property
     def embedding_source(self) -> str | None:
         """The model the embedding worker loads, if any."""
         return self.model if self.embedding_only else self.embedding_model

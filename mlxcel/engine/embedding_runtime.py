@@ -47,7 +47,7 @@ class EmbeddingRuntimeConfig:
     n_threads_batch: int = 2
     flash_attn: int = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
     n_gpu_layers: int = 0
-    use_mmap: bool = True
+    load_mode: str = "auto"  # llama.cpp's model loading, as LOAD_MODES names it (--load-mode)
     repack: bool | None = None  # --repack / --no-repack (weight_buffers.repack_weights)
 
 
@@ -59,7 +59,7 @@ class EmbeddingRuntime:
         self.config = config
         # the same checked setter as the chat runtime's (a field llama.cpp's struct lacks is an error)
         model_params = place_weights(_set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
-                                          load_mode=LOAD_MODES["auto" if config.use_mmap else "none"]),
+                                          load_mode=LOAD_MODES[config.load_mode]),
                                      config.repack, Path(config.model_path))
         self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params)
         if not self.model:

@@ -65,8 +65,7 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         split_mode=cfg.split_mode,
         main_gpu=cfg.main_gpu,
         tensor_split=cfg.tensor_split,
-        # --no-mmap is llama-server's older spelling of --load-mode none
-        load_mode="none" if not cfg.use_mmap and cfg.load_mode == "auto" else cfg.load_mode,
+        load_mode=cfg.model_load_mode,
         swa_full=cfg.swa_full,
         repack=cfg.repack,
         kv_unified=cfg.kv_unified and not draft,

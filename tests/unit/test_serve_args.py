@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mlxcel.cli.serve_args import UsageError, parse_serve_args, split_llama_server_flags
@@ -332,3 +334,14 @@ def test_timeout_is_implemented_not_ignored(monkeypatch):
             parse_serve_args(bad)
     monkeypatch.setenv("LLAMA_ARG_TIMEOUT", "30")
     assert parse_serve_args([]).timeout_s == 30.0
+
+
+@pytest.mark.parametrize(("argv", "mode"), [([], "auto"), (["--no-mmap"], "none"), (["-lm", "mlock"], "mlock"),
+                                            (["--load-mode", "dio"], "dio"), (["--mlock"], "mmap+mlock")])
+def test_the_encoders_load_as_the_chat_model_does(argv, mode):
+    """--load-mode (and its older spellings) reaches the embedding and rerank models too."""
+    from mlxcel.turn.embedding_jobs import embedding_runtime_config
+
+    config = parse_serve_args(["--embedding-model", "smollm2-135m-instruct", *argv])
+    assert config.model_load_mode == mode
+    assert embedding_runtime_config(config, Path("/m.gguf"), "mean").load_mode == mode
