@@ -18,9 +18,10 @@ from mlxcel.engine import held_wakeups
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
+from mlxcel.engine.draft_choice import DraftChooser
 from mlxcel.engine.draft_model import DraftModel
-from mlxcel.engine.draft_plan import DraftOption, SplitBatch, equal_split, joint_draft_lengths
-from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
+from mlxcel.engine.draft_plan import DraftOption, equal_split
+from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.draft_tracker import SlotAcceptance
 from mlxcel.engine.faults import (
     INJECTED_COMPUTE_FAILURE,
@@ -38,7 +39,7 @@ from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk, plan_media_c
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
 from mlxcel.engine.prompt_cache import HostPromptCache
-from mlxcel.engine.prompt_lookup import PromptLookup, match_class
+from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, Timings, TokenEvent
 from mlxcel.engine.sampling import SamplerChain
 from mlxcel.engine.slot_memory import SlotMemory
@@ -146,9 +147,11 @@ class Engine:
         self._memory = SlotMemory(runtime, config.host_cache)
         # most tokens drafted per round; 0 without speculation
         if config.drafter is not None:
-            self._draft_cap = config.draft_max
+            draft_cap = config.draft_max
         else:
-            self._draft_cap = config.lookup_max if config.lookup_ngram > 0 else 0
+            draft_cap = config.lookup_max if config.lookup_ngram > 0 else 0
+        self._drafts = DraftChooser(config.drafter, draft_cap, config.draft_min, config.decode_costs,
+                                    self._batch.capacity, self.n_ctx_slot, runtime.n_ubatch)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._admission = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
@@ -291,7 +294,7 @@ class Engine:
             self.config.on_failure(failure)
 
     def _publish(self) -> None:
-        self.snapshot = take_snapshot(self.slots, self._outstanding, self.stats, self.waiting, bool(self._draft_cap))
+        self.snapshot = take_snapshot(self.slots, self._outstanding, self.stats, self.waiting, bool(self._drafts.cap))
 
     def _has_work(self) -> bool:
         return bool(self.slots.busy()) or bool(self.waiting)
@@ -423,9 +426,9 @@ class Engine:
             self._report_progress(slot)
         if self.config.lookup_ngram > 0:
             slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
-        if self._draft_cap:
+        if self._drafts.cap:
             # a draft model has one kind of draft; prompt lookup's differ by how long a match they copy
-            slot.acceptance = SlotAcceptance(self._draft_cap, (0.9,) if self.config.drafter is not None else None)
+            slot.acceptance = SlotAcceptance(self._drafts.cap, (0.9,) if self.config.drafter is not None else None)
         self.stats.sequences_started += 1
         self._publish()
 
@@ -516,7 +519,7 @@ class Engine:
                 start = slot.n_past
                 slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
                 try:
-                    option = self._draft(slot, n_planned, expected_yield)
+                    option = self._drafts.option(slot, n_planned, expected_yield)
                 except Exception as exc:  # noqa: BLE001
                     slot.cached_tokens.pop()
                     self._request_failed(slot.request, "drafting", exc)
@@ -555,10 +558,8 @@ class Engine:
         return spans
 
     def _size_drafts_together(self, spans: list[_Span], options: list[DraftOption], n_planned: int) -> None:
-        """Resize the decode spans' drafts as one plan priced as llama.cpp splits the
-        batch (draft_plan): each slot sized its own as if the batch ran whole."""
-        batch = SplitBatch([span.slot.id for span in spans], self.config.decode_costs, self.runtime.n_ubatch)
-        lengths = joint_draft_lengths(batch, options, self._batch.capacity - n_planned, self.config.draft_min)
+        """Resize the decode spans' drafts as one plan priced as llama.cpp splits the batch."""
+        lengths = self._drafts.lengths_together([span.slot.id for span in spans], options, n_planned)
         for option, k in zip(options, lengths):
             span = spans[option.index]
             span.tokens = [span.tokens[0], *option.tokens[:k]]
@@ -714,63 +715,6 @@ class Engine:
                     self._sample(slot)
             except Exception as exc:  # noqa: BLE001 - one request's failure is its own
                 self._request_failed(request, "sampling", exc)
-
-    def _draft(self, slot: Slot, batch_tokens: int, expected_yield: float) -> DraftOption | None:
-        """What a decoding slot could draft and how many of those tokens it would, in
-        a batch run whole (none when speculation cannot apply; length 0 when it would
-        not pay for itself in this batch). `batch_tokens` and `expected_yield` count
-        the batch's decode tokens: every decoding slot's next token (this one's history
-        already ends with it) and the drafts planned so far."""
-        request = slot.request
-        drafter = self.config.drafter
-        if slot.acceptance is None or request.constraint is not None or slot.forced_tokens:
-            return None
-        if slot.shifted_keep is not None:  # its history no longer matches its positions: no drafting
-            return None
-        if request.media:  # a drafter cannot see media, and prompt lookup would copy stand-in ids
-            return None
-        if slot.budget is not None and not slot.budget.done:
-            return None
-        room = self._batch.capacity - batch_tokens
-        limit = min(room, self.n_ctx_slot - slot.n_past - 2, self._draft_cap)
-        if request.max_tokens >= 0:
-            limit = min(limit, request.max_tokens - slot.n_generated - 1)
-        if limit < self.config.draft_min:
-            return None
-        if drafter is None:
-            return self._lookup_draft(slot, limit, batch_tokens, expected_yield)
-        stats = slot.acceptance.stats(0)
-        expected = stats.expected_accepted(limit)
-        k = self._draft_length(expected, batch_tokens, expected_yield)
-        if k == 0:
-            stats.idle()  # a draft model's drafts are judged only when verified: evidence fades back to the prior
-            return None
-        drafts = drafter.draft(slot.id, slot.cached_tokens, k)
-        slot.acceptance.follow(drafts, 0)
-        return DraftOption(-1, drafts, expected, len(drafts)) if drafts else None
-
-    def _lookup_draft(self, slot: Slot, limit: int, batch_tokens: int, expected_yield: float) -> DraftOption | None:
-        """Prompt lookup's proposal, drafted as far as it pays. One not drafted is still
-        followed against what the slot emits (unless one is followed already), so the
-        evidence about undrafted proposals stays fresh at no cost."""
-        proposal = slot.lookup.draft(slot.cached_tokens, limit)
-        if not proposal.tokens:
-            return None
-        kind = match_class(proposal.match)
-        expected = slot.acceptance.stats(kind).expected_accepted(len(proposal.tokens))
-        k = self._draft_length(expected, batch_tokens, expected_yield)
-        if k or not slot.acceptance.following:
-            slot.acceptance.follow(proposal.tokens, kind)
-        return DraftOption(-1, proposal.tokens, expected, k)
-
-    def _draft_length(self, expected: list[float], batch_tokens: int, expected_yield: float) -> int:
-        if len(expected) <= self.config.draft_min:
-            return 0
-        costs = self.config.decode_costs
-        if costs is None:  # nothing measured: draft as much as is proposed
-            return len(expected) - 1
-        per_draft = self.config.drafter.seconds_per_token if self.config.drafter is not None else 0.0
-        return best_draft_length(costs, expected, batch_tokens, expected_yield, self.config.draft_min, per_draft)
 
     def _verify(self, slot: Slot) -> None:
         """Sample at the slot's token and at each drafted one in order, keeping drafts
