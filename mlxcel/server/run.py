@@ -15,6 +15,7 @@ from mlxcel.fleet.entries import FleetConfig
 from mlxcel.http.connection_guard import guarded_protocol
 from mlxcel.server.app import create_app
 from mlxcel.server.listeners import ListenError, describe, open_listeners
+from mlxcel.server.open_files import raise_open_files_limit
 from mlxcel.state.url import StateUnavailable, open_state
 
 log = logging.getLogger("mlxcel")
@@ -47,6 +48,7 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
             "accepted and ignored llama-server flags (not applicable to mlxcel): %s", " ".join(config.ignored_flags)
         )
     _warn_gpu_flags(config)
+    raise_open_files_limit()
     failure: list[str] = []
     server: uvicorn.Server | None = None
 

@@ -2,17 +2,22 @@
 a connection that sends nothing is closed, a head that never ends and a body that stops
 are 408s in the spec's error format, a response the client does not read is dropped and
 the stream's slot freed. Slow clients that make progress are served whole, and a long
-generation, during which the client has nothing to send or read, is not cut."""
+generation, during which the client has nothing to send or read, is not cut. Nor
+can a burst of connections run the server out of open files at a distribution's
+default soft limit."""
 
 from __future__ import annotations
 
 import json
 import re
+import resource
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
+from mlxcel.server.open_files import MAX_OPEN_FILES
 from tests.server_process import ServerProcess
 
 TIMEOUT_S = 1
@@ -20,9 +25,15 @@ TIMEOUT_S = 1
 
 @pytest.fixture(scope="module")
 def guarded():
-    proc = ServerProcess("-c", "4096", "-np", "1", "--timeout", str(TIMEOUT_S)).wait_ready()
+    """The server, started with a soft open-files limit of 256 (it inherits ours)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, soft), hard))
     try:
-        yield proc
+        proc = ServerProcess("-c", "4096", "-np", "1", "--timeout", str(TIMEOUT_S))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        yield proc.wait_ready()
     finally:
         proc.stop()
 
@@ -188,3 +199,19 @@ def test_a_long_generation_is_not_a_stall(guarded, http_guarded):
 def http_guarded(guarded):
     with guarded.client() as client:
         yield client
+
+
+def _soft_open_files(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-files line")
+
+
+def test_the_server_raises_its_open_files_limit(guarded):
+    """Started with a soft limit of 256 (as distributions start processes at 1,024), the
+    server takes the hard limit, so a burst of clients is not refused by it."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    expected = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, MAX_OPEN_FILES)
+    assert expected > 256
+    assert _soft_open_files(guarded.process.pid) == expected
