@@ -31,6 +31,8 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from mlxcel.http.errors import invalid_request
+
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers together (cookies and tokens included)
@@ -39,7 +41,7 @@ HEAD_TIMEOUT_CAP_S = 60.0  # a whole head, however long --timeout is (nginx's cl
 
 
 def _error_response(status: str, code: str, message: str) -> bytes:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}).encode()
+    body = json.dumps(invalid_request(message, code).body()).encode()
     return (b"HTTP/1.1 " + status.encode() + b"\r\ncontent-type: application/json\r\n"
             b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
 
