@@ -1,0 +1,78 @@
+"""The model file's pages a process stops holding once the model is loaded.
+
+With the file memory-mapped (llama.cpp's default), every weight the loader read stays
+mapped into the process. Weights that llama.cpp's CPU_REPACK buffers take (Q4_0,
+Q4_K, IQ4_NL matrices on x86, ...) are read once, copied into the repacked layout,
+and never read from the file again; their file pages still count in the process's
+resident memory beside the copy: 29 MiB of Qwen2.5-Coder-0.5B Q4_K_M (its 12 Q4_K
+feed-forward matrices), nearly the whole file for a Q4_0 model.
+
+So after the load the server drops its mappings' pages (`MADV_DONTNEED` over the
+file's mappings: the pages stay in the page cache, shared and reclaimable, and the
+file stays mapped). What llama.cpp reads again (the weights it computes with in place)
+comes back on first touch, a minor fault per page, during the warm-up decode; the
+repacked weights' pages and the embedding rows of tokens never seen do not. Skipped
+where the pages are locked (`--mlock`: they must stay) or not mapped (`--no-mmap`)."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+from pathlib import Path
+
+log = logging.getLogger("mlxcel.llama")
+
+MADV_DONTNEED = 4
+_SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
+
+
+def model_files(path: Path) -> set[str]:
+    """The file, and the other parts of a split GGUF (NAME-0000k-of-0000n.gguf)."""
+    path = path.resolve()
+    if not _SPLIT.search(path.name):
+        return {str(path)}
+    stem = _SPLIT.sub("", path.name)
+    return {str(p) for p in path.parent.glob(f"{stem}-*-of-*.gguf") if _SPLIT.search(p.name)} | {str(path)}
+
+
+def file_mappings(maps_text: str, files: set[str]) -> list[tuple[int, int]]:
+    """(start, end) of each mapping of one of `files` in a /proc/PID/maps listing."""
+    ranges = []
+    for line in maps_text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].strip() in files:
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            ranges.append((lo, hi))
+    return ranges
+
+
+def resident_kib(files: set[str], smaps_text: str) -> int:
+    """Resident KiB of the mappings of `files` in a /proc/PID/smaps listing."""
+    total, inside = 0, False
+    for line in smaps_text.splitlines():
+        head = line.split(maxsplit=5)
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            inside = len(head) == 6 and head[5].strip() in files
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def release_model_pages(path: Path) -> int | None:
+    """Drop this process's mapped pages of the model file(s); the KiB they held, or None
+    where the kernel refused (nothing changed then)."""
+    files = model_files(path)
+    try:
+        smaps = Path("/proc/self/smaps").read_text()
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    madvise = libc.madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    held = resident_kib(files, smaps)
+    for lo, hi in file_mappings(Path("/proc/self/maps").read_text(), files):
+        if madvise(lo, hi - lo, MADV_DONTNEED) != 0:
+            return None
+    return held
