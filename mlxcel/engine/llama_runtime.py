@@ -23,7 +23,7 @@ from mlxcel.engine import _topset, held_wakeups
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.weight_buffers import avoids_amx, repack_weights
-from mlxcel.engine.weight_pages import release_model_pages
+from mlxcel.engine.weight_pages import release_after_load
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -189,11 +189,7 @@ class LlamaRuntime:
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        if config.load_mode in ("auto", "mmap"):  # before the context's buffers: the peak is lower
-            held = release_model_pages(config.model_path)
-            if held:
-                log.info("dropped the %d MiB of %s's mapped pages the load left resident; llama.cpp maps back "
-                         "those it reads again (not the weights it repacked)", held >> 10, config.model_path.name)
+        release_after_load(config.model_path, config.load_mode)  # before the context's buffers: a lower peak
         ctx_params = context_params(config)
         if choose_flash_attn is not None and config.flash_attn == llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO:
             try:

@@ -59,6 +59,19 @@ def resident_kib(files: set[str], smaps_text: str) -> int:
     return total
 
 
+MAPPED_LOAD_MODES = ("auto", "mmap")  # llama.cpp's load modes that map the file without locking it
+
+
+def release_after_load(path: Path, load_mode: str) -> None:
+    """release_model_pages() where the load mapped the file and did not lock it, logged."""
+    if load_mode not in MAPPED_LOAD_MODES:
+        return
+    held = release_model_pages(path)
+    if held:
+        log.info("dropped the %d MiB of %s's mapped pages the load left resident; llama.cpp maps back those it "
+                 "reads again (not the weights it repacked)", held >> 10, Path(path).name)
+
+
 def release_model_pages(path: Path) -> int | None:
     """Drop this process's mapped pages of the model file(s); the KiB they held, or None
     where the kernel refused (nothing changed then)."""

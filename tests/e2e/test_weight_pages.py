@@ -10,13 +10,19 @@ from pathlib import Path
 from mlxcel.engine.weight_pages import resident_kib
 
 
-def _model_file_kib(pid: int, path: str) -> int:
+def model_file_kib(pid: int, path: str) -> int:
+    """Resident KiB of the server's mappings of `path`."""
     return resident_kib({path}, Path(f"/proc/{pid}/smaps").read_text())
 
 
-def _model_path(log: str) -> str:
+def dropped_model_path(pid: int, log: str) -> str:
+    """The file whose pages the server's log says it dropped, as the server maps it."""
     name = re.search(r"dropped the \d+ MiB of (\S+)'s mapped pages", log).group(1)
-    return str((Path.home() / ".cache/mlxcel/models" / name).resolve())
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].endswith("/" + name):
+            return fields[5]
+    raise AssertionError(f"{name} is not mapped by the server")
 
 
 def test_the_pages_of_repacked_weights_are_not_held(qwen_client, qwen):
@@ -25,17 +31,17 @@ def test_the_pages_of_repacked_weights_are_not_held(qwen_client, qwen):
         max_tokens=24, temperature=0)
     assert reply.choices[0].message.content
     log = qwen.log()
-    path = _model_path(log)
+    path = dropped_model_path(qwen.process.pid, log)
     held = int(re.search(r"dropped the (\d+) MiB", log).group(1))
     size_kib = Path(path).stat().st_size // 1024
     assert held * 1024 >= size_kib * 0.9  # the load had mapped (nearly) the whole file in
-    resident = _model_file_kib(qwen.process.pid, path)
+    resident = model_file_kib(qwen.process.pid, path)
     assert 0 < resident <= size_kib - 20 * 1024, (resident, size_kib)
 
 
 def test_a_model_whose_weights_are_all_read_maps_them_back(server, http):
     r = http.post("/completion", json={"prompt": "The capital of France is", "n_predict": 8, "temperature": 0})
     assert r.status_code == 200 and r.json()["content"]
-    path = _model_path(server.log())
+    path = dropped_model_path(server.process.pid, server.log())
     # SmolLM2's output layer is its embedding table: every decode reads the whole file again
-    assert _model_file_kib(server.process.pid, path) >= Path(path).stat().st_size // 1024 * 0.9
+    assert model_file_kib(server.process.pid, path) >= Path(path).stat().st_size // 1024 * 0.9
