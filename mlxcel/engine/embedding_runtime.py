@@ -66,7 +66,7 @@ class EmbeddingRuntime:
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        release_after_load(Path(config.model_path), config.load_mode)
+        release_after_load(config.model_path, config.load_mode)
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
         n_seq = max(1, min(config.n_seq_max, LLAMA_MAX_SEQ, config.n_ubatch))
         params = _set(

@@ -29,33 +29,36 @@ _SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 
 def model_files(path: Path) -> set[str]:
     """The file, and the other parts of a split GGUF (NAME-0000k-of-0000n.gguf)."""
-    path = path.resolve()
+    path = Path(path).resolve()
     if not _SPLIT.search(path.name):
         return {str(path)}
     stem = _SPLIT.sub("", path.name)
     return {str(p) for p in path.parent.glob(f"{stem}-*-of-*.gguf") if _SPLIT.search(p.name)} | {str(path)}
 
 
+def _mapping_of(line: str, files: set[str]) -> tuple[int, int] | None:
+    """(start, end) when `line` is the header of a mapping of one of `files` (the lines
+    of /proc/PID/maps, and the headers among /proc/PID/smaps' field lines)."""
+    fields = line.split(maxsplit=5)
+    if len(fields) < 6 or fields[5].strip() not in files or "-" not in fields[0]:
+        return None
+    lo, hi = fields[0].split("-")
+    return int(lo, 16), int(hi, 16)
+
+
 def file_mappings(maps_text: str, files: set[str]) -> list[tuple[int, int]]:
-    """(start, end) of each mapping of one of `files` in a /proc/PID/maps listing."""
-    ranges = []
-    for line in maps_text.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].strip() in files:
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            ranges.append((lo, hi))
-    return ranges
+    """(start, end) of each mapping of one of `files` in a /proc/PID/maps or smaps listing."""
+    return [span for line in maps_text.splitlines() if (span := _mapping_of(line, files)) is not None]
 
 
 def resident_kib(files: set[str], smaps_text: str) -> int:
     """Resident KiB of the mappings of `files` in a /proc/PID/smaps listing."""
     total, inside = 0, False
     for line in smaps_text.splitlines():
-        head = line.split(maxsplit=5)
-        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
-            inside = len(head) == 6 and head[5].strip() in files
-        elif inside and line.startswith("Rss:"):
-            total += int(line.split()[1])
+        if line.startswith("Rss:"):
+            total += int(line.split()[1]) if inside else 0
+        elif not line[:1].isupper():  # a mapping's header (field names are capitalised)
+            inside = _mapping_of(line, files) is not None
     return total
 
 
@@ -85,7 +88,7 @@ def release_model_pages(path: Path) -> int | None:
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     madvise.restype = ctypes.c_int
     held = resident_kib(files, smaps)
-    for lo, hi in file_mappings(Path("/proc/self/maps").read_text(), files):
+    for lo, hi in file_mappings(smaps, files):
         if madvise(lo, hi - lo, MADV_DONTNEED) != 0:
             return None
     return held
