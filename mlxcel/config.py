@@ -125,6 +125,7 @@ class ServerConfig:
     use_mmap: bool = True
     load_mode: str = "auto"  # --load-mode: auto, none, mmap, mlock, mmap+mlock, dio
     swa_full: bool = False
+    huge_pages: bool = True  # the context's buffers on transparent huge pages (engine/huge_pages.py)
     repack: bool | None = None  # --repack / --no-repack; None: on unless the weights would go to AMX buffers
     kv_unified: bool = False  # one KV pool shared by every slot (-kvu); else n_ctx / parallel cells each
     kv_unified_per_slot: int = 0  # cap on a slot's context in a unified pool (0: the whole pool)

@@ -310,6 +310,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
      "repack the weights for faster CPU kernels (default: on, but off where llama.cpp would use its AMX "
      "kernels, which crash)"),
     (("--swa-full",), (), "swa_full", False, "LLAMA_ARG_SWA_FULL", "full-size KV cache for sliding-window layers"),
+    (("--huge-pages",), ("--no-huge-pages",), "huge_pages", True, "MLXCEL_HUGE_PAGES",
+     "put the context's KV cache and compute buffers on transparent huge pages (madvise)"),
     (("-kvu", "--kv-unified"), ("-no-kvu", "--no-kv-unified"), "kv_unified", False, "LLAMA_ARG_KV_UNIFIED",
      "one KV pool shared by every slot (a slot may use all of -c; idle slots give their room back)"),
     (("--warmup",), ("--no-warmup",), "warmup", True, "LLAMA_ARG_WARMUP", "decode once at start-up"),
@@ -611,6 +613,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         use_mmap=args.mmap,
         load_mode=_load_mode_setting(args),
         swa_full=args.swa_full,
+        huge_pages=args.huge_pages,
         repack=args.repack,
         kv_unified=args.kv_unified,
         kv_unified_per_slot=args.kv_unified_per_slot,

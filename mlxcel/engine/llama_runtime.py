@@ -22,6 +22,7 @@ import numpy as np
 from mlxcel.engine import _topset, held_wakeups
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.cpu_repack import repack_overrides
+from mlxcel.engine.huge_pages import ContextPages
 from mlxcel.engine.weight_buffers import avoids_amx, repack_weights
 from mlxcel.engine.weight_pages import release_after_load
 
@@ -60,6 +61,7 @@ class RuntimeConfig:
     tensor_split: tuple[float, ...] = ()  # -ts: the share of the model each GPU takes
     load_mode: str = "auto"  # llama.cpp's model loading: auto, none, mmap, mlock, mmap+mlock, dio
     swa_full: bool = False  # full-size KV for sliding-window layers (more memory, no SWA eviction)
+    huge_pages: bool = True  # the context's buffers on transparent huge pages (huge_pages.py)
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
     type_v: str = "f16"
     kv_unified: bool = False  # one KV pool for every sequence (a sequence may use all of it)
@@ -200,12 +202,14 @@ class LlamaRuntime:
             config = dataclasses.replace(config, flash_attn=chosen)
             ctx_params.flash_attn_type = chosen
         self.config = config
+        pages = ContextPages(config.huge_pages)
         self.ctx = llama_cpp.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
             raise ModelLoadError(
                 f"llama.cpp could not create a context (n_ctx={config.n_ctx}, parallel={config.n_parallel})"
             )
+        pages.back()
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)

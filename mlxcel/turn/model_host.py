@@ -67,6 +67,7 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         tensor_split=cfg.tensor_split,
         load_mode=cfg.model_load_mode,
         swa_full=cfg.swa_full,
+        huge_pages=cfg.huge_pages,
         repack=cfg.repack,
         kv_unified=cfg.kv_unified and not draft,
         n_ctx_seq_cap=0 if draft else cfg.kv_unified_per_slot,

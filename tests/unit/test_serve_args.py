@@ -233,6 +233,7 @@ def test_loading_and_memory_flags_reach_llama_cpps_params(tmp_path):
     ctx = context_params(runtime(["--swa-full", "-ctk", "q8_0", "-ctv", "q4_0", "-ub", "64"]))
     assert ctx.swa_full and ctx.type_k == llama_cpp.GGML_TYPE_Q8_0 and ctx.type_v == llama_cpp.GGML_TYPE_Q4_0
     assert ctx.n_ubatch == 64 and ctx.n_ctx == 512
+    assert runtime([]).huge_pages is True and runtime(["--no-huge-pages"]).huge_pages is False
     with pytest.raises(UsageError):
         parse_serve_args(["--load-mode", "sideways"])
     from mlxcel.engine import llama_runtime
