@@ -187,9 +187,11 @@ class LlamaRuntime:
     def __init__(self, config: RuntimeConfig,
                  choose_flash_attn: Callable[[object, object], int] | None = None) -> None:
         _init_backend()
+        weights = ContextPages(config.huge_pages, what="the weights llama.cpp copied (repacked or read in)")
         self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params(config))
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")
+        weights.back()
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         release_after_load(config.model_path, config.load_mode)  # before the context's buffers: a lower peak
         ctx_params = context_params(config)

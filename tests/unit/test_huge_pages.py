@@ -42,3 +42,26 @@ def test_only_whole_aligned_huge_pages_are_advised_and_never_a_mappings_first_pa
     assert aligned_pieces([(start + 4096, start + 3 * HUGE_PAGE)]) == [(start + HUGE_PAGE, start + 3 * HUGE_PAGE)]
     # too small to hold one aligned huge page
     assert aligned_pieces([(start + 4096, start + 2 * HUGE_PAGE - 4096)]) == []
+
+
+def test_advising_real_memory_keeps_its_contents_and_stops_collapsing_at_the_cap():
+    import mmap
+
+    from mlxcel.engine.huge_pages import advise, thp_available
+
+    region = mmap.mmap(-1, 8 * HUGE_PAGE)
+    region.write(bytes(range(256)) * (8 * HUGE_PAGE // 256))
+    address = ctypes_address(region)
+    pieces = aligned_pieces([(address, address + 8 * HUGE_PAGE)])
+    advised, collapsed = advise(pieces, collapse_max=2 * HUGE_PAGE)
+    if thp_available():
+        assert advised >= 6 * HUGE_PAGE
+    assert collapsed <= 2 * HUGE_PAGE
+    region.seek(0)
+    assert region.read(8 * HUGE_PAGE) == bytes(range(256)) * (8 * HUGE_PAGE // 256)
+
+
+def ctypes_address(region) -> int:
+    import ctypes
+
+    return ctypes.addressof(ctypes.c_char.from_buffer(region))
