@@ -2,12 +2,14 @@
 
     .venv/bin/python bench/run.py [--model PATH] [--threads 2] [--parallel 4]
         [--ctx 8192] [--rounds 3] [--only decode,prefill,...] [--mlxcel-cmd CMD]
-        [--llama-server PATH] [--json OUT]
+        [--llama-server PATH] [--json OUT] [--restart]
 
 Starts both servers (loopback), warms each up once, then for each scenario runs
 --rounds rounds, one server at a time, mlxcel first in even rounds and llama-server
-first in odd ones, and prints medians and the median of the per-round ratios.
-See bench/README.md.
+first in odd ones, and prints medians and the median of the per-round ratios. With
+--restart, both servers start afresh for every round, which then runs every scenario:
+one process runs a few % faster or slower than the next for all its life (where its
+buffers land), so one start per run cannot average that out. See bench/README.md.
 """
 from __future__ import annotations
 
@@ -59,6 +61,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, default=None, help="write all raw samples here")
     ap.add_argument("--no-bare", action="store_true",
                     help="skip the bare decode loop column (bench/bare_loop.py)")
+    ap.add_argument("--restart", action="store_true",
+                    help="start both servers afresh for every round (each round then runs every scenario)")
     args = ap.parse_args(argv)
     args.scenarios = [s for s in args.only.split(",") if s] or list(SCENARIOS)
     unknown = set(args.scenarios) - set(SCENARIOS)
@@ -108,7 +112,7 @@ def _brief(metrics: dict[str, float]) -> str:
 
 
 async def benchmark(args: argparse.Namespace, a: Server, b: Server,
-                    bare: BareWorker | None = None) -> list[Round]:
+                    bare: BareWorker | None = None, only_round: int | None = None) -> list[Round]:
     rounds: list[Round] = []
     book = PromptBook(sizing_url=b.url)
     async with make_client() as client:
@@ -117,7 +121,7 @@ async def benchmark(args: argparse.Namespace, a: Server, b: Server,
             log(f"warm-up {server.name}: {r.n_tokens} tokens in {r.latency:.2f}s")
         for name in args.scenarios:
             fn = SCENARIOS[name]
-            for rnd in range(args.rounds):
+            for rnd in range(args.rounds) if only_round is None else (only_round,):
                 measured = {}
                 for server in (a, b) if rnd % 2 == 0 else (b, a):  # ABBA: neither always goes first
                     measured[server.name] = await fn(client, server.url, rnd, book)
@@ -128,6 +132,28 @@ async def benchmark(args: argparse.Namespace, a: Server, b: Server,
                     log(f"{name} round {rnd + 1}/{args.rounds} bare loop: {_brief(mc)}")
                 rounds.append(Round(name, rnd, ma, mb, mc))
     return rounds
+
+
+def start_all(args: argparse.Namespace, servers: list[Server], info: dict[str, dict]) -> None:
+    """Start the servers one at a time (loading is CPU-bound); `info` keeps each one's
+    argv and its start-up seconds (a list, one per start)."""
+    for s in servers:
+        log(f"starting {s.name}: {shlex.join(s.argv)}")
+        t0 = time.monotonic()
+        s.start()
+        s.wait_healthy(args.startup_timeout)
+        entry = info.setdefault(s.name, {"argv": s.argv, "startup_s": [], "peak_rss_mib": None})
+        entry["startup_s"].append(time.monotonic() - t0)
+        log(f"{s.name} healthy after {entry['startup_s'][-1]:.1f}s (log {s.log_path})")
+
+
+def stop_all(servers: list[Server], info: dict[str, dict]) -> None:
+    """Read each server's peak RSS (the largest over its starts) and stop it."""
+    for s in servers:
+        peak, entry = s.peak_rss_mib(), info[s.name]
+        if peak is not None:
+            entry["peak_rss_mib"] = max(peak, entry["peak_rss_mib"] or 0)
+        s.stop()
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -148,18 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     server_info: dict[str, dict] = {}
     bare = None
     try:
-        for s in servers:               # load one at a time: the cores are few
-            log(f"starting {s.name}: {shlex.join(s.argv)}")
-            t0 = time.monotonic()
-            s.start()
-            s.wait_healthy(args.startup_timeout)
-            server_info[s.name] = {"argv": s.argv, "startup_s": time.monotonic() - t0}
-            log(f"{s.name} healthy after {server_info[s.name]['startup_s']:.1f}s (log {s.log_path})")
         if not args.no_bare:
             bare = BareWorker(model, args.ctx, args.parallel, args.threads, args.log_dir / "bare_loop.log")
-        rounds = asyncio.run(benchmark(args, *servers, bare))
-        for s in servers:
-            server_info[s.name]["peak_rss_mib"] = s.peak_rss_mib()
+        if args.restart:
+            rounds = []
+            for rnd in range(args.rounds):
+                start_all(args, servers, server_info)
+                rounds += asyncio.run(benchmark(args, *servers, bare, only_round=rnd))
+                stop_all(servers, server_info)
+        else:
+            start_all(args, servers, server_info)
+            rounds = asyncio.run(benchmark(args, *servers, bare))
+            stop_all(servers, server_info)
     finally:
         for s in servers:
             s.stop()

@@ -24,6 +24,8 @@ import ctypes
 import logging
 from pathlib import Path
 
+from mlxcel.engine.kv_pages import drop_cleared_kv
+
 log = logging.getLogger("mlxcel.llama")
 
 MADV_HUGEPAGE = 14
@@ -118,22 +120,32 @@ def advise(pieces: list[Span], collapse_max: int = COLLAPSE_MAX) -> tuple[int, i
 
 
 class ContextPages:
-    """Reads the anonymous mappings before llama.cpp allocates (`ContextPages(what=...)`),
-    then `back()` advises what it mapped meanwhile: a context's buffers, or a model's
+    """Reads the anonymous mappings before llama.cpp allocates (`ContextPages(...)`), then
+    `back()` looks at what it mapped meanwhile: a context's buffers, or a model's
     weights where llama.cpp copies them into memory of its own (CPU_REPACK's layouts;
-    every weight with `--no-mmap`)."""
+    every weight with `--no-mmap`). A context's cleared KV buffer is dropped until used
+    (kv_pages.py, whatever `huge`); the rest goes on huge pages where `huge` allows."""
 
-    def __init__(self, enabled: bool = True, what: str = "the context's buffers") -> None:
+    def __init__(self, huge: bool = True, what: str = "the context's buffers", kv: bool = False) -> None:
         self.what = what
-        self.before = read_spans() if enabled and thp_available() else None
+        self.huge = huge and thp_available()
+        self.before = read_spans() if self.huge or kv else None
 
-    def back(self) -> tuple[int, int] | None:
+    def back(self, kv_sizes: list[int] | None = None) -> tuple[int, int] | None:
         if self.before is None:
             return None
         after = read_spans()
         if after is None:
             return None
-        advised, collapsed = advise(aligned_pieces(new_spans(self.before, after)))
+        spans = new_spans(self.before, after)
+        dropped = drop_cleared_kv(spans, kv_sizes or [])
+        if dropped:
+            log.info("the KV cache's %d MiB of cleared pages dropped: they come back as its cells are used",
+                     sum(hi - lo for lo, hi in dropped) >> 20)
+        if not self.huge:
+            return None
+        # the KV cache stays in small pages: a huge one would bring back 2 MiB for each cell written
+        advised, collapsed = advise(aligned_pieces(new_spans(dropped, spans)))
         if advised:
             log.info("%s on transparent huge pages: %d MiB advised, %d MiB of it resident and collapsed now "
                      "(--no-huge-pages: keep 4 KiB pages)", self.what, advised >> 20, collapsed >> 20)

@@ -19,7 +19,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from mlxcel.engine import _topset, held_wakeups
+from mlxcel.engine import _topset, held_wakeups, kv_pages
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.huge_pages import ContextPages
@@ -89,11 +89,11 @@ _LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging
 @llama_cpp.llama_log_callback
 def _llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     """Route llama.cpp's own log lines to Python logging (errors and warnings only)."""
+    message = text.decode("utf-8", errors="replace").rstrip()
+    kv_pages.offer(message)  # kept while the thread making a context listens (its KV buffer's size)
     py_level = _LOG_LEVELS.get(level, logging.DEBUG)
-    if py_level >= logging.WARNING and log.isEnabledFor(py_level):
-        message = text.decode("utf-8", errors="replace").rstrip()
-        if message:
-            log.log(py_level, "%s", message)
+    if py_level >= logging.WARNING and message and log.isEnabledFor(py_level):
+        log.log(py_level, "%s", message)
 
 
 def route_mtmd_logs() -> None:
@@ -204,14 +204,15 @@ class LlamaRuntime:
             config = dataclasses.replace(config, flash_attn=chosen)
             ctx_params.flash_attn_type = chosen
         self.config = config
-        pages = ContextPages(config.huge_pages)
-        self.ctx = llama_cpp.llama_init_from_model(self.model, ctx_params)
+        pages = ContextPages(config.huge_pages, kv=True)
+        with kv_pages.captured_llama_log() as lines:
+            self.ctx = llama_cpp.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
             raise ModelLoadError(
                 f"llama.cpp could not create a context (n_ctx={config.n_ctx}, parallel={config.n_parallel})"
             )
-        pages.back()
+        pages.back(kv_pages.kv_buffer_sizes(lines))
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
@@ -227,7 +228,9 @@ class LlamaRuntime:
         batch = llama_cpp.llama_batch_get_one((llama_cpp.llama_token * 1)(token), 1)
         with COMPUTE_GATE.hold(guest=True):  # other models may be decoding meanwhile
             llama_cpp.llama_decode(self.ctx, batch)
-        llama_cpp.llama_memory_clear(self.memory, True)
+        # the cells only: clearing the data too would write the whole KV buffer, bringing back the pages
+        # dropped after the context was made (kv_pages.py); the warm-up's one cell holds finite values
+        llama_cpp.llama_memory_clear(self.memory, False)
 
     # -- metadata -------------------------------------------------------------------
 
