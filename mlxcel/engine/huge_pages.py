@@ -1,18 +1,18 @@
 """Transparent huge pages under a llama context's own buffers.
 
-llama.cpp allocates a context's KV cache, compute buffer and output buffer with
-posix_memalign; glibc maps each with mmap, in 4 KiB pages, and the KV cache is cleared
-at once, so it is faulted in page by page. Kernels whose THP mode is `madvise` (the
-usual default) give huge pages only where a process asks. So once the context exists
-the server asks, for the address ranges its creation mapped (anonymous, read-write):
-`MADV_HUGEPAGE`, so what is first touched later (the compute buffer, during the first
-decodes) comes in 2 MiB pages, and `MADV_COLLAPSE`, so what is already resident (the
-cleared KV cache) is gathered into huge pages now, its contents kept. Only whole
-aligned 2 MiB pieces inside those ranges are advised; the malloc headers at their
-edges stay in small pages. The same is done around the model's load for the weights
-llama.cpp copies into memory of its own. Fewer TLB misses: a 1,000-token prefill of
-SmolLM2-135M ran ~1 % faster in every round of an in-process A/B; decode did not move
-measurably (bench/README.md).
+llama.cpp allocates a context's compute and output buffers (and its KV cache) with
+posix_memalign; glibc maps each with mmap, in 4 KiB pages. Kernels whose THP mode is
+`madvise` (the usual default) give huge pages only where a process asks. So once the
+context exists the server asks, for the address ranges its creation mapped (anonymous,
+read-write), less its KV cache (kv_pages.py drops those pages; a huge page would bring
+back 2 MiB for each cell written): `MADV_HUGEPAGE`, so what is first touched later (the
+compute buffer, during the first decodes) comes in 2 MiB pages, and `MADV_COLLAPSE`, so
+what is already resident is gathered into huge pages now, its contents kept. Only whole
+aligned 2 MiB pieces inside those ranges are advised; the malloc headers at their edges
+stay in small pages. The same is done around the model's load for the weights llama.cpp
+copies into memory of its own. Fewer TLB misses: a 1,000-token prefill of SmolLM2-135M
+ran 0.4 % faster in an in-process A/B (1.0 % with the KV cache on huge pages too);
+decode did not move measurably (bench/README.md).
 
 Nothing is required of the kernel: with THP `never`, on a kernel without
 MADV_COLLAPSE (before 6.1), or off Linux, the calls fail or are skipped and the buffers
