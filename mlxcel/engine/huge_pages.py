@@ -51,16 +51,20 @@ def anonymous_spans(maps_text: str) -> list[Span]:
 
 def new_spans(before: list[Span], after: list[Span]) -> list[Span]:
     """The address ranges `after` covers and `before` did not (a mapping that grew or
-    merged with a neighbour contributes only its new part)."""
-    out = []
-    for lo, hi in after:
-        pieces = [(lo, hi)]
-        for b_lo, b_hi in before:
-            if b_hi <= lo or b_lo >= hi:
-                continue
-            pieces = [part for p_lo, p_hi in pieces
-                      for part in ((p_lo, min(p_hi, b_lo)), (max(p_lo, b_hi), p_hi)) if part[0] < part[1]]
-        out.extend(pieces)
+    merged with a neighbour contributes only its new part). One sweep over both, sorted."""
+    old = sorted(before)
+    out, i = [], 0
+    for lo, hi in sorted(after):
+        while i < len(old) and old[i][1] <= lo:  # old ranges wholly below this one are done with
+            i += 1
+        cursor, j = lo, i
+        while j < len(old) and old[j][0] < hi:
+            if old[j][0] > cursor:
+                out.append((cursor, old[j][0]))
+            cursor = max(cursor, old[j][1])
+            j += 1
+        if cursor < hi:
+            out.append((cursor, hi))
     return out
 
 
