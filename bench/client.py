@@ -1,14 +1,20 @@
-"""Streaming POST /completion client (llama-server's native API) with timing."""
+"""Streaming POST /completion client (llama-server's native API) with timing.
+
+The streams are read by sse_stream.post_events (a connection per request, the framing
+read by hand): httpx's streaming cost the client 0.40 ms of CPU a token, taken from the
+servers' cores. `client` stays in the signatures for the calls that are not streamed."""
 from __future__ import annotations
 
 import asyncio
 import json
 import sys
 import time
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Callable
 
 import httpx
+from sse_stream import post_events
 
 REQUEST_TIMEOUT_S = 600.0        # whole request, first byte to final chunk
 CHUNK_TIMEOUT_S = 300.0          # longest silence between two SSE lines
@@ -77,20 +83,13 @@ async def stream_completion(client: httpx.AsyncClient, url: str, prompt: str,
     result = StreamResult(t_sent=time.perf_counter())
 
     async def consume() -> None:
-        async with client.stream("POST", f"{url}/completion", json=body, headers=headers) as resp:
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")[:500]
-                raise RuntimeError(f"/completion -> HTTP {resp.status_code}: {text}")
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue             # blank separators and ': ping' comments
-                payload = line[5:].strip()
-                if payload == "[DONE]":
+        async with aclosing(post_events(url, "/completion", body, headers)) as events:
+            async for now, payload in events:
+                if payload == b"[DONE]":
                     break
                 chunk = json.loads(payload)
                 if "error" in chunk:
                     raise RuntimeError(f"/completion stream error: {chunk['error']}")
-                now = time.perf_counter()
                 if "prompt_progress" in chunk:
                     if result.t_admitted is None:
                         result.t_admitted = now
@@ -139,16 +138,10 @@ async def stream_chat(client: httpx.AsyncClient, url: str, content: str, max_tok
     result = StreamResult(t_sent=time.perf_counter())
 
     async def consume() -> None:
-        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
-            if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")[:500]
-                raise RuntimeError(f"/v1/chat/completions -> HTTP {resp.status_code}: {text}")
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    result.t_done = time.perf_counter()
+        async with aclosing(post_events(url, "/v1/chat/completions", body)) as events:
+            async for now, payload in events:
+                if payload == b"[DONE]":
+                    result.t_done = now
                     break
                 chunk = json.loads(payload)
                 if chunk.get("usage"):
@@ -156,7 +149,7 @@ async def stream_chat(client: httpx.AsyncClient, url: str, content: str, max_tok
                     result.tokens_evaluated = chunk["usage"].get("prompt_tokens")
                 for choice in chunk.get("choices") or []:
                     if (choice.get("delta") or {}).get("content"):
-                        result.chunk_times.append(time.perf_counter())
+                        result.chunk_times.append(now)
                         result.chunk_tokens.append(1)
 
     await asyncio.wait_for(consume(), REQUEST_TIMEOUT_S)
