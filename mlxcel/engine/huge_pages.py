@@ -20,16 +20,14 @@ stay as they were. `--no-huge-pages` turns it off."""
 
 from __future__ import annotations
 
-import ctypes
 import logging
 from pathlib import Path
 
 from mlxcel.engine.kv_pages import drop_cleared_kv
+from mlxcel.engine.page_calls import MADV_COLLAPSE, MADV_HUGEPAGE, PAGE, madvise
 
 log = logging.getLogger("mlxcel.llama")
 
-MADV_HUGEPAGE = 14
-MADV_COLLAPSE = 25
 HUGE_PAGE = 2 << 20
 MAPS = Path("/proc/self/maps")
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -73,7 +71,7 @@ def aligned_pieces(spans: list[Span], size: int = HUGE_PAGE) -> list[Span]:
     malloc'd mapping starts with the allocator's header)."""
     out = []
     for lo, hi in spans:
-        start = -(-(lo + 4096) // size) * size
+        start = -(-(lo + PAGE) // size) * size
         end = hi // size * size
         if end > start:
             out.append((start, end))
@@ -95,13 +93,6 @@ def read_spans() -> list[Span] | None:
         return None
 
 
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.madvise.restype = ctypes.c_int
-    return libc
-
-
 COLLAPSE_MAX = 1 << 30  # a collapse copies each page: past 1 GiB, khugepaged gathers the rest in the background
 
 
@@ -109,16 +100,15 @@ def advise(pieces: list[Span], collapse_max: int = COLLAPSE_MAX) -> tuple[int, i
     """MADV_HUGEPAGE over each piece, then MADV_COLLAPSE per huge page, up to
     `collapse_max` bytes (a page not yet touched cannot be collapsed, and need not be:
     it faults in huge). Returns (bytes advised, bytes collapsed now)."""
-    libc = _libc()
     advised = collapsed = 0
     for start, end in pieces:
-        if libc.madvise(start, end - start, MADV_HUGEPAGE) != 0:
+        if not madvise(start, end - start, MADV_HUGEPAGE):
             continue
         advised += end - start
         for page in range(start, end, HUGE_PAGE):
             if collapsed >= collapse_max:
                 break
-            if libc.madvise(page, HUGE_PAGE, MADV_COLLAPSE) == 0:
+            if madvise(page, HUGE_PAGE, MADV_COLLAPSE):
                 collapsed += HUGE_PAGE
     return advised, collapsed
 

@@ -24,10 +24,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from mlxcel.engine.page_calls import MADV_DONTNEED, PAGE, madvise, mincore
+
 log = logging.getLogger("mlxcel.llama")
 
-PAGE = 4096
-MADV_DONTNEED = 4
 _KV_SIZE = re.compile(r"\bCPU KV buffer size\s*=\s*([\d.]+) MiB")
 _capture = threading.local()
 
@@ -80,20 +80,6 @@ def matches(run: Span, size: int, slack: int = 4 * PAGE) -> bool:
     return abs((run[1] - run[0]) - size) <= slack + (1 << 20) // 200
 
 
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return libc
-
-
-def _residency(libc, start: int, end: int) -> bytes | None:
-    vec = ctypes.create_string_buffer((end - start) // PAGE)
-    if libc.mincore(start, end - start, vec) != 0:
-        return None
-    return vec.raw
-
-
 def _all_zero(start: int, end: int) -> bool:
     words = np.frombuffer((ctypes.c_char * (end - start)).from_address(start), dtype=np.uint64)
     return not words.any()
@@ -104,12 +90,11 @@ def drop_cleared_kv(new_spans: list[Span], kv_sizes: list[int]) -> list[Span]:
     creation mapped); the runs dropped."""
     if not kv_sizes:
         return []
-    libc = _libc()
     dropped = []
     wanted = list(kv_sizes)
     for lo, hi in new_spans:
         lo, hi = lo // PAGE * PAGE, -(-hi // PAGE) * PAGE
-        residency = _residency(libc, lo, hi)
+        residency = mincore(lo, hi - lo)
         if residency is None:
             continue
         for run in resident_runs(residency, lo):
@@ -117,7 +102,7 @@ def drop_cleared_kv(new_spans: list[Span], kv_sizes: list[int]) -> list[Span]:
             body = (run[0] + PAGE, run[1])  # the first page holds the allocator's header
             if size is None or body[1] <= body[0] or not _all_zero(*body):
                 continue
-            if libc.madvise(body[0], body[1] - body[0], MADV_DONTNEED) == 0:
+            if madvise(body[0], body[1] - body[0], MADV_DONTNEED):
                 wanted.remove(size)
                 dropped.append(body)
     return dropped

@@ -16,14 +16,14 @@ where the pages are locked (`--mlock`: they must stay) or not mapped (`--no-mmap
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import re
 from pathlib import Path
 
+from mlxcel.engine.page_calls import MADV_DONTNEED, madvise
+
 log = logging.getLogger("mlxcel.llama")
 
-MADV_DONTNEED = 4
 _SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 
 
@@ -81,14 +81,10 @@ def release_model_pages(path: Path) -> int | None:
     files = model_files(path)
     try:
         smaps = Path("/proc/self/smaps").read_text()
-        libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
-    madvise = libc.madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    madvise.restype = ctypes.c_int
     held = resident_kib(files, smaps)
     for lo, hi in file_mappings(smaps, files):
-        if madvise(lo, hi - lo, MADV_DONTNEED) != 0:
+        if not madvise(lo, hi - lo, MADV_DONTNEED):
             return None
     return held

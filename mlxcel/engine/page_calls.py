@@ -1,0 +1,42 @@
+"""The two kernel calls the page helpers make (weight_pages, kv_pages, huge_pages),
+bound once: madvise and mincore, through libc. Off Linux, or where libc has no such
+call, they answer as a refusal (False, None) and nothing changes."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+MADV_DONTNEED = 4
+MADV_HUGEPAGE = 14
+MADV_COLLAPSE = 25
+PAGE = 4096
+
+
+@functools.cache
+def _libc():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise.restype = ctypes.c_int
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        libc.mincore.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def madvise(start: int, length: int, advice: int) -> bool:
+    """True when the kernel took the advice for [start, start + length)."""
+    libc = _libc()
+    return libc is not None and libc.madvise(start, length, advice) == 0
+
+
+def mincore(start: int, length: int) -> bytes | None:
+    """One byte per page of [start, start + length), bit 0 set where it is resident;
+    None where the kernel refused."""
+    libc = _libc()
+    if libc is None:
+        return None
+    vec = ctypes.create_string_buffer(length // PAGE)
+    return vec.raw if libc.mincore(start, length, vec) == 0 else None
