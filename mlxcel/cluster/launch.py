@@ -10,7 +10,7 @@ import socket
 import sys
 import threading
 
-from mlxcel.cluster.stopping import abandon_ray_start, ignore_stop_signals, interrupt_on_sigterm
+from mlxcel.cluster.stopping import abandon_ray_start, arm_stop_deadline, ignore_stop_signals, interrupt_on_sigterm
 from mlxcel.config import ClusterSettings, ServerConfig
 
 log = logging.getLogger("mlxcel")
@@ -103,11 +103,11 @@ def run_cluster(config: ServerConfig) -> int:
     except (KeyboardInterrupt, SystemExit):
         log.info("stopped while starting")
         ignore_stop_signals()
-        _stop(ray, serve, local)
+        _stop(ray, serve, local, exit_code=130)
         return 130
     except Exception as exc:  # noqa: BLE001 - a replica that cannot load fails the deploy
         print(f"mlxcel: error: the replicas did not start: {_deploy_failure(serve) or exc}", file=sys.stderr)
-        _stop(ray, serve, local)
+        _stop(ray, serve, local, exit_code=1)
         return 1
     where = "a local Ray instance" if local else f"the Ray cluster at {settings.ray_address or os.environ['RAY_ADDRESS']}"
     stop = threading.Event()
@@ -120,7 +120,7 @@ def run_cluster(config: ServerConfig) -> int:
         stop.wait()
     except KeyboardInterrupt:  # a signal that came before the handlers above: a stop all the same
         pass
-    _stop(ray, serve, local)
+    _stop(ray, serve, local, exit_code=0)
     return 0
 
 
@@ -150,9 +150,11 @@ def _deploy_failure(serve) -> str | None:
     return reasons[-1].split("RuntimeError: ", 1)[1] if reasons else None
 
 
-def _stop(ray, serve, local: bool) -> None:
+def _stop(ray, serve, local: bool, exit_code: int) -> None:
     """A Ray instance of our own goes whole (its replicas with it); on a shared cluster
-    only our application is deleted, waiting at most STOP_TIMEOUT_S for it."""
+    only our application is deleted, waiting at most STOP_TIMEOUT_S for it. Either way
+    the process exits with `exit_code` within the stop deadline (stopping.py)."""
+    arm_stop_deadline(exit_code)
     if not local:
         deleting = threading.Thread(target=serve.delete, args=(APP_NAME,), daemon=True)
         deleting.start()
