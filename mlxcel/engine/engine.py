@@ -20,7 +20,6 @@ from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
 from mlxcel.engine.draft_choice import DraftChooser
 from mlxcel.engine.draft_model import DraftModel
-from mlxcel.engine.draft_plan import DraftOption, equal_split
 from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.draft_tracker import SlotAcceptance
 from mlxcel.engine.faults import (
@@ -35,7 +34,7 @@ from mlxcel.engine.faults import (
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
-from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk, plan_media_chunk
+from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
 from mlxcel.engine.prompt_cache import HostPromptCache
@@ -46,6 +45,7 @@ from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
 from mlxcel.engine.snapshot import PUBLISH_INTERVAL_S, EngineSnapshot, take_snapshot
 from mlxcel.engine.stats import EngineStats, RequestTiming
+from mlxcel.engine.step_plan import Span, StepPlanner, fill_batch, rewind
 from mlxcel.engine.tokenizer import Tokenizer
 
 log = logging.getLogger("mlxcel.engine")
@@ -72,23 +72,6 @@ class EngineStoppedError(RuntimeError):
 
 class ContextFailed(Exception):
     """llama_decode failed in a way no split of the batch explains."""
-
-
-@dataclass(eq=False)
-class _Span:
-    """One slot's tokens in a batch: a decoding slot's next token and its drafts, or
-    a chunk of a prefilling slot's prompt."""
-
-    slot: Slot
-    tokens: list[int]
-    start: int  # the position of tokens[0]
-    prefill: bool
-    last: bool = True  # a prefill chunk that ends the prompt (its last token wants logits)
-    n_before: int = 0  # tokens the slot's sequence held before this batch
-
-    @property
-    def samples(self) -> bool:
-        return not self.prefill or self.last
 
 
 @dataclass(frozen=True)
@@ -152,6 +135,12 @@ class Engine:
             draft_cap = config.lookup_max if config.lookup_ngram > 0 else 0
         self._drafts = DraftChooser(config.drafter, draft_cap, config.draft_min, config.decode_costs,
                                     self._batch.capacity, self.n_ctx_slot, runtime.n_ubatch)
+        self._planner = StepPlanner(
+            self.slots, self._batch.capacity, self._drafts, prefill_chunk=config.prefill_chunk,
+            n_ctx_slot=self.n_ctx_slot, split_kv=split, n_ubatch=runtime.n_ubatch,
+            sizes_drafts_together=config.decode_costs is not None,
+            shift_context=self._shift_context if config.context_shift else None,
+            request_failed=lambda slot, phase, exc: self._request_failed(slot.request, phase, exc))
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._admission = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
@@ -436,10 +425,10 @@ class Engine:
 
     def _step(self) -> None:
         started = time.perf_counter()
-        media = self._plan_media()
+        media = self._planner.media()
         if media is not None:
             self._decode_media(media)
-        spans = self._plan(media.n if media is not None else 0)
+        spans = self._planner.plan(media.n if media is not None else 0)
         self.stats.step_schedule_seconds += time.perf_counter() - started
         if not spans:
             return
@@ -460,15 +449,6 @@ class Engine:
         for slot in self.slots:
             if slot.state is SlotState.PREFILL and slot.sampler is not None and slot.sampler.priming:
                 slot.sampler.prime_some(PRIME_TOKENS_PER_STEP)
-
-    def _prefilling(self) -> list[Slot]:
-        return sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at)
-
-    def _plan_media(self) -> MediaChunk | None:
-        """This step's media prefill chunk, if a prefilling slot stands at media."""
-        decoding = any(slot.state is SlotState.DECODE for slot in self.slots)
-        budget = self.config.prefill_chunk if decoding else self._batch.capacity
-        return plan_media_chunk(self._prefilling(), budget)
 
     def _decode_media(self, chunk: MediaChunk) -> None:
         """Decode a media chunk in a batch of its own; when it ends the prompt, sample
@@ -496,84 +476,7 @@ class Engine:
             if request.constraint is not None:
                 slot.mask_row = self._masker.fill_async([request.constraint]).result()[0]
             slot.batch_index = chunk.n - 1
-            self._sample_spans([_Span(slot, [], chunk.start, prefill=True)])
-
-    def _plan(self, media_rows: int = 0) -> list[_Span]:
-        """This step's batch as spans: every decoding slot's next token (and drafts),
-        then prompt chunks of prefilling slots, oldest first, within the budget (less
-        the rows of a media chunk decoded this step). A prompt's text chunk stops where
-        its next media span starts."""
-        spans: list[_Span] = []
-        # a draft is sized against the whole batch it joins (every decoding slot's next
-        # token and the drafts planned so far): sized against a partial batch, the
-        # first slots see a batch dearer per token than the full one and over-draft
-        n_decoding = sum(1 for slot in self.slots if slot.state is SlotState.DECODE)
-        n_planned = n_decoding
-        expected_yield = float(n_decoding)  # tokens this batch is expected to emit
-        options: list[DraftOption] = []
-        for slot in self.slots:
-            if slot.state is SlotState.DECODE:
-                full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
-                if full and self.config.context_shift and not self._shift_context(slot):
-                    continue
-                start = slot.n_past
-                slot.cached_tokens.append(slot.next_token)  # drafting reads the history through it
-                try:
-                    option = self._drafts.option(slot, n_planned, expected_yield)
-                except Exception as exc:  # noqa: BLE001
-                    slot.cached_tokens.pop()
-                    self._request_failed(slot.request, "drafting", exc)
-                    continue
-                slot.cached_tokens.pop()
-                drafts: list[int] = []
-                if option is not None:
-                    option.index = len(spans)
-                    options.append(option)
-                    drafts = option.tokens[: option.length]
-                    expected_yield += option.expected[option.length]
-                spans.append(_Span(slot, [slot.next_token, *drafts], start, prefill=False))
-                n_planned += len(drafts)
-        # when no slot drafts, each was sized against the plain batch, and split, drafts cost no less
-        drafting = any(option.length for option in options)
-        if drafting and len(spans) > 1 and self._split_kv and self.config.decode_costs is not None:
-            self._size_drafts_together(spans, options, n_planned)
-        n_decode = len(spans)
-        room = self._batch.capacity - sum(len(span.tokens) for span in spans)
-        budget = (room if n_decode == 0 else min(room, self.config.prefill_chunk)) - media_rows
-        for slot in self._prefilling():
-            if budget <= 0:
-                break
-            start = slot.n_past
-            take = min(budget, slot.prompt_remaining)
-            if slot.request.media:
-                take = slot.request.media.text_run(start, take)
-                if take == 0:
-                    continue  # at media: a media chunk takes it
-            chunk = slot.request.prompt_tokens[start : start + take]
-            spans.append(_Span(slot, chunk, start, prefill=True, last=take == slot.prompt_remaining))
-            budget -= take
-        # in sequence order: llama.cpp splits a batch over per-slot KV streams into runs of
-        # consecutive sequence ids, so out of order it computes more, smaller ubatches
-        spans.sort(key=lambda span: span.slot.id)
-        return spans
-
-    def _size_drafts_together(self, spans: list[_Span], options: list[DraftOption], n_planned: int) -> None:
-        """Resize the decode spans' drafts as one plan priced as llama.cpp splits the batch."""
-        lengths = self._drafts.lengths_together([span.slot.id for span in spans], options, n_planned)
-        for option, k in zip(options, lengths):
-            span = spans[option.index]
-            span.tokens = [span.tokens[0], *option.tokens[:k]]
-
-    @property
-    def _split_kv(self) -> bool:
-        """Whether each slot has a KV stream of its own, so llama.cpp splits batches equally."""
-        return len(self.slots) > 1 and not self.runtime.kv_unified
-
-    def _ubatches(self, spans: list[_Span]) -> list[int]:
-        """The micro-batch sizes llama_decode runs these spans as."""
-        if not self._split_kv:
-            return [sum(len(span.tokens) for span in spans)]
-        return equal_split([(span.slot.id, len(span.tokens)) for span in spans], self.runtime.n_ubatch)
+            self._sample_spans([Span(slot, [], chunk.start, prefill=True)])
 
     def _shift_context(self, slot: Slot) -> bool:
         """Make room in a slot whose next token would take its context's last cell, as
@@ -598,42 +501,13 @@ class Engine:
                  n_keep, n_discard)
         return True
 
-    def _fill(self, spans: list[_Span]) -> TokenBatch:
-        """Write the spans into the batch; each slot's memory record grows with them."""
-        batch = self._batch
-        batch.clear()
-        for span in spans:
-            slot = span.slot
-            span.n_before = slot.n_past
-            if span.prefill:
-                index = batch.add_span(span.tokens, span.start, slot.id, logits_last=span.last)
-                slot.batch_index = index if span.last else -1
-                slot.cached_tokens.extend(span.tokens)
-                self.stats.prefill_chunks += 1
-            else:
-                slot.batch_index = batch.add(span.tokens[0], span.start, slot.id, True)
-                slot.drafts = span.tokens[1:]
-                slot.draft_indices = [
-                    batch.add(token, span.start + 1 + i, slot.id, True) for i, token in enumerate(slot.drafts)
-                ]
-                slot.cached_tokens.append(span.tokens[0])
-        return batch
-
-    def _rewind(self, spans: list[_Span]) -> None:
-        """Undo `_fill` for a batch llama_decode refused (its memory may hold part of it)."""
-        for span in spans:
-            slot = span.slot
-            del slot.cached_tokens[span.n_before :]
-            self.runtime.seq_remove(slot.id, span.n_before, -1)
-            slot.batch_index = -1
-            slot.drafts, slot.draft_indices = [], []
-
-    def _decode_spans(self, spans: list[_Span], whole: bool) -> None:
+    def _decode_spans(self, spans: list[Span], whole: bool) -> None:
         """Decode the spans and sample their slots. A batch llama_decode refuses is
         split in halves and retried; a lone sequence it still refuses fails alone,
         unless the failure says the context itself is broken."""
         filling = time.perf_counter()
-        batch = self._fill(spans)
+        batch = self._batch
+        self.stats.prefill_chunks += fill_batch(batch, spans)
         started = time.perf_counter()
         self.stats.step_fill_seconds += started - filling
         rc = self._decode(batch, spans)
@@ -641,7 +515,7 @@ class Engine:
         n_prefill = sum(len(sp.tokens) for sp in spans if sp.prefill)
         if rc == 0:
             if whole and self.config.decode_costs is not None and n_prefill == 0:
-                self.config.decode_costs.observe(self._ubatches(spans), time.perf_counter() - started)
+                self.config.decode_costs.observe(self._planner.ubatches(spans), time.perf_counter() - started)
             n_decode = sum(1 for sp in spans if not sp.prefill)
             if n_decode:
                 self.stats.decode_steps += 1
@@ -655,7 +529,7 @@ class Engine:
             self._sample_spans(spans)  # reading the logits waits for the decode
             self.stats.count_decode(n_busy, longest, n_prefill, time.perf_counter() - started)
             return
-        self._rewind(spans)
+        rewind(spans, self.runtime.seq_remove)
         log.warning("llama_decode returned %d for a batch of %d tokens in %d sequences", rc, batch.size, len(spans))
         if len(spans) > 1:
             middle = len(spans) // 2
@@ -669,7 +543,7 @@ class Engine:
         log.error("%s", message)
         self._fail_slot(slot, message)
 
-    def _decode(self, batch: TokenBatch, spans: list[_Span]) -> int:
+    def _decode(self, batch: TokenBatch, spans: list[Span]) -> int:
         if self._injecting:
             faults = {span.slot.request.fault for span in spans}
             if Fault.CONTEXT in faults:
@@ -693,7 +567,7 @@ class Engine:
         for slot, row in zip(slots, future.result()):
             slot.mask_row = row
 
-    def _sample_spans(self, spans: list[_Span]) -> None:
+    def _sample_spans(self, spans: list[Span]) -> None:
         started = time.perf_counter()
         emitting = self.stats.step_emit_seconds
         try:
@@ -702,7 +576,7 @@ class Engine:
             emitted = self.stats.step_emit_seconds - emitting
             self.stats.step_sample_seconds += time.perf_counter() - started - emitted
 
-    def _sample_each(self, spans: list[_Span]) -> None:
+    def _sample_each(self, spans: list[Span]) -> None:
         for span in spans:
             slot = span.slot
             request = slot.request
