@@ -31,9 +31,7 @@ _refuse("changes how video is cut into frames (mlxcel samples frames with --vide
 _refuse("changes the model's weights or activations (adapters and control vectors are not implemented)",
         "--lora", "--lora-scaled", "--lora-init-without-apply", "--control-vector", "--control-vector-scaled",
         "--control-vector-layer-range")
-_refuse("changes the model's numerics (RoPE/YaRN scaling and metadata overrides are not implemented)",
-        "--rope-scaling", "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "--yarn-orig-ctx",
-        "--yarn-ext-factor", "--yarn-attn-factor", "--yarn-beta-slow", "--yarn-beta-fast", "--override-kv")
+_refuse("changes the model's metadata (overrides are not implemented)", "--override-kv")
 _refuse("constrains every generation with a server-wide grammar (send `grammar` / `json_schema` per request)",
         "--grammar", "--grammar-file", "-j", "--json-schema", "-jf", "--json-schema-file")
 _refuse("changes what the chat output contains (not implemented; per-request fields cover some of it)",

@@ -18,6 +18,7 @@ from mlxcel.cli.cluster_args import CLUSTER_OPTIONS, ClusterUsageError, cluster_
 from mlxcel.cli.flag_policy import REFUSED, refusal
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS
 from mlxcel.cli.media_args import MEDIA_LISTS, MEDIA_OPTIONS, MediaUsageError, add_media_lists, media_settings
+from mlxcel.cli.rope_args import ROPE_OPTIONS, RopeUsageError, rope_settings
 from mlxcel.cli.sampling_args import (
     SAMPLING_LISTS,
     SAMPLING_OPTIONS,
@@ -324,7 +325,7 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
 ]
 
 
-_ALL_VALUE_OPTIONS = _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS + MEDIA_OPTIONS
+_ALL_VALUE_OPTIONS = _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS + MEDIA_OPTIONS + ROPE_OPTIONS
 
 
 def _env_value(name: str, parse: Callable[[str], Any]) -> Any:
@@ -566,6 +567,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         media = media_settings(args)
     except MediaUsageError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        rope = rope_settings(args)
+    except RopeUsageError as exc:
+        raise UsageError(str(exc)) from None
     sampling = sampling_defaults(args)
     return ServerConfig(
         model=args.model,
@@ -613,6 +618,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         use_mmap=args.mmap,
         load_mode=_load_mode_setting(args),
         swa_full=args.swa_full,
+        rope=rope,
         huge_pages=args.huge_pages,
         repack=args.repack,
         kv_unified=args.kv_unified,

@@ -23,6 +23,7 @@ from mlxcel.engine import _topset, held_wakeups, kv_pages
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.huge_pages import ContextPages
+from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.weight_buffers import avoids_amx, repack_weights
 from mlxcel.engine.weight_pages import release_after_load
 
@@ -61,6 +62,7 @@ class RuntimeConfig:
     tensor_split: tuple[float, ...] = ()  # -ts: the share of the model each GPU takes
     load_mode: str = "auto"  # llama.cpp's model loading: auto, none, mmap, mlock, mmap+mlock, dio
     swa_full: bool = False  # full-size KV for sliding-window layers (more memory, no SWA eviction)
+    rope: RopeSettings = RopeSettings()  # RoPE / YaRN scaling (the model's unless set)
     huge_pages: bool = True  # the context's buffers on transparent huge pages (huge_pages.py)
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
     type_v: str = "f16"
@@ -173,6 +175,7 @@ def context_params(config: RuntimeConfig):
         kv_unified=config.kv_unified,
         swa_full=config.swa_full,
         no_perf=True,
+        **config.rope.context_fields(),
     )
 
 
@@ -222,6 +225,9 @@ class LlamaRuntime:
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)
         self.n_ubatch = llama_cpp.llama_n_ubatch(self.ctx)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
+        if not config.rope.is_default:
+            log.info("RoPE settings of %s: %s (trained context now %d)", config.model_path.name,
+                     config.rope.describe(), self.n_ctx_train)
 
     def warm_up(self, token: int) -> None:
         """Decode one token once so the first request does not pay for lazy set-up."""

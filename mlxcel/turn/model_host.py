@@ -22,6 +22,7 @@ from mlxcel.engine.engine import Engine, EngineConfig
 from mlxcel.engine.host_memory import MemoryProbeError, read_host_memory
 from mlxcel.engine.llama_runtime import FLASH_ATTN_TYPES, LlamaRuntime, RuntimeConfig
 from mlxcel.engine.prompt_cache import HostPromptCache
+from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.media import MediaLoader
 from mlxcel.models.catalog import CATALOG
@@ -67,6 +68,7 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         tensor_split=cfg.tensor_split,
         load_mode=cfg.model_load_mode,
         swa_full=cfg.swa_full,
+        rope=RopeSettings() if draft else cfg.rope,
         huge_pages=cfg.huge_pages,
         repack=cfg.repack,
         kv_unified=cfg.kv_unified and not draft,
