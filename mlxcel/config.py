@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.sampling import SamplingParams
+from mlxcel.server.tls import TlsFiles
 
 
 @dataclass
@@ -110,6 +111,7 @@ class ServerConfig:
     n_keep: int = 0  # prompt tokens a context shift keeps (-1: all)
     spm_infill: bool = False  # /infill: suffix, prefix, middle order
     api_keys: list[str] = field(default_factory=list)
+    tls: TlsFiles | None = None  # --ssl-key-file / --ssl-cert-file: HTTPS
     metrics: bool = False
     slots_endpoint: bool = True
     cache_prompt: bool = True

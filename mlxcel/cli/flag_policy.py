@@ -39,7 +39,7 @@ _refuse("changes what the chat output contains (not implemented; per-request fie
         "--reasoning-budget", "--reasoning-budget-message", "--reasoning-preserve", "--no-reasoning-preserve",
         "--skip-chat-parsing")
 _refuse("serves other routes or a web UI (not implemented)",
-        "--path", "--ssl-key-file", "--ssl-cert-file", "--props", "--slot-save-path",
+        "--path", "--props", "--slot-save-path",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
         "--webui", "--ui", "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
         "--webui-mcp-proxy", "--ui-mcp-proxy")

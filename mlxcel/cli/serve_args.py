@@ -29,6 +29,7 @@ from mlxcel.cli.sampling_args import (
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
 from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
+from mlxcel.server.tls import TlsError, tls_files
 from mlxcel.state.url import StateUrlError, parse_state_url
 
 _TRUE = {"1", "true", "yes", "on", "enabled"}
@@ -170,6 +171,10 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "prompt tokens a context shift keeps at the start, BOS excluded (-1: all); a request's n_keep overrides it"),
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
+    (("--ssl-key-file",), "ssl_key_file", str, None, "LLAMA_ARG_SSL_KEY_FILE",
+     "PEM private key: serve HTTPS (with --ssl-cert-file)"),
+    (("--ssl-cert-file",), "ssl_cert_file", str, None, "LLAMA_ARG_SSL_CERT_FILE",
+     "PEM certificate (chain) for the key of --ssl-key-file"),
     (("-fa", "--flash-attn"), "flash_attn", _flash_attn, "auto", "LLAMA_ARG_FLASH_ATTN",
      "flash attention: on, off or auto (on a CPU, whichever kernel is faster here, timed once per model)"),
     (("-lm", "--load-mode"), "load_mode", _load_mode, "auto", "LLAMA_ARG_LOAD_MODE",
@@ -571,6 +576,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         rope = rope_settings(args)
     except RopeUsageError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        tls = tls_files(args.ssl_key_file, args.ssl_cert_file)
+    except TlsError as exc:
+        raise UsageError(str(exc)) from None
     sampling = sampling_defaults(args)
     return ServerConfig(
         model=args.model,
@@ -602,6 +611,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         n_keep=args.keep,
         spm_infill=args.spm_infill,
         api_keys=_read_api_keys(args),
+        tls=tls,
         metrics=args.metrics,
         slots_endpoint=args.slots,
         cache_prompt=args.cache_prompt,

@@ -34,6 +34,7 @@ from mlxcel.cluster.prompt_keys import ROUTED
 from mlxcel.http.connection_guard import DEFAULT_TIMEOUT_S, guarded_protocol
 from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
 from mlxcel.server.listeners import open_listeners
+from mlxcel.server.tls import TlsFiles
 
 log = logging.getLogger("mlxcel.cluster")
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]
@@ -79,7 +80,7 @@ def _stream_error_event(path: str, message: str) -> bytes:
 @serve.deployment
 class Gateway:
     async def __init__(self, engine, max_body_bytes: int, api_prefix: str, hosts: list[str], port: int,
-                       timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                       timeout_s: float = DEFAULT_TIMEOUT_S, tls: TlsFiles | None = None) -> None:
         self.engine = engine
         self.max_body_bytes = max_body_bytes
         self.api_prefix = api_prefix
@@ -87,7 +88,9 @@ class Gateway:
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
         app.add_api_route("/{path:path}", self.forward, methods=METHODS, include_in_schema=False)
         self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
-                                                    http=guarded_protocol(timeout_s)))
+                                                    http=guarded_protocol(timeout_s),
+                                                    ssl_keyfile=tls.key_file if tls else None,
+                                                    ssl_certfile=tls.cert_file if tls else None))
         # every --host address, bound here so that one in use fails the deploy
         self._serving = asyncio.create_task(self._server.serve(sockets=open_listeners(hosts, port)))
         where = ", ".join(hosts) + f" port {port}"

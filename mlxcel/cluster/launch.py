@@ -62,7 +62,7 @@ def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
                               ray_actor_options={"num_cpus": 0, "resources": {f"node:{node_ip}": 0.001},
                                                  "runtime_env": {"env_vars": _serve_env()}})
     return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix, config.hosts, config.port,
-                        config.timeout_s)
+                        config.timeout_s, config.tls)
 
 
 def run_cluster(config: ServerConfig) -> int:
@@ -112,9 +112,9 @@ def run_cluster(config: ServerConfig) -> int:
     where = "a local Ray instance" if local else f"the Ray cluster at {settings.ray_address or os.environ['RAY_ADDRESS']}"
     stop = threading.Event()
     try:
-        log.info("mlxcel listening on %s port %d (model %s, %d replica(s) of %d threads on %s, %s routing)",
-                 ", ".join(config.hosts), config.port, config.model, settings.replicas, config.threads, where,
-                 settings.router)
+        log.info("mlxcel listening on %s port %d%s (model %s, %d replica(s) of %d threads on %s, %s routing)",
+                 ", ".join(config.hosts), config.port, " (HTTPS)" if config.tls else "", config.model,
+                 settings.replicas, config.threads, where, settings.router)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         stop.wait()

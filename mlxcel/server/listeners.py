@@ -64,8 +64,9 @@ def open_listeners(hosts: list[str], port: int) -> list[socket.socket]:
     return sockets
 
 
-def describe(sock: socket.socket) -> str:
+def describe(sock: socket.socket, tls: bool = False) -> str:
     if sock.family == socket.AF_UNIX:
-        return f"unix:{sock.getsockname()}"
+        return f"unix:{sock.getsockname()}" + (" (TLS)" if tls else "")
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{scheme}://{host}:{port}"

@@ -75,9 +75,11 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
         access_log=config.verbose,
         timeout_graceful_shutdown=3,
         http=guarded_protocol(config.timeout_s),
+        ssl_keyfile=config.tls.key_file if config.tls else None,
+        ssl_certfile=config.tls.cert_file if config.tls else None,
     )
     server = uvicorn.Server(uv_config)
-    where = ", ".join(describe(sock) for sock in sockets)
+    where = ", ".join(describe(sock, tls=config.tls is not None) for sock in sockets)
     served = f"models of {config.model}" if fleet is not None else f"model {config.model}"
     log.info("mlxcel listening on %s (%s; state: %s)", where, served, state.description)
     try:
