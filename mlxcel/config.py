@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 
 from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.sampling import SamplingParams
-from mlxcel.server.tls import TlsFiles
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """--ssl-key-file / --ssl-cert-file: the PEM pair every listener serves HTTPS with."""
+
+    key_file: str
+    cert_file: str
 
 
 @dataclass
@@ -139,6 +146,9 @@ class ServerConfig:
     max_body_bytes: int = 32 * 1024 * 1024
     chat_template: str | None = None  # a file path, a template string, or "chatml"
     chat_template_kwargs: dict = field(default_factory=dict)
+    reasoning_format: str = "deepseek"  # --reasoning-format: none leaves thoughts in the content
+    reasoning_budget: int = -1  # --reasoning-budget: a request's default thinking budget (-1: none)
+    reasoning_budget_message: str = ""  # --reasoning-budget-message: put before the forced end of thinking
     tool_call_parser: str | None = None  # None: detected from the chat template
     cache_ram_mib: int = 8192  # host prompt cache: -1 no limit, 0 off
     cache_max_entries: int = 1024

@@ -40,6 +40,15 @@ class ReasoningMarkers:
 
 THINK = ReasoningMarkers()
 
+# llama-server's --reasoning-format values: `none` leaves thoughts in the content;
+# the others take them out of it (deepseek-legacy as deepseek: llama.cpp's own parser
+# no longer keeps them inline when streaming)
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+
+
+def extracts_reasoning(reasoning_format: str) -> bool:
+    return reasoning_format != "none"
+
 _SEEK = "seek"  # output start: whitespace, then maybe an opening marker
 _REASONING = "reasoning"
 _AFTER = "after"  # just past the closing marker: dropping whitespace

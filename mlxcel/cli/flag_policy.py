@@ -35,9 +35,7 @@ _refuse("changes the model's metadata (overrides are not implemented)", "--overr
 _refuse("constrains every generation with a server-wide grammar (send `grammar` / `json_schema` per request)",
         "--grammar", "--grammar-file", "-j", "--json-schema", "-jf", "--json-schema-file")
 _refuse("changes what the chat output contains (not implemented; per-request fields cover some of it)",
-        "-sp", "--special", "--no-jinja", "--reasoning-format", "-rea", "--reasoning", "--reasoning-effort",
-        "--reasoning-budget", "--reasoning-budget-message", "--reasoning-preserve", "--no-reasoning-preserve",
-        "--skip-chat-parsing")
+        "-sp", "--special", "--no-jinja", "--skip-chat-parsing")
 _refuse("serves other routes or a web UI (not implemented)",
         "--path", "--props", "--slot-save-path",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",

@@ -18,6 +18,7 @@ from mlxcel.cli.cluster_args import CLUSTER_OPTIONS, ClusterUsageError, cluster_
 from mlxcel.cli.flag_policy import REFUSED, refusal
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS
 from mlxcel.cli.media_args import MEDIA_LISTS, MEDIA_OPTIONS, MediaUsageError, add_media_lists, media_settings
+from mlxcel.cli.reasoning_args import REASONING_OPTIONS, REASONING_SWITCHES, reasoning_template_kwargs
 from mlxcel.cli.rope_args import ROPE_OPTIONS, RopeUsageError, rope_settings
 from mlxcel.cli.sampling_args import (
     SAMPLING_LISTS,
@@ -26,10 +27,10 @@ from mlxcel.cli.sampling_args import (
     add_sampling_lists,
     sampling_defaults,
 )
+from mlxcel.cli.tls_args import TlsError, tls_files
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
 from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
-from mlxcel.server.tls import TlsError, tls_files
 from mlxcel.state.url import StateUrlError, parse_state_url
 
 _TRUE = {"1", "true", "yes", "on", "enabled"}
@@ -330,7 +331,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
 ]
 
 
-_ALL_VALUE_OPTIONS = _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS + MEDIA_OPTIONS + ROPE_OPTIONS
+_ALL_VALUE_OPTIONS = _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS + MEDIA_OPTIONS + ROPE_OPTIONS + REASONING_OPTIONS
+_ALL_SWITCHES = _SWITCHES + SAMPLING_SWITCHES + REASONING_SWITCHES
 
 
 def _env_value(name: str, parse: Callable[[str], Any]) -> Any:
@@ -357,7 +359,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
     add_sampling_lists(parser)
     add_media_lists(parser)
-    for positive, negative, dest, default, env, help_text in _SWITCHES + SAMPLING_SWITCHES:
+    for positive, negative, dest, default, env, help_text in _ALL_SWITCHES:
         if env in os.environ:
             default = _env_bool(env)
         parser.add_argument(*positive, dest=dest, action="store_true", default=default, help=f"{help_text} [env: {env}]")
@@ -367,7 +369,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 
 def implemented_flags() -> set[str]:
     flags = {flag for option in _ALL_VALUE_OPTIONS for flag in option[0]}
-    flags |= {flag for switch in _SWITCHES + SAMPLING_SWITCHES for flag in switch[0] + switch[1]}
+    flags |= {flag for switch in _ALL_SWITCHES for flag in switch[0] + switch[1]}
     flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]}
     return flags | {"-h", "--help", "--version"}
 
@@ -638,7 +640,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         prefill_chunk=args.prefill_chunk,
         max_body_bytes=args.max_body_bytes,
         chat_template=_chat_template_setting(args),
-        chat_template_kwargs=_template_kwargs(args.chat_template_kwargs),
+        chat_template_kwargs={**reasoning_template_kwargs(args), **_template_kwargs(args.chat_template_kwargs)},
+        reasoning_format=args.reasoning_format,
+        reasoning_budget=args.reasoning_budget,
+        reasoning_budget_message=args.reasoning_budget_message,
         tool_call_parser=_tool_call_parser(args.tool_call_parser),
         cache_ram_mib=args.cache_ram,
         cache_max_entries=args.cache_max_entries,

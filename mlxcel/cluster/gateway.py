@@ -31,10 +31,10 @@ from mlxcel.cluster import router as routing
 from mlxcel.cluster.envelope import HttpEnvelope, ResponseStart
 from mlxcel.cluster.metrics_merge import merge_exposition
 from mlxcel.cluster.prompt_keys import ROUTED
+from mlxcel.config import TlsFiles
 from mlxcel.http.connection_guard import DEFAULT_TIMEOUT_S, guarded_protocol
 from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
 from mlxcel.server.listeners import open_listeners
-from mlxcel.server.tls import TlsFiles
 
 log = logging.getLogger("mlxcel.cluster")
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]

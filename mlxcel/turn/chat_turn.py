@@ -17,6 +17,7 @@ from mlxcel.chat.deltas import ParsedDelta, ToolCallDelta
 from mlxcel.chat.media_parts import MediaIntake
 from mlxcel.chat.output import ChatOutputParser, FinalChat
 from mlxcel.chat.prompt import PreparedChat, prepare_chat
+from mlxcel.chat.reasoning import extracts_reasoning
 from mlxcel.engine.media_span import MediaLayout
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, TokenEvent
 from mlxcel.engine.sampling import DEFAULT_SEED
@@ -48,7 +49,9 @@ class ChatTurnSpec:
     template_kwargs: dict = field(default_factory=dict)
     max_tokens: int | None = None
     logprobs: int | None = None  # None: off; k: top-k alternatives per token
-    thinking_budget: int | None = None
+    thinking_budget: int | None = None  # None or -1: the server's --reasoning-budget
+    reasoning_budget_message: str | None = None  # None: the server's --reasoning-budget-message
+    reasoning_format: str | None = None  # None: the server's --reasoning-format
     ending: PromptEnding = field(default_factory=PromptEnding)  # generation prompt or continuation
     n: int = 1  # choices: independent generations of the same prompt
     report_progress: bool = False  # the stream carries ChatProgress while the prompt prefills
@@ -182,12 +185,16 @@ class RenderedTurn:
     def _shaping(self, constraints: list) -> TurnShaping:
         spec, prepared = self.spec, self.prepared
         shaping = TurnShaping(constraints=constraints, logprobs=spec.logprobs)
-        if spec.thinking_budget is not None and spec.thinking_budget >= 0 and prepared.parse_reasoning:
+        config = self.host.config
+        budget = spec.thinking_budget if spec.thinking_budget not in (None, -1) else config.reasoning_budget
+        if budget >= 0 and prepared.parse_reasoning:
             markers = prepared.markers
-            shaping.reasoning_budget = spec.thinking_budget
+            message = (spec.reasoning_budget_message if spec.reasoning_budget_message is not None
+                       else config.reasoning_budget_message)
+            shaping.reasoning_budget = budget
             shaping.reasoning_markers = (markers.open, markers.close)
-            shaping.reasoning_close_tokens = self.host.tokenizer.encode(markers.close + "\n\n", add_special=False,
-                                                                        parse_special=True)
+            shaping.reasoning_close_tokens = self.host.tokenizer.encode(message + markers.close + "\n\n",
+                                                                        add_special=False, parse_special=True)
             shaping.reasoning_open_at_start = prepared.start_in_reasoning
         return shaping
 
@@ -222,7 +229,8 @@ class ChatTurn:
         prepared = rendered.prepared
         self._parsers = [
             ChatOutputParser(
-                parse_reasoning=prepared.parse_reasoning,
+                parse_reasoning=prepared.parse_reasoning and extracts_reasoning(
+                    rendered.spec.reasoning_format or rendered.host.config.reasoning_format),
                 start_in_reasoning=prepared.start_in_reasoning,
                 tool_parser_cls=rendered.host.tool_parser_cls,
                 tools=prepared.plan.tools,

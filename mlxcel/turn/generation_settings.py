@@ -35,6 +35,7 @@ def generation_settings(
     n_keep: int = 0,
     n_discard: int = 0,
     speculative: str = "none",
+    reasoning_format: str = "deepseek",
 ) -> dict:
     """`banned_eog`: the end-of-generation tokens `ignore_eos` bans, which llama-server
     lists in `logit_bias` after the request's own biases."""
@@ -83,7 +84,7 @@ def generation_settings(
         # how the text is parsed: plain completions are content only; chat output is
         # split into reasoning (<think> blocks) and content, as llama-server's deepseek
         "chat_format": "Content-only",
-        "reasoning_format": "deepseek",
+        "reasoning_format": reasoning_format,  # the server's --reasoning-format
         "reasoning_in_content": False,
         "generation_prompt": "",
         "samplers": list(sampling.samplers),

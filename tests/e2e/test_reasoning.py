@@ -142,3 +142,57 @@ def test_preserve_thinking_keeps_prior_reasoning(http):
                   {"extra_body": {"preserve_thinking": True}}):
         assert prompt_tokens(**shape) > stripped + 10
     assert prompt_tokens(chat_template_kwargs={"preserve_thinking": False}) == stripped
+
+
+def test_a_request_can_leave_its_thoughts_in_the_content(think):
+    """reasoning_format "none" (llama-server's): no extraction, the generated text is
+    the content as it came; the same seed's reasoning is in it."""
+    with think.client() as client:
+        split = _chat(client, max_tokens=12)["choices"][0]["message"]
+        raw = _chat(client, max_tokens=12, reasoning_format="none")["choices"][0]["message"]
+        chunks = _stream(client, max_tokens=12, reasoning_format="none")
+        bad = client.post("/v1/chat/completions", json={"messages": HI, "reasoning_format": "thoughts"})
+        assert _chat(client, max_tokens=2)["choices"][0]["message"]  # still serving
+    assert "reasoning_content" not in raw and "reasoning_only" not in raw
+    assert split["reasoning_content"].strip() in raw["content"]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert not any(d.get("reasoning_content") for d in deltas)
+    assert "".join(d.get("content", "") for d in deltas) == raw["content"]
+    assert bad.status_code == 400 and "reasoning_format" in bad.text
+
+
+def test_the_budget_message_goes_before_the_forced_end_of_thinking(think):
+    with think.client() as client:
+        body = _chat(client, max_tokens=24, reasoning_budget_tokens=4, reasoning_budget_message=" Enough, answering.")
+    message = body["choices"][0]["message"]
+    assert message["reasoning_content"].endswith("Enough, answering.")
+    assert message["content"] and "Enough" not in message["content"]
+
+
+def test_server_wide_reasoning_flags(think):
+    """--reasoning-format, --reasoning-budget and its message are the defaults a request
+    overrides; -rea off turns the template's thinking off."""
+    proc = ServerProcess("-c", "512", "-np", "1", "--chat-template-file", str(think.folder / "opening.jinja"),
+                         "--reasoning-format", "none", "--reasoning-budget", "4",
+                         "--reasoning-budget-message", " Time to answer.", model=str(think.folder / "think.gguf"))
+    off = ServerProcess("-c", "512", "-np", "1", "--chat-template-file", str(think.folder / "opening.jinja"),
+                        "-rea", "off", model=str(think.folder / "think.gguf"))
+    try:
+        proc.wait_ready(), off.wait_ready()
+        with proc.client() as client:
+            default = _chat(client, max_tokens=24)["choices"][0]["message"]
+            split = _chat(client, max_tokens=24, reasoning_format="deepseek")["choices"][0]["message"]
+            unbudgeted = _chat(client, max_tokens=8, reasoning_format="auto", thinking_budget=100)
+            props = client.get("/props").json()
+        with off.client() as client:
+            rendered = client.post("/apply-template", json={"messages": HI}).json()["prompt"]
+            turned_on = client.post("/apply-template", json={
+                "messages": HI, "chat_template_kwargs": {"enable_thinking": True}}).json()["prompt"]
+    finally:
+        proc.stop(), off.stop()
+    assert "reasoning_content" not in default
+    assert "Time to answer.</think>" in default["content"]  # the forced end, left in the content
+    assert split["reasoning_content"].endswith("Time to answer.") and "</think>" not in split["content"]
+    assert unbudgeted["choices"][0]["message"]["reasoning_only"] is True  # 100 tokens: no forced end in 8
+    assert props["default_generation_settings"]["reasoning_format"] == "none"
+    assert rendered.endswith("<think>\n\n</think>\n\n") and turned_on.endswith("<think>\n")

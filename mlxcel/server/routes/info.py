@@ -223,7 +223,8 @@ async def props(request: Request):
     host.require_ready()
     config = host.config
     settings = generation_settings(config.sampling, config.n_predict, config.default_stop, config.ignore_eos,
-                                   banned_eog=host.tokenizer.eog_tokens, speculative=config.spec_type)
+                                   banned_eog=host.tokenizer.eog_tokens, speculative=config.spec_type,
+                                   reasoning_format=config.reasoning_format)
     template = host.template
     return {
         # the spec's flat fields, with llama-server's `params` and `n_ctx` beside them
