@@ -119,6 +119,7 @@ class ServerConfig:
     spm_infill: bool = False  # /infill: suffix, prefix, middle order
     api_keys: list[str] = field(default_factory=list)
     tls: TlsFiles | None = None  # --ssl-key-file / --ssl-cert-file: HTTPS
+    slot_save_path: str | None = None  # --slot-save-path: slot files' directory (POST /slots/{id})
     metrics: bool = False
     slots_endpoint: bool = True
     cache_prompt: bool = True

@@ -37,7 +37,7 @@ _refuse("constrains every generation with a server-wide grammar (send `grammar` 
 _refuse("changes what the chat output contains (not implemented; per-request fields cover some of it)",
         "-sp", "--special", "--no-jinja", "--skip-chat-parsing")
 _refuse("serves other routes or a web UI (not implemented)",
-        "--path", "--props", "--slot-save-path",
+        "--path", "--props",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
         "--webui", "--ui", "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
         "--webui-mcp-proxy", "--ui-mcp-proxy")

@@ -172,6 +172,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "prompt tokens a context shift keeps at the start, BOS excluded (-1: all); a request's n_keep overrides it"),
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
+    (("--slot-save-path",), "slot_save_path", str, None, "LLAMA_ARG_SLOT_SAVE_PATH",
+     "directory for slot files: POST /slots/{id}?action=save|restore|erase (created if missing)"),
     (("--ssl-key-file",), "ssl_key_file", str, None, "LLAMA_ARG_SSL_KEY_FILE",
      "PEM private key: serve HTTPS (with --ssl-cert-file)"),
     (("--ssl-cert-file",), "ssl_cert_file", str, None, "LLAMA_ARG_SSL_CERT_FILE",
@@ -331,7 +333,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
 ]
 
 
-_ALL_VALUE_OPTIONS = _VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS + MEDIA_OPTIONS + ROPE_OPTIONS + REASONING_OPTIONS
+_ALL_VALUE_OPTIONS = (_VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS + MEDIA_OPTIONS + ROPE_OPTIONS
+                      + REASONING_OPTIONS)
 _ALL_SWITCHES = _SWITCHES + SAMPLING_SWITCHES + REASONING_SWITCHES
 
 
@@ -398,6 +401,22 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
             kept.append(arg)
         i += 1
     return kept, ignored
+
+
+def _slot_save_path(text: str | None) -> str | None:
+    """The slot files' directory, made if missing; a start that cannot write there fails."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError("--slot-save-path: the path is empty")
+    path = Path(text).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--slot-save-path: cannot create {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--slot-save-path: {path} is not a writable directory")
+    return str(path)
 
 
 def _read_api_keys(args: argparse.Namespace) -> list[str]:
@@ -614,6 +633,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         spm_infill=args.spm_infill,
         api_keys=_read_api_keys(args),
         tls=tls,
+        slot_save_path=_slot_save_path(args.slot_save_path),
         metrics=args.metrics,
         slots_endpoint=args.slots,
         cache_prompt=args.cache_prompt,

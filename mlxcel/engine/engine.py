@@ -12,9 +12,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
-from mlxcel.engine import held_wakeups
+from mlxcel.engine import held_wakeups, slot_files
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
@@ -41,6 +42,7 @@ from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, Timings, TokenEvent
 from mlxcel.engine.sampling import SamplerChain
+from mlxcel.engine.slot_files import SlotAction, SlotFileError
 from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
 from mlxcel.engine.snapshot import PUBLISH_INTERVAL_S, EngineSnapshot, take_snapshot
@@ -60,6 +62,7 @@ IDLE_SAVE_DELAY_S = 0.05  # idle this long before slots are saved to the host ca
 BURST_WAIT_S = 0.002
 BURST_MAX_S = 0.02
 PRIME_TOKENS_PER_STEP = 2048  # prompt tokens accepted into a prefilling slot's sampler a step (~2.5 ms)
+SLOT_ACTIONS_MAX = 16  # slot saves / restores / erases waiting at once (for busy slots)
 
 
 class QueueFullError(RuntimeError):
@@ -144,6 +147,8 @@ class Engine:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._admission = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
+        self._slot_actions: list[SlotAction] = []  # engine thread: waiting for their slot to be idle
+        self._slot_actions_open = 0  # submitted and not yet answered (under _admission)
         self._thread = threading.Thread(target=self._run, name="mlxcel-engine", daemon=True)
         self._stopped = False
         self._injecting = injection_enabled()  # tests only: honour GenerationRequest.fault
@@ -183,6 +188,26 @@ class Engine:
 
     def cancel(self, request_id: int) -> None:
         self._inbox.put(_Cancel(request_id))
+
+    def slot_action(self, action: SlotAction) -> Future:
+        """Queue a slot save, restore or erase (slot_files.py); its `done` future is
+        answered once the slot is idle and the action ran."""
+        with self._admission:
+            if self.failure is not None or self._stopped:
+                action.done.set_exception(SlotFileError("the server is shutting down", client_error=False))
+                return action.done
+            if self._slot_actions_open >= SLOT_ACTIONS_MAX:
+                action.done.set_exception(SlotFileError(f"{SLOT_ACTIONS_MAX} slot actions are already waiting",
+                                                        client_error=False))
+                return action.done
+            self._slot_actions_open += 1
+            self._inbox.put(action)
+        action.done.add_done_callback(self._slot_action_answered)
+        return action.done
+
+    def _slot_action_answered(self, _future: Future) -> None:
+        with self._admission:
+            self._slot_actions_open -= 1
 
     def shed(self, request_id: int, message: str) -> None:
         """End the request to free memory (the governor's red band): it finishes with
@@ -225,6 +250,9 @@ class Engine:
 
     def _serve(self, gate) -> None:
         while True:
+            if self._slot_actions:
+                with gate.hold():
+                    self._run_slot_actions()
             idle = not self._has_work()
             if idle:
                 held_wakeups.release()  # the last turn's events: nothing decodes next
@@ -277,6 +305,11 @@ class Engine:
                 break
             if isinstance(command, _Submit):
                 self.waiting.push(command.request)
+            elif isinstance(command, SlotAction):
+                self._slot_actions.append(command)
+        for action in self._slot_actions:
+            action.done.set_exception(SlotFileError(failure or "the server is shutting down", client_error=False))
+        self._slot_actions = []
         self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None)
         self._publish()
         if failure is not None and self.config.on_failure is not None:
@@ -318,6 +351,8 @@ class Engine:
                 queued = True
             elif isinstance(command, _Cancel):
                 self._cancel(command.request_id, command.reason, command.error, command.shed)
+            elif isinstance(command, SlotAction):
+                self._slot_actions.append(command)
             try:
                 command = self._inbox.get_nowait()
             except queue.Empty:
@@ -337,6 +372,29 @@ class Engine:
                     self._forget_sequence(slot)  # the point is to free what it holds
                 self._finish(slot, reason, error=error, shed=shed)
                 return
+
+    # -- slot files ---------------------------------------------------------------------
+
+    def _run_slot_actions(self) -> None:
+        """The waiting slot actions whose slot is idle now; the others wait on."""
+        pending, self._slot_actions = self._slot_actions, []
+        for action in pending:
+            if not 0 <= action.slot_id < len(self.slots):
+                action.done.set_exception(SlotFileError("Invalid slot ID"))
+                continue
+            slot = self.slots.slots[action.slot_id]
+            if slot.request is not None:
+                self._slot_actions.append(action)
+                continue
+            try:
+                action.done.set_result(slot_files.run(action, slot, self.runtime, self.n_ctx_slot,
+                                                      self.tokenizer.n_vocab))
+            except SlotFileError as exc:
+                action.done.set_exception(exc)
+            except Exception as exc:  # noqa: BLE001 - the action fails, the engine goes on
+                log.exception("slot %d: %s failed", slot.id, action.kind)
+                action.done.set_exception(SlotFileError(f"internal error: {type(exc).__name__}", client_error=False))
+            self._publish()
 
     # -- one request's failure ----------------------------------------------------------
 
@@ -539,7 +597,8 @@ class Engine:
         slot = spans[0].slot
         if rc not in REQUEST_LEVEL_CODES:
             raise ContextFailed(f"llama_decode returned {rc} for a lone sequence of {batch.size} tokens")
-        message = f"llama_decode failed ({rc}) for this request's {batch.size} tokens (engine request {slot.request.id})"
+        message = (f"llama_decode failed ({rc}) for this request's {batch.size} tokens "
+                   f"(engine request {slot.request.id})")
         log.error("%s", message)
         self._fail_slot(slot, message)
 

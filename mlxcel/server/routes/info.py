@@ -24,7 +24,7 @@ from mlxcel.turn.rerank_host import RerankHost
 router = APIRouter()
 
 
-def _host(request: Request) -> ModelHost:
+def host_of(request: Request) -> ModelHost:
     """The model the info routes describe: the only one, or with many (--config) the
     one `?model=` names, else the default, when resident."""
     fleet = request.app.state.fleet
@@ -46,7 +46,7 @@ async def health(request: Request):
         return readiness(request)
     if request.app.state.fleet is not None:  # 003: liveness only
         return JSONResponse({"status": "healthy", "pid": os.getpid()})
-    host = _host(request)
+    host = host_of(request)
     embedding = _embedding_host(request)
     if embedding is not None:
         if embedding.error is not None:
@@ -208,7 +208,7 @@ def _modalities(host: ModelHost) -> dict[str, bool]:
 
 @router.get("/props")
 async def props(request: Request):
-    host, embedding = _host(request), _embedding_host(request)
+    host, embedding = host_of(request), _embedding_host(request)
     if embedding is not None and host.absent:  # --embedding: only the embedding model's figures
         embedding.require_ready()
         return {"model_alias": embedding.model_id, "model_path": str(embedding.model_path),
@@ -266,7 +266,7 @@ def _embedding_props(embedding: EmbeddingHost) -> dict:
 
 @router.get("/slots")
 async def slots(request: Request):
-    host = _host(request)
+    host = host_of(request)
     if not host.config.slots_endpoint:
         raise not_supported("This server does not support the slots endpoint; start it with --slots")
     host.require_ready()

@@ -1,22 +1,59 @@
-"""llama-server's administrative routes whose features mlxcel does not have, answered
-as llama-server answers them when those features are off: slot save / restore / erase
-(llama-server's --slot-save-path), changing global properties (its --props) and LoRA
-adapters (none can be loaded: --lora is refused at start)."""
+"""llama-server's administrative routes: slot save / restore / erase (with its
+--slot-save-path), and those whose features mlxcel does not have, answered as
+llama-server answers them when those features are off: changing global properties
+(its --props) and LoRA adapters (none can be loaded: --lora is refused at start)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+
 from fastapi import APIRouter, Request
 
-from mlxcel.http.errors import invalid_request, not_supported
+from mlxcel.engine.slot_files import SlotAction, SlotFileError, valid_filename
+from mlxcel.http.errors import invalid_request, not_supported, server_error
 from mlxcel.http.json_body import read_small_json
+from mlxcel.server.routes.info import host_of
 
 router = APIRouter()
 
 
 @router.post("/slots/{id_slot}")
-async def slot_action(id_slot: str):
-    raise not_supported("This server does not support slots action (llama-server's --slot-save-path is not "
-                        "implemented)")
+async def slot_action(id_slot: str, request: Request) -> dict:
+    """`?action=save|restore` with `{"filename": NAME}` (a file in --slot-save-path), or
+    `?action=erase`; on a busy slot the action waits for its request to end."""
+    host = host_of(request)
+    folder = host.config.slot_save_path
+    if folder is None:
+        raise not_supported("This server does not support slots action. Start it with `--slot-save-path`")
+    try:
+        slot_id = int(id_slot)
+    except ValueError:
+        raise invalid_request("Invalid slot ID") from None
+    kind = request.query_params.get("action", "")
+    if kind not in ("save", "restore", "erase"):
+        raise invalid_request("Invalid action")
+    filename = ""
+    if kind != "erase":
+        body = await read_small_json(request)
+        filename = body.get("filename") if isinstance(body, dict) else None
+        if not isinstance(filename, str):
+            raise invalid_request("the body must be a JSON object with a string `filename`")
+        if not valid_filename(filename):
+            raise invalid_request("Invalid filename")
+    host.require_ready()
+    action = SlotAction(kind, slot_id, os.path.join(folder, filename) if filename else "")
+    try:
+        result = await asyncio.wrap_future(host.engine.slot_action(action))
+    except SlotFileError as exc:
+        raise (invalid_request(str(exc)) if exc.client_error else server_error(str(exc))) from None
+    if kind == "erase":
+        return {"id_slot": slot_id, "n_erased": result.n_tokens}
+    if kind == "save":
+        return {"id_slot": slot_id, "filename": filename, "n_saved": result.n_tokens, "n_written": result.n_bytes,
+                "timings": {"save_ms": result.ms}}
+    return {"id_slot": slot_id, "filename": filename, "n_restored": result.n_tokens, "n_read": result.n_bytes,
+            "timings": {"restore_ms": result.ms}}
 
 
 @router.post("/props")
