@@ -121,6 +121,9 @@ class ServerConfig:
     tls: TlsFiles | None = None  # --ssl-key-file / --ssl-cert-file: HTTPS
     slot_save_path: str | None = None  # --slot-save-path: slot files' directory (POST /slots/{id})
     metrics: bool = False
+    props_endpoint: bool = False  # --props: POST /props answers success
+    special: bool = False  # -sp: special tokens' text in the output
+    skip_chat_parsing: bool = False  # --skip-chat-parsing: chat output is all content
     slots_endpoint: bool = True
     cache_prompt: bool = True
     sampling: SamplingParams = field(default_factory=SamplingParams)

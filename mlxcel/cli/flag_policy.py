@@ -34,10 +34,10 @@ _refuse("changes the model's weights or activations (adapters and control vector
 _refuse("changes the model's metadata (overrides are not implemented)", "--override-kv")
 _refuse("constrains every generation with a server-wide grammar (send `grammar` / `json_schema` per request)",
         "--grammar", "--grammar-file", "-j", "--json-schema", "-jf", "--json-schema-file")
-_refuse("changes what the chat output contains (not implemented; per-request fields cover some of it)",
-        "-sp", "--special", "--no-jinja", "--skip-chat-parsing")
+_refuse("renders chat prompts with llama.cpp's built-in templates instead of Jinja (not implemented)",
+        "--no-jinja")
 _refuse("serves other routes or a web UI (not implemented)",
-        "--path", "--props",
+        "--path",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
         "--webui", "--ui", "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
         "--webui-mcp-proxy", "--ui-mcp-proxy")

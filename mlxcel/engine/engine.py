@@ -730,6 +730,11 @@ class Engine:
             slot.acceptance.emitted(token)
         if self.tokenizer.is_eog(token) and not request.ignore_eos:
             end = TokenEvent(token=token, text="", **scores) if scores else None
+            if self.tokenizer.render_special:  # -sp: the end token's text ends the output, as in llama-server
+                text = slot.stop_matcher.feed(slot.text_decoder.feed(self.tokenizer.piece(token)))[0]
+                if text:
+                    request.emit(TokenEvent(token=token, text=text, **scores))
+                    end = None
             self._finish(slot, FinishReason.STOP, eos=True, end_token=end)
             return
         text = slot.text_decoder.feed(self.tokenizer.piece(token))

@@ -41,8 +41,10 @@ class FimTokens:
 
 
 class Tokenizer:
-    def __init__(self, vocab: llama_cpp.llama_vocab_p) -> None:
+    def __init__(self, vocab: llama_cpp.llama_vocab_p, render_special: bool = False) -> None:
+        """`render_special`: generated control tokens contribute their text (-sp)."""
         self._vocab = vocab
+        self.render_special = render_special
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
         self.bos = int(llama_cpp.llama_vocab_bos(vocab))
         self.eos = int(llama_cpp.llama_vocab_eos(vocab))
@@ -53,7 +55,7 @@ class Tokenizer:
         self.fim = FimTokens.of(vocab)
         joined, self._piece_ends = bytearray(), array("q", [0])
         for t in range(self.n_vocab):  # one piece alive at a time: no list of 152k objects, even briefly
-            joined += self._piece(t, special=False)
+            joined += self._piece(t, special=render_special)
             self._piece_ends.append(len(joined))
         self._piece_bytes = bytes(joined)
         self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(vocab))
@@ -122,7 +124,8 @@ class Tokenizer:
         return list(tokens[:n])
 
     def piece(self, token: int) -> bytes:
-        """The bytes a generated token contributes to output text (control tokens: none)."""
+        """The bytes a generated token contributes to output text (control tokens: none,
+        unless rendered: `render_special`)."""
         ends = self._piece_ends
         return self._piece_bytes[ends[token] : ends[token + 1]]
 

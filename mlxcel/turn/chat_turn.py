@@ -229,10 +229,10 @@ class ChatTurn:
         prepared = rendered.prepared
         self._parsers = [
             ChatOutputParser(
-                parse_reasoning=prepared.parse_reasoning and extracts_reasoning(
-                    rendered.spec.reasoning_format or rendered.host.config.reasoning_format),
+                parse_reasoning=prepared.parse_reasoning and not rendered.host.config.skip_chat_parsing
+                and extracts_reasoning(rendered.spec.reasoning_format or rendered.host.config.reasoning_format),
                 start_in_reasoning=prepared.start_in_reasoning,
-                tool_parser_cls=rendered.host.tool_parser_cls,
+                tool_parser_cls=None if rendered.host.config.skip_chat_parsing else rendered.host.tool_parser_cls,
                 tools=prepared.plan.tools,
                 request_id=context.request_id,
                 markers=prepared.markers,

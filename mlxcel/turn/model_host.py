@@ -192,7 +192,7 @@ class ModelHost:
             self.model_path = resolve_model(self.config.model, log=lambda line: log.info("%s", line))
             cfg = self.config
             runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)), self._choose_flash_attn)
-            tokenizer = Tokenizer(runtime.vocab)
+            tokenizer = Tokenizer(runtime.vocab, render_special=cfg.special)
             self._load_chat_support(runtime, tokenizer)
             projector = self._load_projector(runtime) if cfg.mmproj else None
             if cfg.warmup:

@@ -196,3 +196,17 @@ def test_server_wide_reasoning_flags(think):
     assert unbudgeted["choices"][0]["message"]["reasoning_only"] is True  # 100 tokens: no forced end in 8
     assert props["default_generation_settings"]["reasoning_format"] == "none"
     assert rendered.endswith("<think>\n\n</think>\n\n") and turned_on.endswith("<think>\n")
+
+
+def test_skip_chat_parsing_leaves_everything_in_the_content(think):
+    proc = ServerProcess("-c", "512", "-np", "1", "--chat-template-file", str(think.folder / "opening.jinja"),
+                         "--skip-chat-parsing", model=str(think.folder / "think.gguf"))
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            raw = _chat(client, max_tokens=12)["choices"][0]["message"]
+    finally:
+        proc.stop()
+    with think.client() as client:
+        split = _chat(client, max_tokens=12)["choices"][0]["message"]
+    assert "reasoning_content" not in raw and split["reasoning_content"].strip() in raw["content"]

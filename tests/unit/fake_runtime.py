@@ -216,6 +216,7 @@ class FakeTokenizer:
         self.n_vocab = N_VOCAB
         self.add_bos = False
         self.eog_tokens = eog_tokens
+        self.render_special = False  # -sp: the end token's text is not output
         self._pieces = pieces or {}
 
     def is_eog(self, token: int) -> bool:

@@ -245,6 +245,15 @@ def test_an_end_of_generation_token_stops_without_being_emitted(make_rig):
     assert finish.completion_tokens == 4  # the end-of-generation token counts
 
 
+def test_with_special_tokens_rendered_the_end_token_s_text_ends_the_output(make_rig):
+    rig = make_rig(pieces={EOG: b"<end>"})
+    rig.engine.tokenizer.render_special = True  # -sp
+    events = rig.submit([EOG - 2], max_tokens=10)
+    finish = events.wait()
+    assert events.token_ids == [EOG - 1, EOG] and events.text.endswith("<end>")
+    assert finish.reason is FinishReason.STOP and finish.stopped_by_eos and finish.completion_tokens == 2
+
+
 def test_ignore_eos_bans_the_end_of_generation_tokens_from_sampling(make_rig):
     rig = make_rig()
     events = rig.submit([EOG - 2], max_tokens=4, ignore_eos=True)

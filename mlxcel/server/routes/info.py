@@ -238,7 +238,7 @@ async def props(request: Request):
         "n_ctx_slot": host.slot_context,
         "modalities": _modalities(host),
         "endpoint_slots": config.slots_endpoint,
-        "endpoint_props": False,  # POST /props is not served
+        "endpoint_props": config.props_endpoint,
         "endpoint_metrics": config.metrics,
         "ui": False,
         "chat_template": host.chat_template or "",

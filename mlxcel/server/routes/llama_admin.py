@@ -1,7 +1,6 @@
 """llama-server's administrative routes: slot save / restore / erase (with its
---slot-save-path), and those whose features mlxcel does not have, answered as
-llama-server answers them when those features are off: changing global properties
-(its --props) and LoRA adapters (none can be loaded: --lora is refused at start)."""
+--slot-save-path), POST /props (its --props, which changes nothing), and LoRA adapters,
+answered as llama-server answers them with none loaded (--lora is refused at start)."""
 
 from __future__ import annotations
 
@@ -57,9 +56,14 @@ async def slot_action(id_slot: str, request: Request) -> dict:
 
 
 @router.post("/props")
-async def change_props():
-    raise not_supported("This server does not support changing global properties (llama-server's --props is not "
-                        "implemented)")
+async def change_props(request: Request) -> dict:
+    """llama-server's --props: the route is open, and as there it changes nothing."""
+    if not host_of(request).config.props_endpoint:
+        raise not_supported("This server does not support changing global properties. Start it with `--props`")
+    body = await read_small_json(request)
+    if not isinstance(body, dict):
+        raise invalid_request("the body must be a JSON object of properties")
+    return {"success": True}
 
 
 @router.get("/lora-adapters")
