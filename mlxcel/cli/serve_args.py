@@ -29,6 +29,7 @@ from mlxcel.cli.sampling_args import (
 )
 from mlxcel.cli.tls_args import TlsError, tls_files
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
+from mlxcel.engine.kv_overrides import KvOverride, parse_kv_override
 from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 from mlxcel.state.url import StateUrlError, parse_state_url
@@ -368,6 +369,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
     add_sampling_lists(parser)
     add_media_lists(parser)
+    parser.add_argument("--override-kv", dest="override_kv", action="append", default=None,
+                        help="KEY=TYPE:VALUE[,...] (TYPE int, float, bool or str): model metadata llama.cpp reads "
+                             "instead of the GGUF's; repeatable [env: LLAMA_ARG_OVERRIDE_KV]")
     for positive, negative, dest, default, env, help_text in _ALL_SWITCHES:
         if env in os.environ:
             default = _env_bool(env)
@@ -379,7 +383,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 def implemented_flags() -> set[str]:
     flags = {flag for option in _ALL_VALUE_OPTIONS for flag in option[0]}
     flags |= {flag for switch in _ALL_SWITCHES for flag in switch[0] + switch[1]}
-    flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]}
+    flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv"}
     return flags | {"-h", "--help", "--version"}
 
 
@@ -407,6 +411,16 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
             kept.append(arg)
         i += 1
     return kept, ignored
+
+
+def _kv_overrides(values: list[str] | None) -> tuple[KvOverride, ...]:
+    """--override-kv, each comma-separated (or LLAMA_ARG_OVERRIDE_KV when none is given)."""
+    if values is None and "LLAMA_ARG_OVERRIDE_KV" in os.environ:
+        values = [os.environ["LLAMA_ARG_OVERRIDE_KV"]]
+    try:
+        return tuple(parse_kv_override(part) for value in values or () for part in value.split(",") if part)
+    except ValueError as exc:
+        raise UsageError(f"--override-kv: {exc}") from None
 
 
 def _slot_save_path(text: str | None) -> str | None:
@@ -660,6 +674,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         load_mode=_load_mode_setting(args),
         swa_full=args.swa_full,
         rope=rope,
+        kv_overrides=_kv_overrides(args.override_kv),
         huge_pages=args.huge_pages,
         repack=args.repack,
         kv_unified=args.kv_unified,

@@ -23,6 +23,7 @@ from mlxcel.engine import _topset, held_wakeups, kv_pages
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.huge_pages import ContextPages
+from mlxcel.engine.kv_overrides import KvOverride, override_array
 from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.weight_buffers import avoids_amx, repack_weights
 from mlxcel.engine.weight_pages import release_after_load
@@ -63,6 +64,7 @@ class RuntimeConfig:
     load_mode: str = "auto"  # llama.cpp's model loading: auto, none, mmap, mlock, mmap+mlock, dio
     swa_full: bool = False  # full-size KV for sliding-window layers (more memory, no SWA eviction)
     rope: RopeSettings = RopeSettings()  # RoPE / YaRN scaling (the model's unless set)
+    kv_overrides: tuple[KvOverride, ...] = ()  # --override-kv: metadata read instead of the GGUF's
     huge_pages: bool = True  # the context's buffers on transparent huge pages (huge_pages.py)
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
     type_v: str = "f16"
@@ -142,6 +144,10 @@ def model_params(config: RuntimeConfig):
         shares = (ctypes.c_float * llama_cpp.llama_max_devices())(*config.tensor_split)
         params.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))
         params._tensor_split_shares = shares  # alive as long as the params
+    if config.kv_overrides:
+        overrides = override_array(config.kv_overrides)
+        params.kv_overrides = ctypes.cast(overrides, ctypes.POINTER(llama_cpp.llama_model_kv_override))
+        params._kv_overrides = overrides  # alive as long as the params
     return place_weights(params, config.repack, Path(config.model_path))
 
 
