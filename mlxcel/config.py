@@ -120,6 +120,7 @@ class ServerConfig:
     spm_infill: bool = False  # /infill: suffix, prefix, middle order
     api_keys: list[str] = field(default_factory=list)
     tls: TlsFiles | None = None  # --ssl-key-file / --ssl-cert-file: HTTPS
+    default_grammar: tuple[str, str] | None = None  # --grammar / --json-schema: (gbnf | json_schema, text)
     slot_save_path: str | None = None  # --slot-save-path: slot files' directory (POST /slots/{id})
     metrics: bool = False
     props_endpoint: bool = False  # --props: POST /props answers success

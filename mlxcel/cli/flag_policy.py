@@ -31,8 +31,6 @@ _refuse("changes how video is cut into frames (mlxcel samples frames with --vide
 _refuse("changes the model's weights or activations (adapters and control vectors are not implemented)",
         "--lora", "--lora-scaled", "--lora-init-without-apply", "--control-vector", "--control-vector-scaled",
         "--control-vector-layer-range")
-_refuse("constrains every generation with a server-wide grammar (send `grammar` / `json_schema` per request)",
-        "--grammar", "--grammar-file", "-j", "--json-schema", "-jf", "--json-schema-file")
 _refuse("renders chat prompts with llama.cpp's built-in templates instead of Jinja (not implemented)",
         "--no-jinja")
 _refuse("serves other routes or a web UI (not implemented)",

@@ -16,6 +16,7 @@ import llama_cpp
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.cluster_args import CLUSTER_OPTIONS, ClusterUsageError, cluster_settings, replica_threads
 from mlxcel.cli.flag_policy import REFUSED, refusal
+from mlxcel.cli.grammar_args import GRAMMAR_FLAGS, GrammarUsageError, add_grammar_options, default_grammar
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS
 from mlxcel.cli.media_args import MEDIA_LISTS, MEDIA_OPTIONS, MediaUsageError, add_media_lists, media_settings
 from mlxcel.cli.reasoning_args import REASONING_OPTIONS, REASONING_SWITCHES, reasoning_template_kwargs
@@ -369,6 +370,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
     add_sampling_lists(parser)
     add_media_lists(parser)
+    add_grammar_options(parser)
     parser.add_argument("--override-kv", dest="override_kv", action="append", default=None,
                         help="KEY=TYPE:VALUE[,...] (TYPE int, float, bool or str): model metadata llama.cpp reads "
                              "instead of the GGUF's; repeatable [env: LLAMA_ARG_OVERRIDE_KV]")
@@ -383,7 +385,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 def implemented_flags() -> set[str]:
     flags = {flag for option in _ALL_VALUE_OPTIONS for flag in option[0]}
     flags |= {flag for switch in _ALL_SWITCHES for flag in switch[0] + switch[1]}
-    flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv"}
+    flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv"} | GRAMMAR_FLAGS
     return flags | {"-h", "--help", "--version"}
 
 
@@ -621,6 +623,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         tls = tls_files(args.ssl_key_file, args.ssl_cert_file)
     except TlsError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        grammar = default_grammar(args)
+    except GrammarUsageError as exc:
+        raise UsageError(str(exc)) from None
     sampling = sampling_defaults(args)
     return ServerConfig(
         model=args.model,
@@ -653,6 +659,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         spm_infill=args.spm_infill,
         api_keys=_read_api_keys(args),
         tls=tls,
+        default_grammar=grammar,
         slot_save_path=_slot_save_path(args.slot_save_path),
         metrics=args.metrics,
         props_endpoint=args.props,

@@ -29,7 +29,7 @@ from mlxcel.turn.generation import GenerationGroup
 from mlxcel.turn.media_input import project_media
 from mlxcel.turn.request_builder import TurnShaping, build_requests
 from mlxcel.turn.sampling_fields import SamplingFields
-from mlxcel.turn.structured_output import compile_forced_tool_call, compile_grammar
+from mlxcel.turn.structured_output import compile_forced_tool_call, compile_grammar, with_server_grammar
 
 if TYPE_CHECKING:
     from mlxcel.turn.model_host import ModelHost
@@ -161,6 +161,9 @@ class RenderedTurn:
         await self.project()
         host, spec, prepared = self.host, self.spec, self.prepared
         output = request_grammar(spec.grammar, spec.json_schema, spec.response_format)
+        if not prepared.plan.tools:  # a tool-calling turn's output is parsed, not constrained by default
+            output = with_server_grammar(output, (spec.grammar, spec.json_schema, spec.response_format),
+                                         host.default_grammar)
         if spec.grammar and prepared.plan.tools:  # llama-server's rule and message
             raise InvalidRequest("Cannot use custom grammar constraints with tools.")
         if prepared.plan.forced and output is not None:

@@ -29,6 +29,7 @@ from mlxcel.models.catalog import CATALOG
 from mlxcel.models.store import mlxcel_home
 from mlxcel.structured.constraint import BatchMasker
 from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy
+from mlxcel.turn.structured_output import server_grammar
 
 log = logging.getLogger("mlxcel.server")
 # "0" turns off sizing drafts by measured batch costs: every proposed draft is verified
@@ -106,6 +107,7 @@ class ModelHost:
         self.model_family: str | None = None  # general.architecture
         self.host_cache = self._make_host_cache(config)
         self.projector = None  # mlxcel.engine.projector.Projector, with --mmproj
+        self.default_grammar = None  # the server's --grammar / --json-schema (a GrammarSpec), compiled at load
         self.media_loader = MediaLoader(config.media)  # fetches and decodes media parts under the policy
         self.created = int(time.time())
         self.error: str | None = None
@@ -195,6 +197,7 @@ class ModelHost:
             runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)), self._choose_flash_attn)
             tokenizer = Tokenizer(runtime.vocab, render_special=cfg.special)
             self._load_chat_support(runtime, tokenizer)
+            self.default_grammar = server_grammar(cfg.default_grammar, tokenizer)
             projector = self._load_projector(runtime) if cfg.mmproj else None
             if cfg.warmup:
                 runtime.warm_up(max(tokenizer.bos, 0))

@@ -35,7 +35,6 @@ def test_the_flags_as_llama_server_reads_them(monkeypatch):
     (["--rope-freq-base", "inf"], "finite"),
     (["--yarn-orig-ctx", "-1"], "out of range"),
     (["--yarn-attn-factor", "nan"], "finite"),
-    (["--override-kv", "llama.context_length=int:4096"], "--override-kv"),
 ])
 def test_contradictions_and_nonsense_fail_the_start_in_one_line(argv, message):
     with pytest.raises(UsageError, match=message):

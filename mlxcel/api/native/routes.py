@@ -22,7 +22,7 @@ from mlxcel.turn.live_timings import LiveTimings
 from mlxcel.turn.media_input import completion_prompts
 from mlxcel.turn.prompts import per_completion
 from mlxcel.turn.request_builder import TurnShaping, build_requests
-from mlxcel.turn.structured_output import compile_grammar
+from mlxcel.turn.structured_output import compile_grammar, with_server_grammar
 
 router = APIRouter()
 COMPLETION = opening(NativeCompletionRequest, "cmpl-", api="native")
@@ -38,7 +38,8 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
     if body.response_format is not None and body.response_format.get("type") != "text":
         raise invalid_request("response_format is not supported on /completion; use json_schema or grammar, "
                               "or /v1/chat/completions")
-    grammar = body.output_grammar()
+    grammar = with_server_grammar(body.output_grammar(), (body.grammar, body.json_schema, body.response_format),
+                                  host.default_grammar)
     prompts, layouts = await completion_prompts(host, body.prompt, host.config.limits.max_prompts)
     n_each = body.completions_per_prompt()
     prompts = per_completion(prompts, n_each, host.config.parallel)

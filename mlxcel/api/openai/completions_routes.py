@@ -19,7 +19,7 @@ from mlxcel.turn.generation import GenerationGroup
 from mlxcel.turn.media_input import completion_prompts
 from mlxcel.turn.prompts import per_completion
 from mlxcel.turn.request_builder import TurnShaping, build_requests
-from mlxcel.turn.structured_output import compile_grammar
+from mlxcel.turn.structured_output import compile_grammar, with_server_grammar
 
 router = APIRouter()
 OPENING = opening(CompletionRequest, "cmpl-", api="completions")
@@ -36,7 +36,8 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
     prompts, layouts = await completion_prompts(host, body.prompt, host.config.limits.max_prompts)
     prompts = per_completion(prompts, body.n, host.config.parallel)  # choice i*n + j: prompt i's j-th
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
-    grammar = body.output_grammar(body.response_format)
+    grammar = with_server_grammar(body.output_grammar(body.response_format),
+                                  (body.grammar, body.json_schema, body.response_format), host.default_grammar)
     constraints = [await compile_grammar(tokenizer, grammar) for _ in prompts]
     k = requested_logprobs(body.logprobs)
     group = GenerationGroup(engine)
