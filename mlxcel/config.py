@@ -123,6 +123,9 @@ class ServerConfig:
     default_grammar: tuple[str, str] | None = None  # --grammar / --json-schema: (gbnf | json_schema, text)
     slot_save_path: str | None = None  # --slot-save-path: slot files' directory (POST /slots/{id})
     metrics: bool = False
+    models_dir: str | None = None  # --models-dir: every GGUF in the folder, by name (router mode)
+    models_max: int = 4  # --models-max: most models resident at once (0: no limit)
+    models_autoload: bool = True  # --no-models-autoload: requests do not load their model
     props_endpoint: bool = False  # --props: POST /props answers success
     special: bool = False  # -sp: special tokens' text in the output
     skip_chat_parsing: bool = False  # --skip-chat-parsing: chat output is all content

@@ -1,5 +1,6 @@
 """`mlxcel serve --config FILE`: the file's models, and its `server` block applied to
-the server's settings where no command-line flag set them (flags win, as in gmlx)."""
+the server's settings where no command-line flag set them (flags win, as in gmlx);
+`mlxcel serve --models-dir FOLDER`: the folder's models (llama-server's router mode)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.fleet.config_file import load_fleet_config
 from mlxcel.fleet.entries import FleetConfig
 from mlxcel.fleet.errors import ConfigError
+from mlxcel.fleet.models_dir import models_dir_fleet
 
 
 def _given(config: ServerConfig, *flags: str) -> bool:
@@ -18,9 +20,16 @@ def _given(config: ServerConfig, *flags: str) -> bool:
 
 def fleet_settings(config: ServerConfig) -> tuple[ServerConfig, FleetConfig]:
     try:
-        fleet = load_fleet_config(config.config_file)
+        if config.models_dir is not None:
+            fleet = models_dir_fleet(config.models_dir, config.models_max, config.models_autoload)
+        else:
+            fleet = load_fleet_config(config.config_file)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    if config.config_file is not None:  # the router's flags, where given, win over the file
+        if _given(config, "--models-max"):
+            fleet = dataclasses.replace(fleet, max_models=config.models_max or None)
+        fleet = dataclasses.replace(fleet, autoload=config.models_autoload)
     changes: dict = {}
     if fleet.host is not None and not _given(config, "--host"):
         changes["hosts"] = [fleet.host]

@@ -35,6 +35,7 @@ from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 from mlxcel.state.url import StateUrlError, parse_state_url
 
+ROUTER_FLAGS = {"--models-max", "--models-autoload", "--no-models-autoload"}
 _TRUE = {"1", "true", "yes", "on", "enabled"}
 _FALSE = {"0", "false", "no", "off", "disabled"}
 
@@ -174,6 +175,10 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "prompt tokens a context shift keeps at the start, BOS excluded (-1: all); a request's n_keep overrides it"),
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
+    (("--models-dir",), "models_dir", str, None, "LLAMA_ARG_MODELS_DIR",
+     "serve every GGUF in this folder by name (llama-server's router mode; sub-folders: one model each)"),
+    (("--models-max",), "models_max", _ranged(int, 0), 4, "LLAMA_ARG_MODELS_MAX",
+     "with --models-dir or --config: most models loaded at once, least recently used unloaded first (0: no limit)"),
     (("--slot-save-path",), "slot_save_path", str, None, "LLAMA_ARG_SLOT_SAVE_PATH",
      "directory for slot files: POST /slots/{id}?action=save|restore|erase (created if missing)"),
     (("--ssl-key-file",), "ssl_key_file", str, None, "LLAMA_ARG_SSL_KEY_FILE",
@@ -305,6 +310,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
     (("--embedding", "--embeddings"), (), "embedding", False, "LLAMA_ARG_EMBEDDINGS",
      "serve -m for embeddings only (the generation routes then answer an error)"),
     (("--metrics",), (), "metrics", False, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics on /metrics"),
+    (("--models-autoload",), ("--no-models-autoload",), "models_autoload", True, "LLAMA_ARG_MODELS_AUTOLOAD",
+     "with --models-dir or --config: a request loads its model (off: only POST /v1/keep loads one)"),
     (("--props",), (), "props", False, "LLAMA_ARG_ENDPOINT_PROPS",
      "accept POST /props (llama-server's: it changes no property and answers success)"),
     (("-sp", "--special"), (), "special", False, "MLXCEL_SPECIAL",
@@ -587,7 +594,7 @@ def _load_mode_setting(args: argparse.Namespace) -> str:
 
 
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
-    if args.config_file is None:
+    if args.config_file is None and args.models_dir is None:
         _check_model(args.model)
     if args.model_draft:
         _check_model(args.model_draft)
@@ -632,6 +639,9 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         model=args.model,
         cluster=cluster,
         config_file=args.config_file,
+        models_dir=args.models_dir,
+        models_max=args.models_max,
+        models_autoload=args.models_autoload,
         explicit_flags=frozenset(getattr(args, "explicit_flags", ())),
         alias=args.alias[0] if args.alias else None,
         aliases=args.alias or [],
@@ -745,9 +755,15 @@ def parse_serve_args(argv: list[str], prog: str = "mlxcel serve") -> ServerConfi
     kept, ignored = split_llama_server_flags(argv)
     parser = serve_parser(prog)
     args = parser.parse_args(kept)
-    if args.config_file is not None:
-        given = {arg.split("=", 1)[0] for arg in kept}
+    given = {arg.split("=", 1)[0] for arg in kept}
+    if args.config_file is not None and args.models_dir is not None:
+        raise UsageError("--config and --models-dir each say which models to serve: use one of them")
+    if args.config_file is not None or args.models_dir is not None:
         if given & {"-m", "--model"}:
-            raise UsageError("--config serves the models its file lists: drop -m/--model")
+            flag = "--config serves the models its file lists" if args.config_file else \
+                "--models-dir serves the models in its folder"
+            raise UsageError(f"{flag}: drop -m/--model")
         args.explicit_flags = given
+    else:  # one model: the router's flags have nothing to act on
+        ignored += sorted(given & ROUTER_FLAGS)
     return build_config(args, ignored)

@@ -9,6 +9,8 @@ An entry whose GGUF is missing is dropped with a warning, as gmlx does."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,12 @@ def load_fleet_config(path: Path) -> FleetConfig:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         check.fail("", f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}")
     return _FileReader(check, path).read(check.mapping(data, "") if data is not None else {})
+
+
+def read_fleet_data(path: Path, data: dict, **settings) -> FleetConfig:
+    """A configuration given as data (the --models-dir scan) rather than a file, checked
+    as a file's; `settings`: FleetConfig fields the data has no key for."""
+    return dataclasses.replace(_FileReader(Checker(path), path).read(data), **settings)
 
 
 class _FileReader:

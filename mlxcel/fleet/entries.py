@@ -78,6 +78,8 @@ class FleetConfig:
     api_key: str | None = None
     no_auth: bool = False  # server.no_auth: a non-loopback host without api_key
     family_defaults: bool = True  # server.family_defaults: false turns the intents off
+    autoload: bool = True  # --no-models-autoload: a request does not load its model (POST /v1/keep does)
+    from_models_dir: bool = False  # --models-dir: `path` is the folder, scanned again on /v1/reload
     cache_enabled: bool | None = None  # server.cache.enabled (the prompt cache)
     embeddings: str | None = None  # service roles: a catalog name or a GGUF path
     rerank: str | None = None

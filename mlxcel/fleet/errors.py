@@ -9,6 +9,7 @@ __all__ = [
     "ConfigError",
     "ModelBusy",
     "ModelLoadDeferred",
+    "ModelNotLoaded",
     "ModelNotFound",
     "ModelRequired",
     "PromptTooLong",
@@ -43,6 +44,15 @@ class ModelRequired(TurnError):
     def __init__(self, available: list[str]) -> None:
         super().__init__("`model` is required: this server has no default model", code="model_required",
                          available_models=available)
+
+
+class ModelNotLoaded(TurnError):
+    """400 model_not_loaded: a server started with --no-models-autoload does not load a
+    model for a request; POST /v1/keep loads it."""
+
+    def __init__(self, model_id: str) -> None:
+        super().__init__(f"The model `{model_id}` is not loaded and this server does not load models for requests "
+                         "(--no-models-autoload): load it with POST /v1/keep", code="model_not_loaded")
 
 
 class ModelLoadDeferred(TurnError):

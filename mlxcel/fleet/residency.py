@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.addressing import default_name, resolve_name
 from mlxcel.fleet.entries import FleetConfig, ModelEntry
-from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred
+from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred, ModelNotLoaded
 from mlxcel.fleet.footprint import Footprint, estimate_footprint
 from mlxcel.fleet.model_files import metadata
 from mlxcel.turn.errors import EngineUnavailable
@@ -123,6 +123,8 @@ class Fleet:
         """A lease on `entry`'s loaded model: starts its load when it is not resident
         (evicting idle models when the budget needs the room) and waits for it."""
         with self._lock:
+            if not self.config.autoload and entry.id not in self.residents:
+                raise ModelNotLoaded(entry.id)
             resident = self._resident_for(entry)
             resident.leases += 1
             resident.last_used = time.monotonic()

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 
 from mlxcel.fleet.config_file import load_fleet_config
 from mlxcel.fleet.errors import ConfigError
+from mlxcel.fleet.models_dir import models_dir_fleet
 from mlxcel.fleet.residency import Fleet
 from mlxcel.http.errors import invalid_request, not_supported
 from mlxcel.http.json_body import read_optional_object
@@ -73,7 +74,11 @@ async def reload(request: Request):
     if fleet is None:
         return {"status": "unsupported"}
     try:
-        config = await asyncio.to_thread(load_fleet_config, fleet.config.path)
+        current = fleet.config
+        if current.from_models_dir:  # the folder, scanned again
+            config = await asyncio.to_thread(models_dir_fleet, current.path, current.max_models or 0, current.autoload)
+        else:
+            config = await asyncio.to_thread(load_fleet_config, current.path)
     except ConfigError as exc:
         raise invalid_request(f"the config was not reloaded: {exc}", code="invalid_config") from None
     return await asyncio.to_thread(fleet.reload, config)

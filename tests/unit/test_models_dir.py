@@ -1,0 +1,23 @@
+"""How --models-dir finds a folder's models, as llama-server's router finds them."""
+
+from __future__ import annotations
+
+from mlxcel.fleet.models_dir import scan_models_dir
+
+
+def test_files_and_sub_folders_become_models_and_companions_do_not(tmp_path):
+    for name in ("plain.gguf", "mmproj-plain.gguf", "mtp-plain.gguf", "readme.md",
+                 "split/split-00002-of-00002.gguf", "split/split-00001-of-00002.gguf",
+                 "vision/model-q4.gguf", "vision/mmproj-model-f16.gguf", "empty/notes.txt",
+                 "drafted/dflash-head.gguf", "drafted/main.gguf"):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    models = scan_models_dir(tmp_path)
+    assert models == {
+        "plain": {"path": str(tmp_path / "plain.gguf")},
+        "split": {"path": str(tmp_path / "split/split-00001-of-00002.gguf")},
+        "vision": {"path": str(tmp_path / "vision/model-q4.gguf"),
+                   "mmproj": str(tmp_path / "vision/mmproj-model-f16.gguf")},
+        "drafted": {"path": str(tmp_path / "drafted/main.gguf")},
+    }
