@@ -3,7 +3,6 @@ llama.cpp reads instead of the GGUF's own while it loads the model."""
 
 from __future__ import annotations
 
-import ctypes
 import math
 from dataclasses import dataclass
 

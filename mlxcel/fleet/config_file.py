@@ -10,7 +10,6 @@ An entry whose GGUF is missing is dropped with a warning, as gmlx does."""
 from __future__ import annotations
 
 import dataclasses
-
 import os
 from pathlib import Path
 from typing import Any
