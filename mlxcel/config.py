@@ -146,6 +146,7 @@ class ServerConfig:
     swa_full: bool = False
     rope: RopeSettings = field(default_factory=RopeSettings)  # --rope-* / --yarn-*: the model's unless set
     kv_overrides: tuple[KvOverride, ...] = ()  # --override-kv: model metadata read instead of the GGUF's
+    lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter GGUF, scale) each
     huge_pages: bool = True  # the context's buffers on transparent huge pages (engine/huge_pages.py)
     repack: bool | None = None  # --repack / --no-repack; None: on unless the weights would go to AMX buffers
     kv_unified: bool = False  # one KV pool shared by every slot (-kvu); else n_ctx / parallel cells each

@@ -312,6 +312,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
     (("--metrics",), (), "metrics", False, "LLAMA_ARG_ENDPOINT_METRICS", "serve Prometheus metrics on /metrics"),
     (("--models-autoload",), ("--no-models-autoload",), "models_autoload", True, "LLAMA_ARG_MODELS_AUTOLOAD",
      "with --models-dir or --config: a request loads its model (off: only POST /v1/keep loads one)"),
+    (("--lora-init-without-apply",), (), "lora_init_without_apply", False, "MLXCEL_LORA_INIT_WITHOUT_APPLY",
+     "load the LoRA adapters with scale 0 (POST /lora-adapters applies them)"),
     (("--props",), (), "props", False, "LLAMA_ARG_ENDPOINT_PROPS",
      "accept POST /props (llama-server's: it changes no property and answers success)"),
     (("-sp", "--special"), (), "special", False, "MLXCEL_SPECIAL",
@@ -378,6 +380,10 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     add_sampling_lists(parser)
     add_media_lists(parser)
     add_grammar_options(parser)
+    parser.add_argument("--lora", dest="lora", action="append", default=None,
+                        help="LoRA adapter GGUF(s), comma-separated, applied with scale 1; repeatable")
+    parser.add_argument("--lora-scaled", dest="lora_scaled", action="append", default=None,
+                        help="LoRA adapter(s) with a scale each: FNAME:SCALE[,...]; repeatable")
     parser.add_argument("--override-kv", dest="override_kv", action="append", default=None,
                         help="KEY=TYPE:VALUE[,...] (TYPE int, float, bool or str): model metadata llama.cpp reads "
                              "instead of the GGUF's; repeatable [env: LLAMA_ARG_OVERRIDE_KV]")
@@ -392,7 +398,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 def implemented_flags() -> set[str]:
     flags = {flag for option in _ALL_VALUE_OPTIONS for flag in option[0]}
     flags |= {flag for switch in _ALL_SWITCHES for flag in switch[0] + switch[1]}
-    flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv"} | GRAMMAR_FLAGS
+    flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv", "--lora", "--lora-scaled"}
+    flags |= GRAMMAR_FLAGS
     return flags | {"-h", "--help", "--version"}
 
 
@@ -420,6 +427,30 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
             kept.append(arg)
         i += 1
     return kept, ignored
+
+
+def _lora_adapters(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
+    """(path, scale) of each --lora (scale 1) and --lora-scaled FNAME:SCALE, in order;
+    every scale 0 with --lora-init-without-apply (POST /lora-adapters sets them)."""
+    adapters: list[tuple[str, float]] = []
+    for value in args.lora or ():
+        adapters += [(part.strip(), 1.0) for part in value.split(",") if part.strip()]
+    for value in args.lora_scaled or ():
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            path, sep, scale = part.rpartition(":")
+            try:
+                number = float(scale)
+            except ValueError:
+                number = math.nan
+            if not sep or not path or not math.isfinite(number):
+                raise UsageError(f"--lora-scaled {part}: the format is FNAME:SCALE with a finite scale")
+            adapters.append((path, number))
+    for path, _ in adapters:
+        if not Path(path).expanduser().is_file():
+            raise UsageError(f"--lora {path}: no such file")
+    if args.lora_init_without_apply:
+        adapters = [(path, 0.0) for path, _ in adapters]
+    return tuple((str(Path(path).expanduser().resolve()), scale) for path, scale in adapters)
 
 
 def _kv_overrides(values: list[str] | None) -> tuple[KvOverride, ...]:
@@ -692,6 +723,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         swa_full=args.swa_full,
         rope=rope,
         kv_overrides=_kv_overrides(args.override_kv),
+        lora=_lora_adapters(args),
         huge_pages=args.huge_pages,
         repack=args.repack,
         kv_unified=args.kv_unified,

@@ -113,6 +113,12 @@ class _Stop:
     pass
 
 
+@dataclass
+class _LoraChange:
+    scales: list[float]
+    done: Future
+
+
 class Engine:
     def __init__(self, runtime: LlamaRuntime, tokenizer: Tokenizer, config: EngineConfig) -> None:
         self.runtime = runtime
@@ -149,6 +155,7 @@ class Engine:
         self._outstanding = 0  # submitted and not yet finished
         self._slot_actions: list[SlotAction] = []  # engine thread: waiting for their slot to be idle
         self._slot_actions_open = 0  # submitted and not yet answered (under _admission)
+        self._lora_changes: list[_LoraChange] = []  # engine thread: applied once no request runs
         self._thread = threading.Thread(target=self._run, name="mlxcel-engine", daemon=True)
         self._stopped = False
         self._injecting = injection_enabled()  # tests only: honour GenerationRequest.fault
@@ -205,6 +212,18 @@ class Engine:
         action.done.add_done_callback(self._slot_action_answered)
         return action.done
 
+    def set_lora_scales(self, scales: list[float]) -> Future:
+        """Change the LoRA adapters' scales (answered with None once applied): requests
+        running now finish first under the old ones, and none is admitted meanwhile;
+        then every cached prefix is dropped, its KV computed under the old scales."""
+        change = _LoraChange(list(scales), Future())
+        with self._admission:
+            if self.failure is not None or self._stopped:
+                change.done.set_exception(EngineStoppedError("the engine is shutting down"))
+                return change.done
+            self._inbox.put(change)
+        return change.done
+
     def _slot_action_answered(self, _future: Future) -> None:
         with self._admission:
             self._slot_actions_open -= 1
@@ -250,6 +269,9 @@ class Engine:
 
     def _serve(self, gate) -> None:
         while True:
+            if self._lora_changes and not self.slots.busy():
+                with gate.hold():
+                    self._change_lora()
             if self._slot_actions:
                 with gate.hold():
                     self._run_slot_actions()
@@ -307,9 +329,14 @@ class Engine:
                 self.waiting.push(command.request)
             elif isinstance(command, SlotAction):
                 self._slot_actions.append(command)
+            elif isinstance(command, _LoraChange):
+                self._lora_changes.append(command)
         for action in self._slot_actions:
             action.done.set_exception(SlotFileError(failure or "the server is shutting down", client_error=False))
         self._slot_actions = []
+        for change in self._lora_changes:
+            change.done.set_exception(EngineStoppedError(failure or "the server is shutting down"))
+        self._lora_changes = []
         self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None)
         self._publish()
         if failure is not None and self.config.on_failure is not None:
@@ -353,6 +380,8 @@ class Engine:
                 self._cancel(command.request_id, command.reason, command.error, command.shed)
             elif isinstance(command, SlotAction):
                 self._slot_actions.append(command)
+            elif isinstance(command, _LoraChange):
+                self._lora_changes.append(command)
             try:
                 command = self._inbox.get_nowait()
             except queue.Empty:
@@ -396,6 +425,24 @@ class Engine:
                 action.done.set_exception(SlotFileError(f"internal error: {type(exc).__name__}", client_error=False))
             self._publish()
 
+    def _change_lora(self) -> None:
+        """No request runs: apply the latest change asked for, drop every cached prefix."""
+        changes, self._lora_changes = self._lora_changes, []
+        try:
+            self.runtime.set_lora_scales(changes[-1].scales)
+        except Exception as exc:  # noqa: BLE001 - the change fails, the engine goes on
+            for change in changes:
+                change.done.set_exception(exc)
+            return
+        for slot in self.slots:
+            self._forget_sequence(slot)
+            slot.unsaved = False
+        if self.config.host_cache is not None:
+            self.config.host_cache.reset()
+        for change in changes:
+            change.done.set_result(None)
+        self._publish()
+
     # -- one request's failure ----------------------------------------------------------
 
     def _request_failed(self, request: GenerationRequest, phase: str, exc: BaseException) -> None:
@@ -421,6 +468,8 @@ class Engine:
     # -- admission ----------------------------------------------------------------------
 
     def _admit(self) -> None:
+        if self._lora_changes:  # a change of adapter scales waits for the running requests alone
+            return
         while self.waiting and (idle := self.slots.idle()):
             request = self.waiting.pop_for({slot.id for slot in idle})
             if request is None:  # every waiting request is pinned to a busy slot

@@ -24,6 +24,7 @@ from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.huge_pages import ContextPages
 from mlxcel.engine.kv_overrides import KvOverride, override_array
+from mlxcel.engine.lora import LoraError, apply_scales, load_adapters
 from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.weight_buffers import avoids_amx, repack_weights
 from mlxcel.engine.weight_pages import release_after_load
@@ -65,6 +66,7 @@ class RuntimeConfig:
     swa_full: bool = False  # full-size KV for sliding-window layers (more memory, no SWA eviction)
     rope: RopeSettings = RopeSettings()  # RoPE / YaRN scaling (the model's unless set)
     kv_overrides: tuple[KvOverride, ...] = ()  # --override-kv: metadata read instead of the GGUF's
+    lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter GGUF, scale) each
     huge_pages: bool = True  # the context's buffers on transparent huge pages (huge_pages.py)
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
     type_v: str = "f16"
@@ -201,6 +203,11 @@ class LlamaRuntime:
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {config.model_path}")
         weights.back()
+        try:
+            self.loras = load_adapters(self.model, config.lora)
+        except LoraError as exc:
+            llama_cpp.llama_model_free(self.model)
+            raise ModelLoadError(str(exc)) from None
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         release_after_load(config.model_path, config.load_mode)  # before the context's buffers: a lower peak
         ctx_params = context_params(config)
@@ -222,6 +229,8 @@ class LlamaRuntime:
                 f"llama.cpp could not create a context (n_ctx={config.n_ctx}, parallel={config.n_parallel})"
             )
         pages.back(kv_pages.kv_buffer_sizes(lines))
+        if self.loras:
+            apply_scales(self.ctx, self.loras, [scale for _, scale in config.lora])
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
@@ -234,6 +243,10 @@ class LlamaRuntime:
         if not config.rope.is_default:
             log.info("RoPE settings of %s: %s (trained context now %d)", config.model_path.name,
                      config.rope.describe(), self.n_ctx_train)
+
+    def set_lora_scales(self, scales: list[float]) -> None:
+        """The engine thread, between decodes: run with these adapter scales."""
+        apply_scales(self.ctx, self.loras, scales)
 
     def warm_up(self, token: int) -> None:
         """Decode one token once so the first request does not pay for lazy set-up."""

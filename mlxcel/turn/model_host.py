@@ -71,6 +71,7 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         swa_full=cfg.swa_full,
         rope=RopeSettings() if draft else cfg.rope,
         kv_overrides=() if draft else cfg.kv_overrides,
+        lora=() if draft else cfg.lora,
         huge_pages=cfg.huge_pages,
         repack=cfg.repack,
         kv_unified=cfg.kv_unified and not draft,

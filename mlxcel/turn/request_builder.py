@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from mlxcel.engine.constraints import TokenConstraint
 from mlxcel.engine.loop_detection import LOOP_ENV_VAR, LOOP_FIELDS, resolve_loop_policy
+from mlxcel.engine.lora import LoraError, requested_scales
 from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.sampler_order import parse_sampler_order
 from mlxcel.engine.sampling import SamplingParams
@@ -125,6 +126,19 @@ class TurnShaping:
     reasoning_open_at_start: bool = False
 
 
+def check_request_lora(entries: list[dict], adapters: list) -> None:
+    """A request's `lora` list must name loaded adapters and ask for the scales the
+    server runs with: a context runs one set of scales at a time (POST /lora-adapters
+    changes them for every request)."""
+    try:
+        scales = requested_scales(adapters, entries)
+    except LoraError as exc:
+        raise InvalidRequest(str(exc)) from None
+    if scales != [adapter.scale for adapter in adapters]:
+        raise InvalidRequest("this request's LoRA scales differ from the server's, and a context runs one set at a "
+                             "time: change them for every request with POST /lora-adapters")
+
+
 def build_requests(
     host: ModelHost,
     fields: SamplingFields,
@@ -137,6 +151,8 @@ def build_requests(
     """The engine requests for `prompts`: every field set here, the event sink
     included (request i emits into `group.sink(i)`)."""
     config, tokenizer, n_ctx_slot = host.config, host.tokenizer, host.slot_context
+    if fields.lora is not None:
+        check_request_lora(fields.lora, host.runtime.loras if host.runtime is not None else [])
     shaping = shaping or TurnShaping()
     sampling = resolve_sampling(fields, config.sampling, tokenizer)
     loop_detection = resolve_loop_detection(fields, host.model_family)

@@ -67,12 +67,6 @@ class SamplingFields(BaseModel):
     lora: list[dict] | None = Field(default=None, max_length=64)
     id_slot: int | None = Field(default=None, ge=-1, le=INT32_MAX)  # llama-server: run in this slot (-1: any)
 
-    @field_validator("lora")
-    @classmethod
-    def _check_lora(cls, value: list[dict] | None) -> list[dict] | None:
-        if value:  # llama-server: an adapter id that names no loaded adapter is an error
-            raise ValueError("no LoRA adapter is loaded (--lora is not supported): only an empty list is accepted")
-        return value
 
     def ping_seconds(self, server_default: int) -> float | None:
         """SSE comment pings while a stream is silent (llama-server's sse_ping_interval)."""

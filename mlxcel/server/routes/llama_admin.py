@@ -1,6 +1,6 @@
 """llama-server's administrative routes: slot save / restore / erase (with its
---slot-save-path), POST /props (its --props, which changes nothing), and LoRA adapters,
-answered as llama-server answers them with none loaded (--lora is refused at start)."""
+--slot-save-path), POST /props (its --props, which changes nothing), and the LoRA
+adapters' scales (--lora, --lora-scaled)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import os
 
 from fastapi import APIRouter, Request
 
+from mlxcel.engine.engine import EngineStoppedError
+from mlxcel.engine.lora import LoraError, requested_scales
 from mlxcel.engine.slot_files import SlotAction, SlotFileError, valid_filename
 from mlxcel.http.errors import invalid_request, not_supported, server_error
 from mlxcel.http.json_body import read_small_json
@@ -67,15 +69,29 @@ async def change_props(request: Request) -> dict:
 
 
 @router.get("/lora-adapters")
-async def lora_adapters() -> list:
-    return []  # no adapter is loaded
+async def lora_adapters(request: Request) -> list:
+    """The adapters --lora / --lora-scaled loaded, with the scales they run with."""
+    host = host_of(request)
+    host.require_ready()
+    return [{"id": i, "path": a.path, "scale": a.scale, "task_name": a.task_name, "prompt_prefix": a.prompt_prefix}
+            for i, a in enumerate(host.runtime.loras)]
 
 
 @router.post("/lora-adapters")
-async def set_lora_adapters(request: Request) -> list:
+async def set_lora_adapters(request: Request) -> dict:
+    """`[{id, scale}]`: listed adapters get their scale, the others 0. Requests running
+    finish under the old scales first; the cached prefixes are dropped."""
+    host = host_of(request)
     body = await read_small_json(request)
     if not isinstance(body, list):
         raise invalid_request("expected a list of {id, scale} objects")
-    if body:
-        raise invalid_request("invalid adapter id: no LoRA adapter is loaded")
-    return []
+    host.require_ready()
+    try:
+        scales = requested_scales(host.runtime.loras, body)
+    except LoraError as exc:
+        raise invalid_request(str(exc)) from None
+    try:
+        await asyncio.wrap_future(host.engine.set_lora_scales(scales))
+    except EngineStoppedError as exc:
+        raise server_error(str(exc)) from None
+    return {"success": True}

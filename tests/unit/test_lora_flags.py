@@ -1,0 +1,47 @@
+"""--lora / --lora-scaled / --lora-init-without-apply as llama-server reads them, and
+the `[{id, scale}]` lists of /lora-adapters and a request's `lora` field."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.engine.lora import LoraAdapter, LoraError, requested_scales
+from mlxcel.turn.errors import InvalidRequest
+from mlxcel.turn.request_builder import check_request_lora
+
+
+def test_adapters_in_order_with_their_scales(tmp_path):
+    a, b, c = (tmp_path / f"{name}.gguf" for name in "abc")
+    for path in (a, b, c):
+        path.write_bytes(b"")
+    config = parse_serve_args(["--lora", f"{a},{b}", "--lora-scaled", f"{c}:0.5"])
+    assert config.lora == ((str(a), 1.0), (str(b), 1.0), (str(c), 0.5))
+    assert config.ignored_flags == []
+    held = parse_serve_args(["--lora-scaled", f"{c}:0.5", "--lora-init-without-apply"])
+    assert held.lora == ((str(c), 0.0),)
+    with pytest.raises(UsageError, match="FNAME:SCALE"):
+        parse_serve_args(["--lora-scaled", f"{c}:nan"])
+
+
+def _adapters(*scales: float) -> list[LoraAdapter]:
+    return [LoraAdapter(f"/a{i}.gguf", scale, None) for i, scale in enumerate(scales)]
+
+
+def test_listed_ids_get_their_scale_and_the_others_zero():
+    assert requested_scales(_adapters(1.0, 1.0), [{"id": 1, "scale": 0.25}]) == [0.0, 0.25]
+    assert requested_scales(_adapters(1.0), [{"id": 0}]) == [1.0]  # the scale defaults to 1
+    assert requested_scales(_adapters(1.0), []) == [0.0]
+    for entries in ([{"id": 2}], [{"id": -1}], [{"id": "0"}], [{"id": True}], [{"id": 0, "scale": float("inf")}],
+                    [{"id": 0, "scale": "1"}], [5]):
+        with pytest.raises(LoraError):
+            requested_scales(_adapters(1.0), entries)
+
+
+def test_a_request_may_only_ask_for_the_scales_the_server_runs():
+    check_request_lora([{"id": 0, "scale": 1.0}], _adapters(1.0))
+    check_request_lora([], [])
+    with pytest.raises(InvalidRequest, match="POST /lora-adapters"):
+        check_request_lora([{"id": 0, "scale": 0.5}], _adapters(1.0))
+    with pytest.raises(InvalidRequest, match="invalid adapter id"):
+        check_request_lora([{"id": 0}], [])
