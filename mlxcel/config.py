@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mlxcel.engine.control_vectors import ControlVectors
 from mlxcel.engine.kv_overrides import KvOverride
 from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.sampling import SamplingParams
@@ -147,6 +148,7 @@ class ServerConfig:
     rope: RopeSettings = field(default_factory=RopeSettings)  # --rope-* / --yarn-*: the model's unless set
     kv_overrides: tuple[KvOverride, ...] = ()  # --override-kv: model metadata read instead of the GGUF's
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter GGUF, scale) each
+    control_vectors: ControlVectors = field(default_factory=ControlVectors)  # --control-vector*
     huge_pages: bool = True  # the context's buffers on transparent huge pages (engine/huge_pages.py)
     repack: bool | None = None  # --repack / --no-repack; None: on unless the weights would go to AMX buffers
     kv_unified: bool = False  # one KV pool shared by every slot (-kvu); else n_ctx / parallel cells each

@@ -30,6 +30,7 @@ from mlxcel.cli.sampling_args import (
 )
 from mlxcel.cli.tls_args import TlsError, tls_files
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
+from mlxcel.engine.control_vectors import ControlVectors
 from mlxcel.engine.kv_overrides import KvOverride, parse_kv_override
 from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
@@ -384,6 +385,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="LoRA adapter GGUF(s), comma-separated, applied with scale 1; repeatable")
     parser.add_argument("--lora-scaled", dest="lora_scaled", action="append", default=None,
                         help="LoRA adapter(s) with a scale each: FNAME:SCALE[,...]; repeatable")
+    parser.add_argument("--control-vector", dest="control_vector", action="append", default=None,
+                        help="control vector GGUF(s), comma-separated, added with scale 1; repeatable")
+    parser.add_argument("--control-vector-scaled", dest="control_vector_scaled", action="append", default=None,
+                        help="control vector(s) with a scale each: FNAME:SCALE[,...]; repeatable")
+    parser.add_argument("--control-vector-layer-range", dest="control_vector_layer_range", nargs=2, type=int,
+                        default=None, metavar=("START", "END"),
+                        help="the layers the control vectors apply to, both inclusive (default: all)")
     parser.add_argument("--override-kv", dest="override_kv", action="append", default=None,
                         help="KEY=TYPE:VALUE[,...] (TYPE int, float, bool or str): model metadata llama.cpp reads "
                              "instead of the GGUF's; repeatable [env: LLAMA_ARG_OVERRIDE_KV]")
@@ -399,6 +407,7 @@ def implemented_flags() -> set[str]:
     flags = {flag for option in _ALL_VALUE_OPTIONS for flag in option[0]}
     flags |= {flag for switch in _ALL_SWITCHES for flag in switch[0] + switch[1]}
     flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv", "--lora", "--lora-scaled"}
+    flags |= {"--control-vector", "--control-vector-scaled", "--control-vector-layer-range"}
     flags |= GRAMMAR_FLAGS
     return flags | {"-h", "--help", "--version"}
 
@@ -429,13 +438,10 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     return kept, ignored
 
 
-def _lora_adapters(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
-    """(path, scale) of each --lora (scale 1) and --lora-scaled FNAME:SCALE, in order;
-    every scale 0 with --lora-init-without-apply (POST /lora-adapters sets them)."""
-    adapters: list[tuple[str, float]] = []
-    for value in args.lora or ():
-        adapters += [(part.strip(), 1.0) for part in value.split(",") if part.strip()]
-    for value in args.lora_scaled or ():
+def _scaled_files(flag: str, plain: list[str] | None, scaled: list[str] | None) -> list[tuple[str, float]]:
+    """FNAME[,...] at scale 1 and FNAME:SCALE[,...], in order, each file checked to exist."""
+    files = [(part.strip(), 1.0) for value in plain or () for part in value.split(",") if part.strip()]
+    for value in scaled or ():
         for part in (p.strip() for p in value.split(",") if p.strip()):
             path, sep, scale = part.rpartition(":")
             try:
@@ -443,14 +449,29 @@ def _lora_adapters(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
             except ValueError:
                 number = math.nan
             if not sep or not path or not math.isfinite(number):
-                raise UsageError(f"--lora-scaled {part}: the format is FNAME:SCALE with a finite scale")
-            adapters.append((path, number))
-    for path, _ in adapters:
+                raise UsageError(f"{flag}-scaled {part}: the format is FNAME:SCALE with a finite scale")
+            files.append((path, number))
+    for path, _ in files:
         if not Path(path).expanduser().is_file():
-            raise UsageError(f"--lora {path}: no such file")
+            raise UsageError(f"{flag} {path}: no such file")
+    return [(str(Path(path).expanduser().resolve()), scale) for path, scale in files]
+
+
+def _control_vectors(args: argparse.Namespace) -> ControlVectors:
+    files = _scaled_files("--control-vector", args.control_vector, args.control_vector_scaled)
+    start, end = args.control_vector_layer_range or (0, 0)
+    if args.control_vector_layer_range is not None and not 0 < start <= end:
+        raise UsageError(f"--control-vector-layer-range {start} {end}: 1 <= START <= END")
+    return ControlVectors(tuple(files), start, end)
+
+
+def _lora_adapters(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
+    """(path, scale) of each --lora (scale 1) and --lora-scaled FNAME:SCALE, in order;
+    every scale 0 with --lora-init-without-apply (POST /lora-adapters sets them)."""
+    adapters = _scaled_files("--lora", args.lora, args.lora_scaled)
     if args.lora_init_without_apply:
         adapters = [(path, 0.0) for path, _ in adapters]
-    return tuple((str(Path(path).expanduser().resolve()), scale) for path, scale in adapters)
+    return tuple(adapters)
 
 
 def _kv_overrides(values: list[str] | None) -> tuple[KvOverride, ...]:
@@ -724,6 +745,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         rope=rope,
         kv_overrides=_kv_overrides(args.override_kv),
         lora=_lora_adapters(args),
+        control_vectors=_control_vectors(args),
         huge_pages=args.huge_pages,
         repack=args.repack,
         kv_unified=args.kv_unified,

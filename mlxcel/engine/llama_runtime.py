@@ -22,6 +22,7 @@ import numpy as np
 from mlxcel.engine import _topset, held_wakeups, kv_pages
 from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.cpu_repack import repack_overrides
+from mlxcel.engine.control_vectors import ControlVectorError, ControlVectors, apply_control_vectors
 from mlxcel.engine.huge_pages import ContextPages
 from mlxcel.engine.kv_overrides import KvOverride, override_array
 from mlxcel.engine.lora import LoraError, apply_scales, load_adapters
@@ -67,6 +68,7 @@ class RuntimeConfig:
     rope: RopeSettings = RopeSettings()  # RoPE / YaRN scaling (the model's unless set)
     kv_overrides: tuple[KvOverride, ...] = ()  # --override-kv: metadata read instead of the GGUF's
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter GGUF, scale) each
+    control_vectors: ControlVectors = ControlVectors()  # --control-vector*: directions added per layer
     huge_pages: bool = True  # the context's buffers on transparent huge pages (huge_pages.py)
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
     type_v: str = "f16"
@@ -231,6 +233,12 @@ class LlamaRuntime:
         pages.back(kv_pages.kv_buffer_sizes(lines))
         if self.loras:
             apply_scales(self.ctx, self.loras, [scale for _, scale in config.lora])
+        if config.control_vectors.files:
+            try:
+                apply_control_vectors(self.ctx, self.model, config.control_vectors)
+            except ControlVectorError as exc:
+                self.close()
+                raise ModelLoadError(f"control vectors: {exc}") from None
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)

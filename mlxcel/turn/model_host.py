@@ -15,6 +15,7 @@ import llama_cpp
 
 from mlxcel.config import ServerConfig
 from mlxcel.engine import attention_choice
+from mlxcel.engine.control_vectors import ControlVectors
 from mlxcel.engine.cost_cache import cost_file, load_costs, save_costs
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import DecodeCosts
@@ -72,6 +73,7 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         rope=RopeSettings() if draft else cfg.rope,
         kv_overrides=() if draft else cfg.kv_overrides,
         lora=() if draft else cfg.lora,
+        control_vectors=ControlVectors() if draft else cfg.control_vectors,
         huge_pages=cfg.huge_pages,
         repack=cfg.repack,
         kv_unified=cfg.kv_unified and not draft,

@@ -49,7 +49,7 @@ def test_unimplemented_tuning_flags_are_split_off():
     assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
 
 
-@pytest.mark.parametrize("flag", ["--control-vector-scaled", "--mmproj-url", "--models-preset", "--control-vector",
+@pytest.mark.parametrize("flag", ["--webui-config", "--mmproj-url", "--models-preset", "--tools",
                                   "-hf", "--no-jinja", "--path"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):
