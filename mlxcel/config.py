@@ -123,6 +123,7 @@ class ServerConfig:
     tls: TlsFiles | None = None  # --ssl-key-file / --ssl-cert-file: HTTPS
     default_grammar: tuple[str, str] | None = None  # --grammar / --json-schema: (gbnf | json_schema, text)
     slot_save_path: str | None = None  # --slot-save-path: slot files' directory (POST /slots/{id})
+    static_path: str | None = None  # --path: a folder's files served beside the API
     metrics: bool = False
     models_dir: str | None = None  # --models-dir: every GGUF in the folder, by name (router mode)
     models_max: int = 4  # --models-max: most models resident at once (0: no limit)

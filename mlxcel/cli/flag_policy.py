@@ -31,7 +31,6 @@ _refuse("changes how video is cut into frames (mlxcel samples frames with --vide
 _refuse("renders chat prompts with llama.cpp's built-in templates instead of Jinja (not implemented)",
         "--no-jinja")
 _refuse("serves other routes or a web UI (not implemented)",
-        "--path",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
         "--webui", "--ui", "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
         "--webui-mcp-proxy", "--ui-mcp-proxy")

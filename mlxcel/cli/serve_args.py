@@ -176,6 +176,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "prompt tokens a context shift keeps at the start, BOS excluded (-1: all); a request's n_keep overrides it"),
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
+    (("--path",), "static_path", str, None, "LLAMA_ARG_STATIC_PATH",
+     "serve the files of this folder as they are (GET /: its index.html), beside the API"),
     (("--models-dir",), "models_dir", str, None, "LLAMA_ARG_MODELS_DIR",
      "serve every GGUF in this folder by name (llama-server's router mode; sub-folders: one model each)"),
     (("--models-max",), "models_max", _ranged(int, 0), 4, "LLAMA_ARG_MODELS_MAX",
@@ -484,6 +486,15 @@ def _kv_overrides(values: list[str] | None) -> tuple[KvOverride, ...]:
         raise UsageError(f"--override-kv: {exc}") from None
 
 
+def _static_path(text: str | None) -> str | None:
+    if text is None:
+        return None
+    path = Path(text).expanduser().resolve()
+    if not path.is_dir():
+        raise UsageError(f"--path {text}: no such directory")
+    return str(path)
+
+
 def _slot_save_path(text: str | None) -> str | None:
     """The slot files' directory, made if missing; a start that cannot write there fails."""
     if text is None:
@@ -723,6 +734,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         tls=tls,
         default_grammar=grammar,
         slot_save_path=_slot_save_path(args.slot_save_path),
+        static_path=_static_path(args.static_path),
         metrics=args.metrics,
         props_endpoint=args.props,
         special=args.special,

@@ -31,6 +31,7 @@ from mlxcel.http.auth import APIKeyMiddleware
 from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
+from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency
 from mlxcel.server.startup_gc import settle_startup_objects
@@ -126,7 +127,9 @@ def create_app(
     app.include_router(transcriptions.router)
     app.include_router(speech_routes.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
-    # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key
+    # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files
+    if config.static_path:
+        app.add_middleware(StaticFilesMiddleware, folder=config.static_path)
     if config.api_keys:
         app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
     if config.api_prefix:

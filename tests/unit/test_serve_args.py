@@ -50,7 +50,7 @@ def test_unimplemented_tuning_flags_are_split_off():
 
 
 @pytest.mark.parametrize("flag", ["--webui-config", "--mmproj-url", "--models-preset", "--tools",
-                                  "-hf", "--no-jinja", "--path"])
+                                  "-hf", "--no-jinja", "--webui"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):
         parse_serve_args(["-m", "smollm2-135m-instruct", flag, "x"])
