@@ -3,16 +3,14 @@ files read and summed as llama.cpp's loader does, and reaching the context's out
 
 from __future__ import annotations
 
-import llama_cpp
 import numpy as np
 import pytest
 
 from mlxcel.cli.serve_args import UsageError, parse_serve_args
 from mlxcel.engine.control_vectors import ControlVectorError, ControlVectors, combined_directions
-from mlxcel.engine.llama_runtime import LlamaRuntime, ModelLoadError, RuntimeConfig, logits_row
-from mlxcel.models.catalog import CATALOG
-from mlxcel.models.store import model_path
+from mlxcel.engine.llama_runtime import ModelLoadError
 from tests.fixtures.control_vector import N_EMBD, write_control_vector
+from tests.runtime_logits import smollm2_logits
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +42,7 @@ def test_flags_as_llama_server_reads_them(vectors):
 
 
 def _last_logits(vectors: ControlVectors) -> np.ndarray:
-    path = model_path(CATALOG["smollm2-135m-instruct"])
-    if not path.is_file():
-        pytest.skip("smollm2-135m-instruct is not pulled")
-    runtime = LlamaRuntime(RuntimeConfig(model_path=path, n_ctx=256, n_parallel=1, control_vectors=vectors))
-    try:
-        tokens = list(range(300, 340))
-        array = (llama_cpp.llama_token * len(tokens))(*tokens)
-        assert runtime.decode(llama_cpp.llama_batch_get_one(array, len(tokens))) == 0
-        return logits_row(runtime.ctx, -1, 49152).copy()
-    finally:
-        runtime.close()
+    return smollm2_logits(control_vectors=vectors)[0]
 
 
 def test_the_vectors_reach_the_output_within_their_layer_range(vectors):

@@ -4,15 +4,12 @@ trained context change)."""
 
 from __future__ import annotations
 
-import llama_cpp
 import numpy as np
 import pytest
 
 from mlxcel.cli.serve_args import UsageError, parse_serve_args
-from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig, logits_row
 from mlxcel.engine.rope import RopeSettings
-from mlxcel.models.catalog import CATALOG
-from mlxcel.models.store import model_path
+from tests.runtime_logits import smollm2_logits
 
 
 def test_the_flags_as_llama_server_reads_them(monkeypatch):
@@ -42,18 +39,7 @@ def test_contradictions_and_nonsense_fail_the_start_in_one_line(argv, message):
 
 
 def _last_logits(rope: RopeSettings) -> tuple[np.ndarray, int]:
-    path = model_path(CATALOG["smollm2-135m-instruct"])
-    if not path.is_file():
-        pytest.skip("smollm2-135m-instruct is not pulled")
-    runtime = LlamaRuntime(RuntimeConfig(model_path=path, n_ctx=256, n_parallel=1, rope=rope))
-    try:
-        tokens = list(range(300, 364))
-        array = (llama_cpp.llama_token * len(tokens))(*tokens)
-        assert runtime.decode(llama_cpp.llama_batch_get_one(array, len(tokens))) == 0
-        n_vocab = llama_cpp.llama_vocab_n_tokens(runtime.vocab)
-        return logits_row(runtime.ctx, -1, n_vocab).copy(), runtime.n_ctx_train
-    finally:
-        runtime.close()
+    return smollm2_logits(rope=rope)
 
 
 def test_the_settings_reach_the_context():
