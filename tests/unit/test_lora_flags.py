@@ -45,3 +45,11 @@ def test_a_request_may_only_ask_for_the_scales_the_server_runs():
         check_request_lora([{"id": 0, "scale": 0.5}], _adapters(1.0))
     with pytest.raises(InvalidRequest, match="invalid adapter id"):
         check_request_lora([{"id": 0}], [])
+
+
+def test_adapters_belong_to_one_model_not_to_a_fleet(tmp_path):
+    adapter = tmp_path / "a.gguf"
+    adapter.write_bytes(b"")
+    for flag in ("--lora", "--control-vector"):
+        with pytest.raises(UsageError, match="belong to one model"):
+            parse_serve_args(["--models-dir", str(tmp_path), flag, str(adapter)])
