@@ -68,7 +68,8 @@ def requested_scales(adapters: list[LoraAdapter], entries: list[dict]) -> list[f
             raise LoraError("each entry must be an object {id, scale}")
         index, scale = entry.get("id"), entry.get("scale", 1.0)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(adapters):
-            raise LoraError(f"invalid adapter id: {index!r}")
+            loaded = f"{len(adapters)} LoRA adapter(s) loaded" if adapters else "no LoRA adapter is loaded (--lora)"
+            raise LoraError(f"invalid adapter id: {index!r} ({loaded})")
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
             raise LoraError(f"adapter {index}: scale must be a finite number")
         scales[index] = float(scale)
