@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from mlxcel.engine import held_wakeups, slot_files
+from mlxcel.engine import held_wakeups
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
@@ -32,6 +32,7 @@ from mlxcel.engine.faults import (
     InjectedFault,
     injection_enabled,
 )
+from mlxcel.engine.idle_work import IdleWork, LoraChange
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
@@ -113,12 +114,6 @@ class _Stop:
     pass
 
 
-@dataclass
-class _LoraChange:
-    scales: list[float]
-    done: Future
-
-
 class Engine:
     def __init__(self, runtime: LlamaRuntime, tokenizer: Tokenizer, config: EngineConfig) -> None:
         self.runtime = runtime
@@ -153,9 +148,8 @@ class Engine:
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._admission = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
-        self._slot_actions: list[SlotAction] = []  # engine thread: waiting for their slot to be idle
         self._slot_actions_open = 0  # submitted and not yet answered (under _admission)
-        self._lora_changes: list[_LoraChange] = []  # engine thread: applied once no request runs
+        self._idle_work = IdleWork(self.slots, runtime, self.n_ctx_slot, tokenizer.n_vocab, config.host_cache)
         self._thread = threading.Thread(target=self._run, name="mlxcel-engine", daemon=True)
         self._stopped = False
         self._injecting = injection_enabled()  # tests only: honour GenerationRequest.fault
@@ -216,7 +210,7 @@ class Engine:
         """Change the LoRA adapters' scales (answered with None once applied): requests
         running now finish first under the old ones, and none is admitted meanwhile;
         then every cached prefix is dropped, its KV computed under the old scales."""
-        change = _LoraChange(list(scales), Future())
+        change = LoraChange(list(scales), Future())
         with self._admission:
             if self.failure is not None or self._stopped:
                 change.done.set_exception(EngineStoppedError("the engine is shutting down"))
@@ -269,12 +263,10 @@ class Engine:
 
     def _serve(self, gate) -> None:
         while True:
-            if self._lora_changes and not self.slots.busy():
+            if self._idle_work.pending:  # slot files, LoRA changes: each once its slots are idle
                 with gate.hold():
-                    self._change_lora()
-            if self._slot_actions:
-                with gate.hold():
-                    self._run_slot_actions()
+                    if self._idle_work.run_ready():
+                        self._publish()
             idle = not self._has_work()
             if idle:
                 held_wakeups.release()  # the last turn's events: nothing decodes next
@@ -327,16 +319,9 @@ class Engine:
                 break
             if isinstance(command, _Submit):
                 self.waiting.push(command.request)
-            elif isinstance(command, SlotAction):
-                self._slot_actions.append(command)
-            elif isinstance(command, _LoraChange):
-                self._lora_changes.append(command)
-        for action in self._slot_actions:
-            action.done.set_exception(SlotFileError(failure or "the server is shutting down", client_error=False))
-        self._slot_actions = []
-        for change in self._lora_changes:
-            change.done.set_exception(EngineStoppedError(failure or "the server is shutting down"))
-        self._lora_changes = []
+            else:
+                self._idle_work.take(command)
+        self._idle_work.fail_all(failure or "the server is shutting down")
         self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None)
         self._publish()
         if failure is not None and self.config.on_failure is not None:
@@ -378,10 +363,8 @@ class Engine:
                 queued = True
             elif isinstance(command, _Cancel):
                 self._cancel(command.request_id, command.reason, command.error, command.shed)
-            elif isinstance(command, SlotAction):
-                self._slot_actions.append(command)
-            elif isinstance(command, _LoraChange):
-                self._lora_changes.append(command)
+            else:
+                self._idle_work.take(command)
             try:
                 command = self._inbox.get_nowait()
             except queue.Empty:
@@ -401,47 +384,6 @@ class Engine:
                     self._forget_sequence(slot)  # the point is to free what it holds
                 self._finish(slot, reason, error=error, shed=shed)
                 return
-
-    # -- slot files ---------------------------------------------------------------------
-
-    def _run_slot_actions(self) -> None:
-        """The waiting slot actions whose slot is idle now; the others wait on."""
-        pending, self._slot_actions = self._slot_actions, []
-        for action in pending:
-            if not 0 <= action.slot_id < len(self.slots):
-                action.done.set_exception(SlotFileError("Invalid slot ID"))
-                continue
-            slot = self.slots.slots[action.slot_id]
-            if slot.request is not None:
-                self._slot_actions.append(action)
-                continue
-            try:
-                action.done.set_result(slot_files.run(action, slot, self.runtime, self.n_ctx_slot,
-                                                      self.tokenizer.n_vocab))
-            except SlotFileError as exc:
-                action.done.set_exception(exc)
-            except Exception as exc:  # noqa: BLE001 - the action fails, the engine goes on
-                log.exception("slot %d: %s failed", slot.id, action.kind)
-                action.done.set_exception(SlotFileError(f"internal error: {type(exc).__name__}", client_error=False))
-            self._publish()
-
-    def _change_lora(self) -> None:
-        """No request runs: apply the latest change asked for, drop every cached prefix."""
-        changes, self._lora_changes = self._lora_changes, []
-        try:
-            self.runtime.set_lora_scales(changes[-1].scales)
-        except Exception as exc:  # noqa: BLE001 - the change fails, the engine goes on
-            for change in changes:
-                change.done.set_exception(exc)
-            return
-        for slot in self.slots:
-            self._forget_sequence(slot)
-            slot.unsaved = False
-        if self.config.host_cache is not None:
-            self.config.host_cache.reset()
-        for change in changes:
-            change.done.set_result(None)
-        self._publish()
 
     # -- one request's failure ----------------------------------------------------------
 
@@ -468,7 +410,7 @@ class Engine:
     # -- admission ----------------------------------------------------------------------
 
     def _admit(self) -> None:
-        if self._lora_changes:  # a change of adapter scales waits for the running requests alone
+        if self._idle_work.holds_admission:  # a LoRA change waits for the running requests alone
             return
         while self.waiting and (idle := self.slots.idle()):
             request = self.waiting.pop_for({slot.id for slot in idle})

@@ -21,8 +21,8 @@ import numpy as np
 
 from mlxcel.engine import _topset, held_wakeups, kv_pages
 from mlxcel.engine.compute_gate import COMPUTE_GATE
-from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.control_vectors import ControlVectorError, ControlVectors, apply_control_vectors
+from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.huge_pages import ContextPages
 from mlxcel.engine.kv_overrides import KvOverride, override_array
 from mlxcel.engine.lora import LoraError, apply_scales, load_adapters

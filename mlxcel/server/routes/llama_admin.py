@@ -92,6 +92,6 @@ async def set_lora_adapters(request: Request) -> dict:
         raise invalid_request(str(exc)) from None
     try:
         await asyncio.wrap_future(host.engine.set_lora_scales(scales))
-    except EngineStoppedError as exc:
+    except (EngineStoppedError, LoraError) as exc:  # the server stops, or llama.cpp refused the change
         raise server_error(str(exc)) from None
     return {"success": True}
