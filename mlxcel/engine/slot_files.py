@@ -110,17 +110,15 @@ def restore(runtime: LlamaRuntime, slot_id: int, path: str, n_ctx_slot: int,
             read = llama_cpp.llama_state_seq_load_file(runtime.ctx, path.encode(), slot_id, tokens_out,
                                                        len(tokens_out), ctypes.byref(count))
         if not read:
-            raise SlotFileError("Unable to restore slot: No available space in KV cache or invalid slot save file")
+            raise SlotFileError("No available space in KV cache or invalid slot save file")
         tokens = unpack(list(tokens_out[: count.value]))
         if len(tokens) > n_ctx_slot:
-            raise SlotFileError("Unable to restore slot: Restored prompt does not fit in the slot context")
+            raise SlotFileError("Restored prompt does not fit in the slot context")
         if any(not 0 <= token < n_vocab for token in tokens):
-            raise SlotFileError("Unable to restore slot: Invalid tokens in slot save file")
+            raise SlotFileError("Invalid tokens in slot save file")
     except SlotFileError as exc:
         runtime.seq_clear(slot_id)
-        if not str(exc).startswith("Unable to restore slot"):
-            raise SlotFileError(f"Unable to restore slot: {exc}") from None
-        raise
+        raise SlotFileError(f"Unable to restore slot: {exc}") from None
     return tokens, SlotActionResult(len(tokens), read, (time.perf_counter() - started) * 1e3)
 
 
