@@ -661,7 +661,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         _check_model(args.model)
     elif args.lora or args.lora_scaled or args.control_vector or args.control_vector_scaled:
         raise UsageError("LoRA adapters and control vectors belong to one model: --lora and --control-vector serve "
-                         "with -m, not with --config or --models-dir")
+                         "with -m, not with --config or --models-dir (a config file's model takes `adapter`)")
     if args.model_draft:
         _check_model(args.model_draft)
     if args.mmproj and not Path(args.mmproj).expanduser().is_file():

@@ -32,10 +32,11 @@ from mlxcel.engine.faults import (
     InjectedFault,
     injection_enabled,
 )
-from mlxcel.engine.idle_work import IdleWork, LoraChange
+from mlxcel.engine.idle_work import IdleWork
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.engine.logprobs import token_logprobs
 from mlxcel.engine.loop_detection import LoopDetector
+from mlxcel.engine.lora_sets import LoraChange, LoraSets
 from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
@@ -149,7 +150,8 @@ class Engine:
         self._admission = threading.Lock()
         self._outstanding = 0  # submitted and not yet finished
         self._slot_actions_open = 0  # submitted and not yet answered (under _admission)
-        self._idle_work = IdleWork(self.slots, runtime, self.n_ctx_slot, tokenizer.n_vocab, config.host_cache)
+        self._idle_work = IdleWork(self.slots, runtime, self.n_ctx_slot, tokenizer.n_vocab)
+        self._lora = LoraSets(runtime)
         self._thread = threading.Thread(target=self._run, name="mlxcel-engine", daemon=True)
         self._stopped = False
         self._injecting = injection_enabled()  # tests only: honour GenerationRequest.fault
@@ -207,9 +209,8 @@ class Engine:
         return action.done
 
     def set_lora_scales(self, scales: list[float]) -> Future:
-        """Change the LoRA adapters' scales (answered with None once applied): requests
-        running now finish first under the old ones, and none is admitted meanwhile;
-        then every cached prefix is dropped, its KV computed under the old scales."""
+        """Change the server's LoRA scales, those of every request admitted after the
+        answer (None) that names none; requests running now keep theirs."""
         change = LoraChange(list(scales), Future())
         with self._admission:
             if self.failure is not None or self._stopped:
@@ -263,7 +264,7 @@ class Engine:
 
     def _serve(self, gate) -> None:
         while True:
-            if self._idle_work.pending:  # slot files, LoRA changes: each once its slots are idle
+            if self._idle_work.pending:  # slot files: each once its slot is idle
                 with gate.hold():
                     if self._idle_work.run_ready():
                         self._publish()
@@ -319,6 +320,8 @@ class Engine:
                 break
             if isinstance(command, _Submit):
                 self.waiting.push(command.request)
+            elif isinstance(command, LoraChange):
+                command.done.set_exception(EngineStoppedError(failure or "the server is shutting down"))
             else:
                 self._idle_work.take(command)
         self._idle_work.fail_all(failure or "the server is shutting down")
@@ -363,6 +366,8 @@ class Engine:
                 queued = True
             elif isinstance(command, _Cancel):
                 self._cancel(command.request_id, command.reason, command.error, command.shed)
+            elif isinstance(command, LoraChange):
+                self._lora.change(command)
             else:
                 self._idle_work.take(command)
             try:
@@ -410,8 +415,6 @@ class Engine:
     # -- admission ----------------------------------------------------------------------
 
     def _admit(self) -> None:
-        if self._idle_work.holds_admission:  # a LoRA change waits for the running requests alone
-            return
         while self.waiting and (idle := self.slots.idle()):
             request = self.waiting.pop_for({slot.id for slot in idle})
             if request is None:  # every waiting request is pinned to a busy slot
@@ -428,7 +431,8 @@ class Engine:
     def _admit_one(self, request: GenerationRequest) -> None:
         admitting = time.monotonic()
         reuse = self.config.cache_prompt and request.cache_prompt
-        slot, n_common = self.slots.choose(request.prompt_tokens, reuse, request.id_slot)
+        lora = self._lora.of(request.lora)
+        slot, n_common = self.slots.choose(request.prompt_tokens, reuse, request.id_slot, lora)
         try:
             if self._injecting and request.fault is Fault.ADMIT:
                 raise InjectedFault("admission")
@@ -441,7 +445,7 @@ class Engine:
                 raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []
             self._memory.clear_idle(slot, self.slots)  # a unified pool: before a restore needs the room
-            self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy)
+            self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy, lora)
             if request.media:  # never keep part of a non-causal media span
                 self._memory.cut(slot, request.media.safe_prefix(slot.n_past))
             sampler = self.config.sampler(
@@ -474,6 +478,7 @@ class Engine:
 
     def _step(self) -> None:
         started = time.perf_counter()
+        self._planner.lora = self._lora.step_set(self.slots)
         media = self._planner.media()
         if media is not None:
             self._decode_media(media)
@@ -506,6 +511,7 @@ class Engine:
         started = time.perf_counter()
         batch = EmbeddingBatch(chunk.span.embeddings[chunk.offset : chunk.offset + chunk.n], chunk.start, slot.id,
                                logits_last=chunk.last)
+        self._lora.use(slot.lora)
         rc = self.runtime.decode(batch.struct, causal=not chunk.span.non_causal)
         elapsed = time.perf_counter() - started
         self.stats.step_decode_seconds += elapsed
@@ -600,6 +606,7 @@ class Engine:
                 return INJECTED_COMPUTE_FAILURE
             if Fault.DECODE in faults or (Fault.SPLIT in faults and len(spans) > 1):
                 return INJECTED_NO_ROOM
+        self._lora.use(spans[0].slot.lora)  # every span's: a step takes one set's slots
         return self.runtime.decode(batch.seal())  # masks fill meanwhile: both release the GIL
 
     @staticmethod

@@ -252,10 +252,6 @@ class LlamaRuntime:
             log.info("RoPE settings of %s: %s (trained context now %d)", config.model_path.name,
                      config.rope.describe(), self.n_ctx_train)
 
-    def set_lora_scales(self, scales: list[float]) -> None:
-        """The engine thread, between decodes: run with these adapter scales."""
-        apply_scales(self.ctx, self.loras, scales)
-
     def warm_up(self, token: int) -> None:
         """Decode one token once so the first request does not pay for lazy set-up."""
         batch = llama_cpp.llama_batch_get_one((llama_cpp.llama_token * 1)(token), 1)

@@ -1,9 +1,6 @@
 """LoRA adapters (llama-server's --lora, --lora-scaled, --lora-init-without-apply and
 /lora-adapters): loaded beside the model, applied to the context with a scale each.
-
-A context runs one set of scales at a time. A change (POST /lora-adapters) waits
-until no request runs and no new one is admitted meanwhile; then the scales change
-and every cached prefix is dropped (its KV was computed under the old scales)."""
+Which scales each request and each step runs with: lora_sets.py."""
 
 from __future__ import annotations
 
@@ -21,7 +18,7 @@ class LoraError(RuntimeError):
 @dataclass
 class LoraAdapter:
     path: str
-    scale: float  # the scale it runs with now (0: loaded, not applied)
+    scale: float  # the server's scale: requests that name none run with it (0: loaded, not applied)
     handle: object  # llama.cpp's llama_adapter_lora *
     task_name: str = ""
     prompt_prefix: str = ""
@@ -48,8 +45,6 @@ def apply_scales(ctx, adapters: list[LoraAdapter], scales: list[float]) -> None:
     """Run the context with these scales (the adapters freed with the model)."""
     if len(scales) != len(adapters) or not all(math.isfinite(s) for s in scales):
         raise LoraError("one finite scale per adapter")
-    for adapter, scale in zip(adapters, scales):
-        adapter.scale = scale
     active = [(a.handle, s) for a, s in zip(adapters, scales) if s != 0.0]
     if not active:
         llama_cpp.llama_set_adapters_lora(ctx, None, 0, None)

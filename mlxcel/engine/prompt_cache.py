@@ -2,8 +2,10 @@
 chained sha256 hashes of 16-token blocks, so a request can restore the longest
 cached prefix of its prompt into whichever slot it gets.
 
-Entry key = the hash chain up to the entry's last block: h_0 = sha256(block_0),
-h_i = sha256(h_{i-1} || block_i). Every chain hash of an entry is indexed, so a
+Entry key = the hash chain up to the entry's last block: h_0 = sha256(salt || block_0),
+h_i = sha256(h_{i-1} || block_i). The salt names what else the KV was computed under
+(the LoRA adapters' scales, engine/lora.py; empty without adapters), so a state is only
+ever found for the same tokens computed the same way. Every chain hash of an entry is indexed, so a
 lookup (which hashes the prompt's full blocks once) finds the entry sharing the
 longest block prefix with the prompt, even when the entry goes on past it. Bounded by bytes and
 entries, with a TTL, LRU eviction and rejection of entries larger than the cap.
@@ -24,10 +26,10 @@ import numpy as np
 BLOCK_SIZE = 16
 
 
-def block_hashes(tokens: list[int], block_size: int = BLOCK_SIZE) -> list[bytes]:
-    """Chained hashes of every full block of `tokens`."""
+def block_hashes(tokens: list[int], block_size: int = BLOCK_SIZE, salt: bytes = b"") -> list[bytes]:
+    """Chained hashes of every full block of `tokens`, the chain started by `salt`."""
     hashes: list[bytes] = []
-    previous = b""
+    previous = salt
     for start in range(0, len(tokens) - block_size + 1, block_size):
         digest = hashlib.sha256(previous + array("i", tokens[start : start + block_size]).tobytes()).digest()
         hashes.append(digest)
@@ -41,6 +43,7 @@ class CacheEntry:
     state: np.ndarray  # llama_state_seq_get_data of a sequence holding `tokens`
     created: float
     last_used: float
+    salt: bytes = b""  # what its chain hashes start from
     n_blocks: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -72,11 +75,11 @@ class HostPromptCache:
 
     # -- engine side ------------------------------------------------------------------
 
-    def lookup(self, prompt: list[int]) -> tuple[CacheEntry, int] | None:
-        """The entry sharing the longest block prefix with `prompt`, and the length of
-        that prefix in tokens (the entry and the prompt may share a few tokens more);
-        None on a miss."""
-        hashes = block_hashes(prompt)
+    def lookup(self, prompt: list[int], salt: bytes = b"") -> tuple[CacheEntry, int] | None:
+        """The entry of `salt` sharing the longest block prefix with `prompt`, and the
+        length of that prefix in tokens (the entry and the prompt may share a few
+        tokens more); None on a miss."""
+        hashes = block_hashes(prompt, salt=salt)
         with self._lock:
             self.counters.lookups += 1
             self._expire(time.monotonic())
@@ -90,22 +93,22 @@ class HostPromptCache:
                     return entry, depth * BLOCK_SIZE
         return None
 
-    def covered(self, tokens: list[int]) -> int:
-        """How many leading tokens of `tokens` an entry holds, in whole blocks (no
-        counters, no LRU update: this is not a lookup on a request's behalf)."""
-        hashes = block_hashes(tokens)
+    def covered(self, tokens: list[int], salt: bytes = b"") -> int:
+        """How many leading tokens of `tokens` an entry of `salt` holds, in whole
+        blocks (no counters, no LRU update: this is not a lookup on a request's behalf)."""
+        hashes = block_hashes(tokens, salt=salt)
         with self._lock:
             for depth in range(len(hashes), 0, -1):
                 if hashes[depth - 1] in self._blocks:
                     return depth * BLOCK_SIZE
         return 0
 
-    def insert(self, tokens: list[int], state: np.ndarray, made_at: float | None = None) -> bool:
+    def insert(self, tokens: list[int], state: np.ndarray, made_at: float | None = None, salt: bytes = b"") -> bool:
         """Store `state` for `tokens`, found by the hashes of its whole blocks. False
         when the entry alone exceeds the capacity, or when the tokens were computed
         (`made_at`, time.monotonic()) before a reset: a reset clears what the slots
         had not yet saved too, however late the engine gets round to saving it."""
-        hashes = block_hashes(tokens)
+        hashes = block_hashes(tokens, salt=salt)
         if not hashes:
             return False
         now = time.monotonic()
@@ -125,7 +128,7 @@ class HostPromptCache:
             ):
                 self._drop(next(iter(self._entries)))
                 self.counters.evictions_lru += 1
-            self._entries[key] = CacheEntry(list(tokens), state, now, now)
+            self._entries[key] = CacheEntry(list(tokens), state, now, now, salt)
             for digest in hashes:
                 self._blocks[digest] = key
             self._bytes += len(state)
@@ -144,7 +147,7 @@ class HostPromptCache:
     def _drop(self, key: bytes) -> None:
         entry = self._entries.pop(key)
         self._bytes -= len(entry.state)
-        for digest in block_hashes(entry.tokens):
+        for digest in block_hashes(entry.tokens, salt=entry.salt):
             if self._blocks.get(digest) == key:
                 del self._blocks[digest]
 

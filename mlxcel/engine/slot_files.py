@@ -58,6 +58,7 @@ def run(action: SlotAction, slot: Slot, runtime: LlamaRuntime, n_ctx_slot: int, 
         slot.unsaved = False
         tokens, result = restore(runtime, slot.id, action.path, n_ctx_slot, n_vocab)
         slot.cached_tokens = tokens
+        slot.lora = tuple(adapter.scale for adapter in runtime.loras)  # a file does not say: the server's
         slot.unsaved = bool(tokens)  # the host cache may take it while idle
         slot.last_used = time.monotonic()
         return result

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mlxcel.engine.llama_runtime import LlamaRuntime
+from mlxcel.engine.lora_sets import LoraScales, cache_salt
 from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache
 from mlxcel.engine.slots import Slot, common_prefix_length
 
@@ -21,13 +22,16 @@ class SlotMemory:
         self.runtime = runtime
         self.host_cache = host_cache
 
-    def admit(self, slot: Slot, prompt: list[int], n_common: int, reuse: bool, busy: Iterable[Slot] = ()) -> None:
-        """Leave in the slot's sequence only a reusable prefix of `prompt`; afterwards
-        `slot.cached_tokens` is exactly what the sequence holds. `busy` are the slots
-        serving other requests, whose prefixes may be copied."""
+    def admit(self, slot: Slot, prompt: list[int], n_common: int, reuse: bool, busy: Iterable[Slot] = (),
+              lora: LoraScales = ()) -> None:
+        """Leave in the slot's sequence only a reusable prefix of `prompt`, to be run
+        under the LoRA scales `lora` (`n_common` is 0 unless the slot's were the same);
+        afterwards `slot.cached_tokens` is exactly what the sequence holds. `busy` are
+        the slots serving other requests, whose prefixes may be copied."""
         slot.cache_tier = "slot" if n_common else "miss"
         if reuse:
-            n_common = self._take_longer_prefix(slot, prompt, n_common, busy)
+            n_common = self._take_longer_prefix(slot, prompt, n_common, busy, lora)
+        slot.lora = lora
         self._cut(slot, prompt, n_common)
 
     def clear_idle(self, slot: Slot, slots: Iterable[Slot]) -> None:
@@ -64,12 +68,14 @@ class SlotMemory:
             return None
         return next((s for s in slots if s.unsaved and s.request is None), None)
 
-    def _take_longer_prefix(self, slot: Slot, prompt: list[int], n_common: int, busy: Iterable[Slot]) -> int:
+    def _take_longer_prefix(self, slot: Slot, prompt: list[int], n_common: int, busy: Iterable[Slot],
+                            lora: LoraScales) -> int:
         if slot.unsaved and self.host_cache is not None:
             self._donate(slot, keep=n_common)  # what is past the shared prefix is about to go
         slot.unsaved = False
-        source, n_live = self._longest_live_prefix(prompt, busy)
-        found = self.host_cache.lookup(prompt) if self.host_cache is not None else None
+        slot.lora = lora  # from here on it holds the shared prefix, or what is copied or restored
+        source, n_live = self._longest_live_prefix(prompt, (other for other in busy if other.lora == lora))
+        found = self.host_cache.lookup(prompt, cache_salt(lora)) if self.host_cache is not None else None
         n_cached = found[1] if found is not None else 0
         if max(n_live, n_cached) < n_common + MIN_GAIN:
             return n_common
@@ -126,9 +132,10 @@ class SlotMemory:
         # sequence: a conversation's turn adds ~150 tokens to a 2,400-token history,
         # whose state (55 MB) copies in ~20 ms where prefilling them again took ~1 s on
         # a 2-core CPU; the new entry supersedes the older one, so memory does not grow.
-        if len(tokens) - self.host_cache.covered(tokens) < MIN_DONATION_BLOCKS * BLOCK_SIZE:
+        salt = cache_salt(slot.lora)
+        if len(tokens) - self.host_cache.covered(tokens, salt) < MIN_DONATION_BLOCKS * BLOCK_SIZE:
             return
-        self.host_cache.insert(list(tokens), self.runtime.seq_state(slot.id), made_at=slot.last_used)
+        self.host_cache.insert(list(tokens), self.runtime.seq_state(slot.id), made_at=slot.last_used, salt=salt)
 
     def cut(self, slot: Slot, n_keep: int) -> None:
         """Keep only the first `n_keep` positions of the slot's sequence."""

@@ -57,6 +57,7 @@ class Slot:
     id: int
     state: SlotState = SlotState.IDLE
     cached_tokens: list[int] = field(default_factory=list)  # what sequence `id` holds, by position
+    lora: tuple[float, ...] = ()  # the LoRA scales its sequence was computed under (lora_sets.py)
     last_used: float = 0.0
     # the running request, if any
     request: GenerationRequest | None = None
@@ -170,12 +171,14 @@ class SlotTable:
     def busy(self) -> list[Slot]:
         return [s for s in self.slots if s.state is not SlotState.IDLE]
 
-    def choose(self, prompt: list[int], reuse: bool, pinned: int = -1) -> tuple[Slot, int] | None:
+    def choose(self, prompt: list[int], reuse: bool, pinned: int = -1,
+               lora: tuple[float, ...] = ()) -> tuple[Slot, int] | None:
         """The idle slot sharing the longest prefix with `prompt` and the length of
-        that prefix; on a tie, one whose tokens need no saving first (so admission does
-        not wait for a copy to the host cache), then the least recently used. With
-        reuse off, an empty slot if there is one, else the least recently used, so
-        others' prefixes survive. `pinned` >= 0: that slot, if idle."""
+        that prefix (none with a slot computed under other LoRA scales than `lora`);
+        on a tie, one whose tokens need no saving first (so admission does not wait
+        for a copy to the host cache), then the least recently used. With reuse off,
+        an empty slot if there is one, else the least recently used, so others'
+        prefixes survive. `pinned` >= 0: that slot, if idle."""
         idle = self.idle()
         if pinned >= 0:
             idle = [s for s in idle if s.id == pinned]
@@ -184,9 +187,11 @@ class SlotTable:
         runs = self._runs_with if self.contiguous and len(idle) > 1 else (lambda slot: 0)
         if not reuse:
             return min(idle, key=lambda s: (bool(s.cached_tokens), runs(s), s.last_used)), 0
-        best = max(idle, key=lambda s: (common_prefix_length(s.cached_tokens, prompt), not s.unsaved, -runs(s),
-                                        -s.last_used))
-        return best, common_prefix_length(best.cached_tokens, prompt)
+        def shared(slot: Slot) -> int:
+            return common_prefix_length(slot.cached_tokens, prompt) if slot.lora == lora else 0
+
+        best = max(idle, key=lambda s: (shared(s), not s.unsaved, -runs(s), -s.last_used))
+        return best, shared(best)
 
     def _runs_with(self, slot: Slot) -> int:
         """How many runs of consecutive ids the busy slots would form with `slot` busy too."""

@@ -38,7 +38,9 @@ class StepPlanner:
     `shift_context(slot)` makes room in a slot whose next token would take its
     context's last cell and says whether the slot goes on (None: no context shift, the
     slot's request ends at the context's end instead); `request_failed(slot, phase,
-    exc)` fails a slot's request alone (drafting for it raised)."""
+    exc)` fails a slot's request alone (drafting for it raised). `lora`, when set, is
+    the one set of LoRA scales this step decodes: the slots of other sets wait for
+    their turn (lora_sets.py)."""
 
     def __init__(self, slots: SlotTable, capacity: int, drafts: DraftChooser, *, prefill_chunk: int,
                  n_ctx_slot: int, split_kv: bool, n_ubatch: int, sizes_drafts_together: bool,
@@ -54,13 +56,17 @@ class StepPlanner:
         self.sizes_drafts_together = sizes_drafts_together and split_kv
         self.shift_context = shift_context
         self.request_failed = request_failed
+        self.lora: tuple[float, ...] | None = None
+
+    def _takes(self, slot: Slot, state: SlotState) -> bool:
+        return slot.state is state and (self.lora is None or slot.lora == self.lora)
 
     def prefilling(self) -> list[Slot]:
-        return sorted((s for s in self.slots if s.state is SlotState.PREFILL), key=lambda s: s.admitted_at)
+        return sorted((s for s in self.slots if self._takes(s, SlotState.PREFILL)), key=lambda s: s.admitted_at)
 
     def media(self) -> MediaChunk | None:
         """This step's media prefill chunk, if a prefilling slot stands at media."""
-        decoding = any(slot.state is SlotState.DECODE for slot in self.slots)
+        decoding = any(self._takes(slot, SlotState.DECODE) for slot in self.slots)
         return plan_media_chunk(self.prefilling(), self.prefill_chunk if decoding else self.capacity)
 
     def plan(self, media_rows: int = 0) -> list[Span]:
@@ -95,12 +101,12 @@ class StepPlanner:
         # a draft is sized against the whole batch it joins (every decoding slot's next
         # token and the drafts planned so far): sized against a partial batch, the
         # first slots see a batch dearer per token than the full one and over-draft
-        n_decoding = sum(1 for slot in self.slots if slot.state is SlotState.DECODE)
+        n_decoding = sum(1 for slot in self.slots if self._takes(slot, SlotState.DECODE))
         n_planned = n_decoding
         expected_yield = float(n_decoding)  # tokens this batch is expected to emit
         options: list[DraftOption] = []
         for slot in self.slots:
-            if slot.state is not SlotState.DECODE:
+            if not self._takes(slot, SlotState.DECODE):
                 continue
             full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
             if full and self.shift_context is not None and not self.shift_context(slot):

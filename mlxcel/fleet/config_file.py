@@ -28,10 +28,9 @@ COSMETIC = {"theme": "the terminal chat's colors", "themes": "the terminal chat'
             "talk": "the voice client", "assistant": "the assistant's tools and memory"}
 UNSUPPORTED_TOP = {"discover": "list each model under `models` (no folder scan at start)"}
 MODEL_KEYS = ("path", "profile", "profiles", "overrides", "family", "draft_gguf", "speculative", "pin", "ttl_s",
-              "ctx_size", "parallel", "mmproj")
+              "ctx_size", "parallel", "mmproj", "adapter")
 _STREAMING = "streaming weights from disk is MLX-only; llama.cpp maps the GGUF (offload with -ngl)"
 UNSUPPORTED_MODEL = {
-    "adapter": "LoRA adapters are not loaded (llama-server's --lora is not supported either)",
     "native_mtp": "llama.cpp's MTP heads are not used; set `draft_gguf`",
     "speculative_width_cap": "the drafter runs at every batch width",
     "stream": _STREAMING, "cpu_moe": _STREAMING, "moe_experts": _STREAMING, "moe_expert_mass": _STREAMING,
@@ -285,15 +284,31 @@ class _FileReader:
         mmproj_path = self._find_file(mmproj) if mmproj else None
         if mmproj and mmproj_path is None:
             check.warn(f"{key}.mmproj", f"the file {mmproj} is missing ({self._searched()})")
-        if path is None or (draft and draft_path is None) or (mmproj and mmproj_path is None):
+        adapters = self._adapters(block.get("adapter"), f"{key}.adapter")
+        if path is None or (draft and draft_path is None) or (mmproj and mmproj_path is None) or adapters is None:
             check.warn(key, "dropped: its file is missing; a request for it gets 404")
             return None
         entry = ModelEntry(id=model_id, path=path, profile=profile, profiles=changes, overrides=overrides,
                            family=family, draft=draft_path, speculative=speculative,
-                           mmproj=str(mmproj_path) if mmproj_path else None,
+                           mmproj=str(mmproj_path) if mmproj_path else None, adapters=adapters,
                            pin=check.boolean(block.get("pin", False), f"{key}.pin"),
                            ttl_s=ttl)
         return with_effective_load(entry, server["default_profile"], rules, profiles, own)
+
+    def _adapters(self, value: Any, key: str) -> tuple[str, ...] | None:
+        """`adapter`: a LoRA adapter GGUF of the model, or a list of them (each applied
+        with scale 1, as --lora; /lora-adapters?model= and a request's `lora` change
+        that); None when one is missing."""
+        names = value if isinstance(value, list) else [] if value is None else [value]
+        found = []
+        for n, name in enumerate(names):
+            name = self.check.string(name, f"{key}[{n}]" if isinstance(value, list) else key, optional=False)
+            path = self._find_file(name)
+            if path is None:
+                self.check.warn(key, f"the file {name} is missing ({self._searched()})")
+                return None
+            found.append(str(path))
+        return tuple(found)
 
     def _model_path(self, value: Any, key: str, kind: str) -> str | None:
         name = self.check.string(value, key, optional=False)

@@ -48,6 +48,7 @@ class ModelEntry:
     family: str | None = None  # None: detected from the GGUF header (general.architecture)
     draft: str | None = None  # gmlx draft_gguf: a drafter (catalog name or GGUF path)
     mmproj: str | None = None  # a multimodal projector GGUF (images, audio), as --mmproj
+    adapters: tuple[str, ...] = ()  # LoRA adapter GGUFs, as --lora
     speculative: bool = False
     pin: bool = False
     ttl_s: float | None = None  # None: server.defaults.ttl_s; 0: never idles out
@@ -56,7 +57,7 @@ class ModelEntry:
 
     def load_key(self) -> tuple:
         """Everything a reload compares: an entry whose key is unchanged keeps its loaded copy."""
-        return (self.path, self.draft, self.speculative, self.load, self.chat_template, self.mmproj)
+        return (self.path, self.draft, self.speculative, self.load, self.chat_template, self.mmproj, self.adapters)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ def host_config(base: ServerConfig, entry: ModelEntry) -> ServerConfig:
     changes.update({key: value for key, value in chosen.items() if value is not None})
     if entry.mmproj is not None:
         changes["mmproj"] = entry.mmproj
+    if entry.adapters:
+        changes["lora"] = tuple((path, 1.0) for path in entry.adapters)
     if entry.draft is not None:
         changes.update(model_draft=entry.draft, spec_type="draft")
     elif entry.speculative and base.spec_type == "none":

@@ -126,17 +126,16 @@ class TurnShaping:
     reasoning_open_at_start: bool = False
 
 
-def check_request_lora(entries: list[dict], adapters: list) -> None:
-    """A request's `lora` list must name loaded adapters and ask for the scales the
-    server runs with: a context runs one set of scales at a time (POST /lora-adapters
-    changes them for every request)."""
+def request_lora(entries: list[dict] | None, adapters: list) -> tuple[float, ...] | None:
+    """A request's `lora` list as a scale per loaded adapter (the ones it does not list
+    at 0, as llama-server reads it); None when it has none (or an empty one): it runs
+    with the server's scales. An id that names no adapter is a 400."""
+    if not entries:
+        return None
     try:
-        scales = requested_scales(adapters, entries)
+        return tuple(requested_scales(adapters, entries))
     except LoraError as exc:
         raise InvalidRequest(str(exc)) from None
-    if scales != [adapter.scale for adapter in adapters]:
-        raise InvalidRequest("this request's LoRA scales differ from the server's, and a context runs one set at a "
-                             "time: change them for every request with POST /lora-adapters")
 
 
 def build_requests(
@@ -151,8 +150,7 @@ def build_requests(
     """The engine requests for `prompts`: every field set here, the event sink
     included (request i emits into `group.sink(i)`)."""
     config, tokenizer, n_ctx_slot = host.config, host.tokenizer, host.slot_context
-    if fields.lora is not None:
-        check_request_lora(fields.lora, host.runtime.loras if host.runtime is not None else [])
+    lora = request_lora(fields.lora, host.runtime.loras if host.runtime is not None else []) if fields.lora else None
     shaping = shaping or TurnShaping()
     sampling = resolve_sampling(fields, config.sampling, tokenizer)
     loop_detection = resolve_loop_detection(fields, host.model_family)
@@ -180,6 +178,7 @@ def build_requests(
                 t_max_predict_ms=float(fields.t_max_predict_ms or 0),
                 priority=context.priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,
+                lora=lora,
                 logprobs=shaping.logprobs,
                 post_sampling_probs=shaping.post_sampling_probs,
                 loop_detection=loop_detection,

@@ -19,7 +19,7 @@ def _serve(*args: str) -> subprocess.CompletedProcess:
     ("models:\n  smol:\n    path: smollm2-135m-instruct\n    ttl_s: -5\n", "models.smol.ttl_s"),
     ("models:\n  smol:\n    path: smollm2-135m-instruct\nserver:\n  budget_gb: nope\n", "server.budget_gb"),
     ("models:\n  smol:\n    path: smollm2-135m-instruct\naliases:\n  x: nothing\n", "aliases.x"),
-    ("models:\n  smol:\n    path: smollm2-135m-instruct\n    adapter: a.gguf\n", "models.smol.adapter"),
+    ("models:\n  smol:\n    path: smollm2-135m-instruct\n    adapter: {a: 1}\n", "models.smol.adapter"),
 ])
 def test_a_bad_config_fails_the_start_in_one_line(tmp_path, text, key):
     path = tmp_path / "bad.yaml"

@@ -1,10 +1,12 @@
 """LoRA adapters (--lora, --lora-scaled, --lora-init-without-apply, /lora-adapters and
 a request's `lora` field) on SmolLM2 with a generated adapter: the scale changes the
-greedy output; a change waits for running requests and drops the cached prefixes;
-a request asking for other scales, a bad id or a bad body is a 400."""
+greedy output; a cached prefix is reused only under the scales it was computed with;
+a change leaves running requests their scales; requests of different scales run side
+by side, each as it runs alone; a bad id or a bad body is a 400."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -44,22 +46,45 @@ def _set(client, scale: float):
     return answer.json()
 
 
-def test_the_scale_changes_the_output_and_a_change_drops_the_cache(lora_server, adapter):
+def _answer(client, **extra) -> tuple[str, int]:
+    """The greedy text and how many prompt tokens were reused (timings.cache_n)."""
+    answer = client.post("/completion", json={"prompt": PROMPT, "n_predict": 12, "temperature": 0, **extra})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["content"], answer.json()["timings"]["cache_n"]
+
+
+def test_the_scale_changes_the_output(lora_server, adapter):
     with lora_server.client() as client:
         listed = client.get("/lora-adapters").json()
-        applied = _text(client)
+        applied = _text(client, cache_prompt=False)
         assert _set(client, 0.0) == {"success": True}
-        plain = _text(client)
-        plain_again = _text(client)  # its prefix cached under scale 0 now
+        plain = _text(client, cache_prompt=False)
+        asked = [_text(client, cache_prompt=False, lora=[{"id": 0, "scale": scale}]) for scale in (1.0, 0.0)]
         _set(client, 1.0)
-        applied_again = _text(client)  # a stale prefix would give the plain text
+        applied_again = _text(client, cache_prompt=False)
         rows = client.get("/lora-adapters").json()
     assert listed == [{"id": 0, "path": str(adapter), "scale": 1.0, "task_name": "test-task", "prompt_prefix": ""}]
-    assert applied != plain and plain == plain_again and applied_again == applied
+    assert applied != plain and applied_again == applied
+    assert asked == [applied, plain]  # a request's own scales, whatever the server's
     assert rows[0]["scale"] == 1.0
 
 
-def test_a_change_waits_for_the_running_request(lora_server):
+def test_a_prefix_is_reused_only_under_the_scales_it_was_computed_with(lora_server):
+    with lora_server.client() as client:
+        _set(client, 1.0)
+        _answer(client)  # the prompt cached under 1.0
+        first_plain, first_plain_cached = _answer(client, lora=[{"id": 0, "scale": 0.0}])
+        again_plain, again_plain_cached = _answer(client, lora=[{"id": 0, "scale": 0.0}])
+        _, applied_cached = _answer(client)
+        _set(client, 0.0)
+        server_plain, server_plain_cached = _answer(client)  # the server's scale is 0 now: 0's prefix serves
+        _set(client, 1.0)
+    assert first_plain_cached == 0  # 1.0's prefix is not taken for a request of scale 0
+    assert again_plain_cached > 0 and applied_cached > 0 and server_plain_cached > 0
+    assert again_plain == first_plain == server_plain
+
+
+def test_a_change_leaves_the_running_request_its_scale(lora_server):
     with lora_server.client() as client:
         _set(client, 1.0)
         # computed from scratch each time: this adapter's output is noise, which a reused
@@ -76,7 +101,7 @@ def test_a_change_waits_for_the_running_request(lora_server):
         deadline = time.monotonic() + 30
         while not any(slot["is_processing"] for slot in client.get("/slots").json()) and time.monotonic() < deadline:
             time.sleep(0.005)
-        _set(client, 0.0)  # answered once the running request has ended
+        _set(client, 0.0)  # answered at once: the running request keeps its scale
         worker.join(60)
         after = _text(client, n_predict=40, ignore_eos=True, cache_prompt=False)
         _set(client, 1.0)
@@ -84,22 +109,62 @@ def test_a_change_waits_for_the_running_request(lora_server):
     assert after != applied
 
 
-def test_requests_that_ask_for_other_scales_or_bad_ids_are_refused(lora_server):
+def test_requests_of_different_scales_run_side_by_side_each_as_alone(lora_server):
+    """Each step decodes one set's slots and the sets take turns (of 0.4 s: 160 tokens
+    take several), so each request's batches are the ones it has alone: the same
+    greedy text, token for token."""
+    asks = [None, [{"id": 0, "scale": 0.0}], [{"id": 0, "scale": 0.5}]]
+
+    def body(lora):
+        extra = {} if lora is None else {"lora": lora}
+        return {"prompt": PROMPT, "n_predict": 160, "temperature": 0, "ignore_eos": True, "cache_prompt": False,
+                **extra}
+
+    with lora_server.client() as client:
+        _set(client, 1.0)
+        alone = [client.post("/completion", json=body(lora)).json()["content"] for lora in asks[:2]]
+    streams: dict[int, tuple[float, float, str]] = {}  # first token's time, last's, the text
+
+    def run(index: int) -> None:
+        times, parts = [], []
+        with lora_server.client() as own, own.stream("POST", "/completion",
+                                                     json={**body(asks[index]), "stream": True}) as answer:
+            for line in answer.iter_lines():
+                if line.startswith("data: ") and (content := json.loads(line[6:]).get("content")):
+                    times.append(time.monotonic())
+                    parts.append(content)
+        streams[index] = (times[0], times[-1], "".join(parts))
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    # both were decoding at once: neither set waited for the other's request to end
+    assert max(first for first, _, _ in streams.values()) < min(last for _, last, _ in streams.values())
+    assert [streams[i][2] for i in range(2)] == alone
+    assert alone[0] != alone[1]
+
+
+def test_bad_ids_and_bad_bodies_are_refused(lora_server):
     with lora_server.client() as client:
         _set(client, 1.0)
         same = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "lora": [{"id": 0, "scale": 1.0}]})
         other = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "lora": [{"id": 0, "scale": 0.5}]})
         chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
                                                          "max_tokens": 2, "lora": []})
+        chat_nan = client.post("/v1/chat/completions", content=b'{"messages": [{"role": "user", "content": "Hi"}], '
+                               b'"max_tokens": 2, "lora": [{"id": 0, "scale": NaN}]}',
+                               headers={"content-type": "application/json"})
         bad = [client.post("/lora-adapters", json=body) for body in
                ({"id": 0}, [{"id": 1, "scale": 1}], [{"id": "0", "scale": 1}], [{"id": True}],
                 [{"id": 0, "scale": "x"}], [3])]
         nan = client.post("/lora-adapters", content=b'[{"id": 0, "scale": NaN}]')
         unknown = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "lora": [{"id": 7, "scale": 1}]})
         still = _text(client, n_predict=2)
-    assert same.status_code == 200
-    assert other.status_code == 400 and "POST /lora-adapters" in other.json()["error"]["message"]
-    assert chat.status_code == 400  # an empty list asks for every scale 0
+    assert same.status_code == 200 and other.status_code == 200
+    assert chat.status_code == 200  # an empty list runs with the server's scales, as in llama-server
+    assert chat_nan.status_code == 400
     assert all(answer.status_code == 400 for answer in bad) and nan.status_code == 400
     assert unknown.status_code == 400 and "invalid adapter id" in unknown.json()["error"]["message"]
     assert still
@@ -136,3 +201,33 @@ def test_a_file_that_is_not_an_adapter_fails_the_load(tmp_path):
                           capture_output=True, text=True, timeout=120)
     errors = [line for line in done.stderr.splitlines() if line.startswith("mlxcel: error:")]
     assert done.returncode == 1 and len(errors) == 1 and "LoRA adapter" in errors[0], done.stderr[-2000:]
+
+
+def test_a_config_files_model_takes_its_adapters(tmp_path, adapter):
+    """`adapter` in a --config model: loaded with that model alone, listed and set per
+    model (`?model=`), and a request's `lora` works there as with --lora."""
+    config = tmp_path / "fleet.yaml"
+    config.write_text(f"models:\n  tuned:\n    path: smollm2-135m-instruct\n    adapter: {adapter}\n"
+                      "  plain:\n    path: smollm2-135m-instruct\n")
+    proc = ServerProcess("--config", str(config), model=None)
+    try:
+        proc.wait_ready(health_path="/health?ready=1")
+        with proc.client(timeout=120) as client:
+            def text(model: str, **extra) -> str:
+                answer = client.post("/completion", json={"model": model, "prompt": PROMPT, "n_predict": 12,
+                                                          "temperature": 0, "cache_prompt": False, **extra})
+                assert answer.status_code == 200, answer.text
+                return answer.json()["content"]
+
+            listed = {}
+            tuned, tuned_at_zero = text("tuned"), text("tuned", lora=[{"id": 0, "scale": 0.0}])
+            listed["tuned"] = client.get("/lora-adapters?model=tuned").json()
+            plain = text("plain")  # loaded now, if it was not yet
+            listed["plain"] = client.get("/lora-adapters?model=plain").json()
+            refused = client.post("/completion", json={"model": "plain", "prompt": PROMPT, "n_predict": 2,
+                                                       "lora": [{"id": 0, "scale": 1.0}]})
+    finally:
+        proc.stop()
+    assert [row["path"] for row in listed["tuned"]] == [str(adapter)] and listed["plain"] == [], listed
+    assert tuned != plain and tuned_at_zero == plain
+    assert refused.status_code == 400 and "invalid adapter id" in refused.json()["error"]["message"]

@@ -98,6 +98,7 @@ class FakeRuntime:
         self.n_ctx = n_ctx_seq if kv_unified else n_ctx_seq * n_parallel
         self.vocab = object()  # opaque: only handed to the sampler factory
         self.model = model
+        self.loras: list = []  # no LoRA adapters
         self.memory: dict[int, list[int]] = {seq: [] for seq in range(n_parallel)}
         self.batches: list[DecodedBatch] = []  # every batch decode was asked for, refused ones too
         self.last: DecodedBatch | None = None  # the last batch decoded successfully

@@ -170,7 +170,7 @@ ERRORS = [
     ("models: {smol: {path: SMOL, pinned: true}}", "models.smol.pinned", "did you mean `pin`?"),
     ("modles: {}\nmodels: {a: {path: SMOL}}", "modles", "did you mean `models`?"),
     ("models: {a: {path: SMOL}}\nsrever: {}", "srever", "did you mean `server`?"),
-    ("models: {a: {path: SMOL, adapter: x.gguf}}", "models.a.adapter", "not supported by mlxcel: LoRA"),
+    ("models: {a: {path: SMOL, adapter: [7]}}", "models.a.adapter[0]", "string"),
     ("models: {a: {path: SMOL, stream: experts}}", "models.a.stream", "not supported by mlxcel"),
     ("models: {a: {path: SMOL, moe_experts: 4}}", "models.a.moe_experts", "not supported by mlxcel"),
     ("models: {a: {path: SMOL, native_mtp: true}}", "models.a.native_mtp", "not supported by mlxcel"),
@@ -322,3 +322,20 @@ def test_mmproj_names_a_projector_beside_the_model(tmp_path, caplog):
     assert host_config(ServerConfig(model=SMOL), config.models["a"]).mmproj == config.models["a"].mmproj
     missing = _load(tmp_path, f"models: {{a: {{path: {SMOL}, mmproj: nowhere.gguf}}, b: {{path: {SMOL}}}}}")
     assert list(missing.models) == ["b"] and "models.a.mmproj" in caplog.text
+
+
+def test_adapter_names_lora_adapters_of_the_model(tmp_path, caplog):
+    from mlxcel.config import ServerConfig
+    from mlxcel.fleet.residency import host_config
+    for name in ("one.gguf", "two.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    config = _load(tmp_path, f"models: {{a: {{path: {SMOL}, adapter: one.gguf}}, b: {{path: {SMOL}, "
+                             f"adapter: [one.gguf, two.gguf]}}, c: {{path: {SMOL}}}}}")
+    one, two = (str((tmp_path / name).resolve()) for name in ("one.gguf", "two.gguf"))
+    assert (config.models["a"].adapters, config.models["b"].adapters, config.models["c"].adapters) == \
+        ((one,), (one, two), ())
+    assert len({config.models[m].load_key() for m in "abc"}) == 3
+    assert host_config(ServerConfig(model=SMOL), config.models["b"]).lora == ((one, 1.0), (two, 1.0))
+    assert host_config(ServerConfig(model=SMOL), config.models["c"]).lora == ()
+    missing = _load(tmp_path, f"models: {{a: {{path: {SMOL}, adapter: [one.gguf, gone.gguf]}}, b: {{path: {SMOL}}}}}")
+    assert list(missing.models) == ["b"] and "models.a.adapter" in caplog.text and "gone.gguf" in caplog.text

@@ -1,14 +1,11 @@
-"""The engine's idle-slot work: slot actions wait for their slot, a LoRA change for
-every slot (holding admission meanwhile), and both fail when the engine stops."""
+"""The engine's idle-slot work: slot actions wait for their slot, and fail when the
+engine stops."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-
 import pytest
 
-from mlxcel.engine.idle_work import IdleWork, LoraChange
-from mlxcel.engine.lora import LoraError
+from mlxcel.engine.idle_work import IdleWork
 from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.slot_files import SlotAction, SlotFileError
 from mlxcel.engine.slots import SlotState, SlotTable
@@ -16,11 +13,7 @@ from mlxcel.engine.slots import SlotState, SlotTable
 
 class Runtime:
     def __init__(self) -> None:
-        self.scales: list[list[float]] = []
         self.cleared: list[int] = []
-
-    def set_lora_scales(self, scales: list[float]) -> None:
-        self.scales.append(scales)
 
     def seq_clear(self, seq_id: int) -> None:
         self.cleared.append(seq_id)
@@ -34,22 +27,7 @@ def _busy(slots: SlotTable, slot_id: int) -> None:
 
 def _work(n_slots: int = 2) -> tuple[IdleWork, SlotTable, Runtime]:
     slots, runtime = SlotTable(n_slots), Runtime()
-    return IdleWork(slots, runtime, 256, 100, None), slots, runtime
-
-
-def test_a_lora_change_waits_for_every_slot_and_holds_admission():
-    work, slots, runtime = _work()
-    _busy(slots, 1)
-    slots.slots[0].cached_tokens = [5, 6, 7]
-    first, latest = LoraChange([0.5], Future()), LoraChange([1.0], Future())
-    assert work.take(first) and work.take(latest) and not work.take(object())
-    assert work.holds_admission and not work.run_ready() and runtime.scales == []
-    slots.slots[1].release()
-    assert work.run_ready()
-    assert runtime.scales == [[1.0]]  # the latest asked for
-    assert first.done.result() is None and latest.done.result() is None
-    assert sorted(runtime.cleared) == [0, 1] and slots.slots[0].cached_tokens == []
-    assert not work.holds_admission and not work.pending
+    return IdleWork(slots, runtime, 256, 100), slots, runtime
 
 
 def test_slot_actions_wait_for_their_slot_and_bad_ids_fail():
@@ -69,11 +47,9 @@ def test_slot_actions_wait_for_their_slot_and_bad_ids_fail():
 def test_everything_waiting_fails_when_the_engine_stops():
     work, slots, _ = _work()
     _busy(slots, 0)
-    action, change = SlotAction("save", 0, "/tmp/x.bin"), LoraChange([1.0], Future())
-    work.take(action), work.take(change)
+    action = SlotAction("save", 0, "/tmp/x.bin")
+    assert work.take(action) and not work.take(object())
     work.fail_all("the server is shutting down")
     with pytest.raises(SlotFileError, match="shutting down"):
         action.done.result(0)
-    with pytest.raises(LoraError, match="shutting down"):
-        change.done.result(0)
     assert not work.pending

@@ -8,7 +8,7 @@ import pytest
 from mlxcel.cli.serve_args import UsageError, parse_serve_args
 from mlxcel.engine.lora import LoraAdapter, LoraError, requested_scales
 from mlxcel.turn.errors import InvalidRequest
-from mlxcel.turn.request_builder import check_request_lora
+from mlxcel.turn.request_builder import request_lora
 
 
 def test_adapters_in_order_with_their_scales(tmp_path):
@@ -38,13 +38,14 @@ def test_listed_ids_get_their_scale_and_the_others_zero():
             requested_scales(_adapters(1.0), entries)
 
 
-def test_a_request_may_only_ask_for_the_scales_the_server_runs():
-    check_request_lora([{"id": 0, "scale": 1.0}], _adapters(1.0))
-    check_request_lora([], [])
-    with pytest.raises(InvalidRequest, match="POST /lora-adapters"):
-        check_request_lora([{"id": 0, "scale": 0.5}], _adapters(1.0))
+def test_a_request_asks_for_its_own_scales_or_runs_with_the_servers():
+    assert request_lora([{"id": 0, "scale": 0.5}], _adapters(1.0, 1.0)) == (0.5, 0.0)
+    assert request_lora([{"id": 1}], _adapters(1.0, 0.0)) == (0.0, 1.0)
+    assert request_lora([], _adapters(1.0)) is None and request_lora(None, []) is None  # the server's
     with pytest.raises(InvalidRequest, match="invalid adapter id"):
-        check_request_lora([{"id": 0}], [])
+        request_lora([{"id": 0}], [])
+    with pytest.raises(InvalidRequest, match="finite"):
+        request_lora([{"id": 0, "scale": float("nan")}], _adapters(1.0))
 
 
 def test_adapters_belong_to_one_model_not_to_a_fleet(tmp_path):

@@ -79,8 +79,10 @@ async def lora_adapters(request: Request) -> list:
 
 @router.post("/lora-adapters")
 async def set_lora_adapters(request: Request) -> dict:
-    """`[{id, scale}]`: listed adapters get their scale, the others 0. Requests running
-    finish under the old scales first; the cached prefixes are dropped."""
+    """`[{id, scale}]`: listed adapters get their scale, the others 0: the server's
+    scales for the requests that name none, from the next one admitted. Requests
+    running keep theirs; cached prefixes stay, each kept with the scales it was
+    computed under."""
     host = host_of(request)
     body = await read_small_json(request)
     if not isinstance(body, list):
@@ -92,6 +94,6 @@ async def set_lora_adapters(request: Request) -> dict:
         raise invalid_request(str(exc)) from None
     try:
         await asyncio.wrap_future(host.engine.set_lora_scales(scales))
-    except (EngineStoppedError, LoraError) as exc:  # the server stops, or llama.cpp refused the change
+    except (EngineStoppedError, ValueError) as exc:  # the server stops
         raise server_error(str(exc)) from None
     return {"success": True}
