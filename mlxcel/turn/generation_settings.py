@@ -1,7 +1,8 @@
 """llama-server's `generation_settings` object, for /props and native responses:
 its fields, names, order and types (task_params::to_json). Float settings are
-reported as llama.cpp holds them (float32); settings mlxcel does not serve (LoRA,
-lazy grammars, backend sampling) at the values that leave them off."""
+reported as llama.cpp holds them (float32); settings mlxcel does not serve (lazy
+grammars, backend sampling) at the values that leave them off, and `lora` as a
+request without its own list has it."""
 
 from __future__ import annotations
 
