@@ -10,7 +10,8 @@ events included. A replica that dies before answering costs a retry on another; 
 that dies mid-stream ends the stream with an error event. /health, /metrics and
 /v1/metrics answer for every replica: ready while one is; samples labelled by
 replica. A Responses cancel goes to every replica, since only the one running a
-response can stop it."""
+response can stop it. A change of the server's state (POST /lora-adapters, POST
+/v1/cache/reset) goes to every replica, and succeeds once every one applied it."""
 
 import asyncio
 import dataclasses
@@ -45,6 +46,7 @@ HEALTH_PATHS = {"/health", "/v1/health"}
 METRICS_PATHS = {"/metrics", "/v1/metrics"}
 LISTEN_TIMEOUT_S = 30.0
 CANCEL_PATH = re.compile(r"/(?:v1/)?responses/[^/]+/cancel")
+EVERY_REPLICA_POSTS = {"/lora-adapters", "/v1/cache/reset"}  # each replica holds its own copy of what they change
 
 
 def _own_call_id() -> None:
@@ -132,6 +134,8 @@ class Gateway:
             return await self._metrics(envelope)
         if request.method == "POST" and CANCEL_PATH.fullmatch(bare):
             return await self._cancel(envelope)
+        if request.method == "POST" and bare in EVERY_REPLICA_POSTS:
+            return await self._everywhere(envelope)
         digests = await self._digests(envelope) if request.method == "POST" and bare in ROUTED else None
         return await self._forward(envelope, digests)
 
@@ -247,6 +251,27 @@ class Gateway:
         if chosen is None or (chosen[0] == 404 and len(answers) < len(results)):
             return _error(envelope.path, 503, "not every replica answered the cancel; retry it", "unavailable_error")
         return Response(chosen[1], status_code=chosen[0], media_type="application/json")
+
+    async def _everywhere(self, envelope: HttpEnvelope) -> Response:
+        """A change every replica makes: its answer when all answered 200 (the freed
+        counts of a cache reset summed, each replica's answer under `replicas`); the
+        refusal when one refused (they all read the same body); 503 when one did not
+        answer, since the replicas may now differ and the change is safe to repeat."""
+        results = await self._fan_out(envelope)
+        if not results or any(isinstance(a, BaseException) for a in results.values()):
+            return _error(envelope.path, 503, "not every replica answered the change; repeat it",
+                          "unavailable_error")
+        refused = next(((s, b) for s, b in results.values() if s != 200), None)
+        if refused is not None:
+            return Response(refused[1], status_code=refused[0], media_type="application/json")
+        answers = {r: json.loads(b) for r, (_, b) in results.items()}
+        first = next(iter(answers.values()))
+        if not isinstance(first, dict) or "freed_entries" not in first:
+            return JSONResponse(first)
+        merged = {**first, "replicas": answers}
+        for key in ("freed_entries", "freed_bytes"):
+            merged[key] = sum(a.get(key, 0) for a in answers.values())
+        return JSONResponse(merged)
 
     async def _metrics(self, envelope: HttpEnvelope) -> Response:
         answers = await self._answers(envelope)

@@ -37,6 +37,7 @@ class SlotView:
     draft_rounds: int = 0
     draft_n: int = 0
     draft_accepted: int = 0
+    lora: tuple[float, ...] = ()  # the LoRA scales its sequence holds (a scale per adapter)
 
     @property
     def busy(self) -> bool:
@@ -80,7 +81,7 @@ class EngineSnapshot:
 def _slot_view(slot) -> SlotView:
     request = slot.request
     if request is None:
-        return SlotView(slot.id, slot.state, -1, 0, 0, len(slot.cached_tokens))
+        return SlotView(slot.id, slot.state, -1, 0, 0, len(slot.cached_tokens), lora=slot.lora)
     return SlotView(
         id=slot.id,
         state=slot.state,
@@ -97,6 +98,7 @@ def _slot_view(slot) -> SlotView:
         draft_rounds=slot.draft_rounds,
         draft_n=slot.draft_n,
         draft_accepted=slot.draft_accepted,
+        lora=slot.lora,
     )
 
 

@@ -2,8 +2,9 @@
 (`mlxcel serve --replicas 2 -t 1`). Every API answers through the gateway as it does
 from one process; a conversation's turns stay on the replica holding its prefix while
 unrelated requests spread; /health, /metrics and /v1/metrics speak for every replica;
-a replica killed mid-stream ends that stream with an error event, the survivor takes
-new requests at once, and Ray brings the replica back. The kill test runs last."""
+a change of the server's LoRA scales or a cache reset reaches every replica; a replica
+killed mid-stream ends that stream with an error event, the survivor takes new
+requests at once, and Ray brings the replica back. The kill test runs last."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from tests.cluster_process import ClusterProcess
+from tests.fixtures.lora_adapter import write_lora_adapter
 
 pytestmark = pytest.mark.slow
 SYSTEM = ("You are a careful assistant for a team of geographers. Answer in one short sentence, in English, "
@@ -28,12 +30,15 @@ SYSTEM = ("You are a careful assistant for a team of geographers. Answer in one 
 
 
 @pytest.fixture(scope="module")
-def cluster(redis_server):
+def cluster(redis_server, tmp_path_factory):
     """Two replicas sharing their Responses state in a real Redis; the gateway listens on
-    TCP and on a UNIX socket."""
+    TCP and on a UNIX socket. A LoRA adapter is loaded at scale 0 (the output is the
+    model's own until a test applies it)."""
     socket_path = tempfile.mkdtemp(prefix="mlxcel-gw-") + "/gateway.sock"
+    adapter = write_lora_adapter(tmp_path_factory.mktemp("lora") / "adapter.gguf")
     proc = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "4096", "--metrics",
-                          "--state-url", f"{redis_server.url}/3", "--host", f"127.0.0.1,{socket_path}")
+                          "--state-url", f"{redis_server.url}/3", "--host", f"127.0.0.1,{socket_path}",
+                          "--lora", str(adapter), "--lora-init-without-apply")
     proc.socket_path = socket_path
     try:
         yield proc.wait_ready(replicas=2)
@@ -178,6 +183,23 @@ def test_health_and_metrics_speak_for_every_replica(client):
     assert len(families) == len(set(families)), "each family once, under one TYPE"
     snapshot = client.get("/v1/metrics").json()
     assert snapshot["replica_count"] == 2 and {r["replica"] for r in snapshot["replicas"]} == set(replicas)
+
+
+def test_a_change_of_lora_scales_and_a_cache_reset_reach_every_replica(client):
+    changed = client.post("/lora-adapters", json=[{"id": 0, "scale": 0.5}])
+    try:
+        # GETs go to either replica (the gateway forwards them to whichever Ray picks)
+        scales = {client.get("/lora-adapters").json()[0]["scale"] for _ in range(16)}
+        refused = client.post("/lora-adapters", json=[{"id": 3, "scale": 1}])
+    finally:
+        restored = client.post("/lora-adapters", json=[{"id": 0, "scale": 0.0}])
+    assert changed.status_code == 200 and changed.json() == {"success": True} and restored.status_code == 200
+    assert scales == {0.5}
+    assert refused.status_code == 400 and "invalid adapter id" in refused.json()["error"]["message"]
+    chat(client, [{"role": "user", "content": SYSTEM + "Name a river."}])  # something cached on one replica
+    reset = client.post("/v1/cache/reset")
+    assert reset.status_code == 200 and len(reset.json()["replicas"]) == 2
+    assert reset.json()["freed_entries"] == sum(r["freed_entries"] for r in reset.json()["replicas"].values())
 
 
 def _response_id(lines) -> str:

@@ -284,6 +284,8 @@ async def slots(request: Request):
                 "n_prompt_tokens": slot.n_prompt_tokens,
                 "n_decoded": slot.n_decoded,
                 "n_cached": slot.n_cached,
+                # the LoRA scales the slot runs (or last ran) with, as llama-server's slot params list them
+                "lora": [{"id": i, "scale": scale} for i, scale in enumerate(slot.lora)],
             }
         )
     return rows
