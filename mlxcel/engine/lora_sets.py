@@ -57,6 +57,7 @@ class LoraSets:
         self.applied: LoraScales = tuple(a.scale for a in self.adapters)  # the runtime applied them at load
         self._turn: LoraScales | None = None  # the set whose turn it is, while several are busy
         self._turn_ends = 0.0  # the clock's reading when that turn is over
+        self._served_at: dict[LoraScales, float] = {}  # when each busy set last had a step
 
     @property
     def server(self) -> LoraScales:
@@ -76,20 +77,23 @@ class LoraSets:
 
     def step_set(self, slots: Iterable[Slot]) -> LoraScales | None:
         """The set this step decodes; None while every busy slot runs the same one (a
-        step then takes them all). The sets take turns of TURN_S, in a fixed order; a
-        turn ends early once its set has no busy slot."""
+        step then takes them all). The sets take turns of TURN_S, the one that waited
+        longest next (a set that has had no step yet first); a turn ends early once its
+        set has no busy slot."""
         if not self.adapters:
             return None
         sets = sorted({slot.lora for slot in slots if slot.state is not SlotState.IDLE})
         now = self.clock()
+        self._served_at = {s: t for s, t in self._served_at.items() if s in sets}  # bounded by the slots
         if len(sets) <= 1:
+            self._served_at.update({s: now for s in sets})
             self._turn_ends = now  # a set arriving now gets the next step
             return None
-        if self._turn in sets and now < self._turn_ends:
-            return self._turn
-        last = self._turn
-        self._turn = next((s for s in sets if last is not None and s > last), sets[0])
-        self._turn_ends = now + TURN_S
+        if not (self._turn in sets and now < self._turn_ends):
+            others = [s for s in sets if s != self._turn]
+            self._turn = min(others, key=lambda s: self._served_at.get(s, float("-inf")))
+            self._turn_ends = now + TURN_S
+        self._served_at[self._turn] = now
         return self._turn
 
     def use(self, scales: LoraScales) -> None:

@@ -68,6 +68,22 @@ def test_the_sets_take_turns_and_one_set_needs_no_turns():
     assert turns == [s for s in [(0.0,), (0.5,), (1.0,), (0.0,)] for _ in range(8)]
     slots.slots[3].release()  # (0.0,)'s only slot ends its turn early
     assert sets.step_set(slots) == (0.5,)
+
+
+def test_a_set_that_arrives_while_another_runs_gets_the_next_step():
+    now = [0.0]
+    sets, slots = LoraSets(Runtime(1.0), clock=lambda: now[0]), SlotTable(3)
+    _running(slots, 0, (1.0,), [1])
+    for _ in range(5):
+        assert sets.step_set(slots) is None
+        now[0] += 0.01
+    _running(slots, 1, (2.0,), [1], SlotState.PREFILL)  # sorts after the running set, and goes first
+    assert sets.step_set(slots) == (2.0,)
+    now[0] += TURN_S + 0.01
+    _running(slots, 2, (0.5,), [1], SlotState.PREFILL)  # never served: ahead of (1.0,), which waited since
+    assert sets.step_set(slots) == (0.5,)
+    now[0] += TURN_S + 0.01
+    assert sets.step_set(slots) == (1.0,)
     assert LoraSets(Runtime()).step_set(slots) is None  # no adapters: never a turn
 
 
