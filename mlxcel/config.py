@@ -131,6 +131,7 @@ class ServerConfig:
     props_endpoint: bool = False  # --props: POST /props answers success
     special: bool = False  # -sp: special tokens' text in the output
     skip_chat_parsing: bool = False  # --skip-chat-parsing: chat output is all content
+    jinja: bool = True  # --no-jinja: chat prompts by llama.cpp's built-in template formats
     slots_endpoint: bool = True
     cache_prompt: bool = True
     sampling: SamplingParams = field(default_factory=SamplingParams)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mlxcel.chat.builtin_template import BuiltinTemplate
 from mlxcel.chat.continuation import PromptEnding, continued_text, generation_prompt
+from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.media_parts import MediaIntake
 from mlxcel.chat.messages import add_instruction, normalise_messages
 from mlxcel.chat.reasoning import ReasoningMarkers, strip_prior_reasoning
@@ -28,7 +30,7 @@ class PreparedChat:
 
 
 def prepare_chat(
-    template: ChatTemplate,
+    template: ChatTemplate | BuiltinTemplate,
     tokenizer: Tokenizer,
     messages: list[dict],
     tools: list[dict] | None,
@@ -39,6 +41,11 @@ def prepare_chat(
 ) -> PreparedChat:
     """With `media`, media parts the model takes become markers (recorded there) and
     the tokens are left to the projector."""
+    if not template.jinja:  # as llama-server without --jinja
+        if tools:
+            raise ChatInputError("tools param requires --jinja flag")
+        if tool_choice not in (None, "auto"):
+            raise ChatInputError("tool_choice param requires --jinja flag")
     messages = normalise_messages(messages, media)
     markers = template.reasoning_markers
     continued = messages.pop() if ending.continue_final and messages else None

@@ -108,6 +108,8 @@ def _describe(exc: Exception) -> str:
 class ChatTemplate:
     """A compiled chat template plus the special tokens it is rendered with."""
 
+    jinja = True  # rendered by Jinja (builtin_template.py renders with llama.cpp's formats)
+
     def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
         self.source = source
         self.bos_token = bos_token

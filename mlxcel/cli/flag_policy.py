@@ -28,8 +28,6 @@ _refuse("serves several models from an INI file of presets (give --models-dir a 
 _refuse("downloads a multimodal projector (give --mmproj a path)", "-mmu", "--mmproj-url", "--mmproj-auto")
 _refuse("changes how video is cut into frames (mlxcel samples frames with --video-max-frames and the part's fps)",
         "--video-ffmpeg-dir", "--video-timestamp-interval")
-_refuse("renders chat prompts with llama.cpp's built-in templates instead of Jinja (not implemented)",
-        "--no-jinja")
 _refuse("serves other routes or a web UI (not implemented)",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
         "--webui", "--ui", "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",

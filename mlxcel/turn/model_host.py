@@ -295,6 +295,15 @@ class ModelHost:
 
         bos, eos = token_text(tokenizer.bos), token_text(tokenizer.eos)
         setting = self.config.chat_template
+        if not self.config.jinja:  # --no-jinja: llama.cpp's built-in formats, content-only output
+            from mlxcel.chat.builtin_template import BuiltinTemplate
+
+            if setting and Path(setting).is_file():
+                setting = Path(setting).read_text(encoding="utf-8", errors="replace")
+            self.template = BuiltinTemplate(setting or runtime.chat_template() or "chatml")
+            self.chat_template = self.template.source
+            self.tool_parser_cls = None
+            return
         if setting and Path(setting).is_file():
             self.template = load_chat_template(runtime.chat_template(), setting, bos, eos)
         elif setting:

@@ -43,14 +43,14 @@ def test_bad_values_raise_usage_error(argv):
 
 def test_unimplemented_tuning_flags_are_split_off():
     kept, ignored = split_llama_server_flags(
-        ["--jinja", "-c", "512", "-ctk", "q8_0", "--cache-reuse=0", "--poll", "50", "-fa", "on",
+        ["-cb", "-c", "512", "-ctk", "q8_0", "--cache-reuse=0", "--poll", "50", "-fa", "on",
          "--no-such-thing"])
-    assert ignored == ["--jinja", "--cache-reuse", "--poll"]
+    assert ignored == ["-cb", "--cache-reuse", "--poll"]
     assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
 
 
 @pytest.mark.parametrize("flag", ["--webui-config", "--mmproj-url", "--models-preset", "--tools",
-                                  "-hf", "--no-jinja", "--webui"])
+                                  "-hf", "--webui"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):
         parse_serve_args(["-m", "smollm2-135m-instruct", flag, "x"])
