@@ -126,6 +126,7 @@ class ServerConfig:
     static_path: str | None = None  # --path: a folder's files served beside the API
     metrics: bool = False
     models_dir: str | None = None  # --models-dir: every GGUF in the folder, by name (router mode)
+    models_preset: str | None = None  # --models-preset: an INI file of models and their flags (router mode)
     models_max: int = 4  # --models-max: most models resident at once (0: no limit)
     models_autoload: bool = True  # --no-models-autoload: requests do not load their model
     props_endpoint: bool = False  # --props: POST /props answers success

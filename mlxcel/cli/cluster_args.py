@@ -51,8 +51,9 @@ def cluster_settings(args: argparse.Namespace) -> ClusterSettings | None:
         raise ClusterUsageError("--min-replicas and --max-replicas go together")
     if scaling and args.min_replicas > args.max_replicas:
         raise ClusterUsageError("--min-replicas must not exceed --max-replicas")
-    if args.models_dir is not None:
-        raise ClusterUsageError("--replicas serves one model (-m): --models-dir is single-process only")
+    if args.models_dir is not None or args.models_preset is not None:
+        raise ClusterUsageError("--replicas serves one model (-m): --models-dir and --models-preset are "
+                                "single-process only")
     if args.config_file is not None:
         raise ClusterUsageError("--replicas serves one model (-m): --config is single-process only")
     replicas = args.replicas or (args.min_replicas if scaling else 1)

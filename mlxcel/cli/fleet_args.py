@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 
-from mlxcel.cli.serve_args import UsageError
+from mlxcel.cli.serve_args import UsageError, split_llama_server_flags
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.config_file import load_fleet_config
 from mlxcel.fleet.entries import FleetConfig
 from mlxcel.fleet.errors import ConfigError
 from mlxcel.fleet.models_dir import models_dir_fleet
+from mlxcel.fleet.models_preset import models_preset_fleet
+
+
+def _is_tuning(flag: str) -> bool:
+    """A llama-server flag the command line accepts only to name it as tuning."""
+    try:
+        return bool(split_llama_server_flags([flag])[1])
+    except UsageError:  # one the command line refuses
+        return False
 
 
 def _given(config: ServerConfig, *flags: str) -> bool:
@@ -20,7 +29,10 @@ def _given(config: ServerConfig, *flags: str) -> bool:
 
 def fleet_settings(config: ServerConfig) -> tuple[ServerConfig, FleetConfig]:
     try:
-        if config.models_dir is not None:
+        if config.models_preset is not None:
+            fleet = models_preset_fleet(config.models_preset, config.models_dir, config.models_max,
+                                        config.models_autoload, config.explicit_flags, _is_tuning)
+        elif config.models_dir is not None:
             fleet = models_dir_fleet(config.models_dir, config.models_max, config.models_autoload)
         else:
             fleet = load_fleet_config(config.config_file)

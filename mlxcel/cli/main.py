@@ -27,7 +27,7 @@ def serve(argv: list[str], prog: str) -> int:
     fleet = None
     try:
         config = parse_serve_args(argv, prog=prog)
-        if config.config_file is not None or config.models_dir is not None:
+        if config.config_file is not None or config.models_dir is not None or config.models_preset is not None:
             from mlxcel.cli.fleet_args import fleet_settings
 
             config, fleet = fleet_settings(config)

@@ -180,6 +180,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "serve the files of this folder as they are (GET /: its index.html), beside the API"),
     (("--models-dir",), "models_dir", str, None, "LLAMA_ARG_MODELS_DIR",
      "serve every GGUF in this folder by name (llama-server's router mode; sub-folders: one model each)"),
+    (("--models-preset",), "models_preset", str, None, "LLAMA_ARG_MODELS_PRESET",
+     "INI file of model presets (llama-server's router mode): a section per model, keys as llama-server flags"),
     (("--models-max",), "models_max", _ranged(int, 0), 4, "LLAMA_ARG_MODELS_MAX",
      "with --models-dir or --config: most models loaded at once, least recently used unloaded first (0: no limit)"),
     (("--slot-save-path",), "slot_save_path", str, None, "LLAMA_ARG_SLOT_SAVE_PATH",
@@ -659,11 +661,12 @@ def _load_mode_setting(args: argparse.Namespace) -> str:
 
 
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
-    if args.config_file is None and args.models_dir is None:
+    if args.config_file is None and args.models_dir is None and args.models_preset is None:
         _check_model(args.model)
     elif args.lora or args.lora_scaled or args.control_vector or args.control_vector_scaled:
         raise UsageError("LoRA adapters and control vectors belong to one model: --lora and --control-vector serve "
-                         "with -m, not with --config or --models-dir (a config file's model takes `adapter`)")
+                         "with -m, not with --config, --models-dir or --models-preset (a config file's model takes "
+                         "`adapter`, a preset's `lora`)")
     if args.model_draft:
         _check_model(args.model_draft)
     if args.mmproj and not Path(args.mmproj).expanduser().is_file():
@@ -708,6 +711,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         cluster=cluster,
         config_file=args.config_file,
         models_dir=args.models_dir,
+        models_preset=args.models_preset,
         models_max=args.models_max,
         models_autoload=args.models_autoload,
         explicit_flags=frozenset(getattr(args, "explicit_flags", ())),
@@ -828,12 +832,12 @@ def parse_serve_args(argv: list[str], prog: str = "mlxcel serve") -> ServerConfi
     parser = serve_parser(prog)
     args = parser.parse_args(kept)
     given = {arg.split("=", 1)[0] for arg in kept}
-    if args.config_file is not None and args.models_dir is not None:
-        raise UsageError("--config and --models-dir each say which models to serve: use one of them")
-    if args.config_file is not None or args.models_dir is not None:
+    if args.config_file is not None and (args.models_dir is not None or args.models_preset is not None):
+        raise UsageError("--config and --models-dir / --models-preset each say which models to serve: use one of them")
+    if args.config_file is not None or args.models_dir is not None or args.models_preset is not None:
         if given & {"-m", "--model"}:
             flag = "--config serves the models its file lists" if args.config_file else \
-                "--models-dir serves the models in its folder"
+                "--models-dir / --models-preset serve the models they name"
             raise UsageError(f"{flag}: drop -m/--model")
         args.explicit_flags = given
     else:  # one model: the router's flags have nothing to act on

@@ -4,7 +4,7 @@ them. Field names follow gmlx's configuration format where a key applies."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,8 @@ class FleetConfig:
     family_defaults: bool = True  # server.family_defaults: false turns the intents off
     autoload: bool = True  # --no-models-autoload: a request does not load its model (POST /v1/keep does)
     from_models_dir: bool = False  # --models-dir: `path` is the folder, scanned again on /v1/reload
+    # /v1/reload's reading (--models-preset: the INI file and the folder again); None: `path` as YAML
+    reread: Callable[[], FleetConfig] | None = field(default=None, compare=False)
     cache_enabled: bool | None = None  # server.cache.enabled (the prompt cache)
     embeddings: str | None = None  # service roles: a catalog name or a GGUF path
     rerank: str | None = None

@@ -119,7 +119,7 @@ def test_pinned_and_round_robin_and_not_ready():
 
 def _args(**given):
     base = dict(replicas=0, ray_address=None, router="prefix", min_replicas=None, max_replicas=None, ray_cpus=None,
-                host=["127.0.0.1"], config_file=None, threads=None, models_dir=None)
+                host=["127.0.0.1"], config_file=None, threads=None, models_dir=None, models_preset=None)
     return argparse.Namespace(**{**base, **given})
 
 
@@ -134,7 +134,7 @@ def test_cluster_settings_from_flags():
     assert (scaled.replicas, scaled.max_replicas) == (1, 3)
     assert cluster_settings(_args(replicas=2, host=["127.0.0.1", "a.sock"])).replicas == 2  # the gateway's addresses
     for bad in (_args(min_replicas=1), _args(min_replicas=3, max_replicas=2), _args(replicas=2, config_file="f.yaml"),
-                _args(replicas=2, models_dir="models")):
+                _args(replicas=2, models_dir="models"), _args(replicas=2, models_preset="models.ini")):
         with pytest.raises(ClusterUsageError):
             cluster_settings(bad)
 

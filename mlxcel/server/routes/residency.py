@@ -75,7 +75,9 @@ async def reload(request: Request):
         return {"status": "unsupported"}
     try:
         current = fleet.config
-        if current.from_models_dir:  # the folder, scanned again
+        if current.reread is not None:  # --models-preset: the file read again (and the folder scanned)
+            config = await asyncio.to_thread(current.reread)
+        elif current.from_models_dir:  # the folder, scanned again
             config = await asyncio.to_thread(models_dir_fleet, current.path, current.max_models or 0, current.autoload)
         else:
             config = await asyncio.to_thread(load_fleet_config, current.path)
