@@ -23,7 +23,7 @@ _refuse("downloads or selects models another way (use -m with a path or a catalo
         "--fim-qwen-1.5b-default", "--fim-qwen-3b-default", "--fim-qwen-7b-default", "--fim-qwen-7b-spec",
         "--fim-qwen-14b-spec", "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
         "--embd-gemma-default", "--vision-gemma-4b-default", "--vision-gemma-12b-default", "--spec-default")
-_refuse("downloads a multimodal projector (give --mmproj a path)", "-mmu", "--mmproj-url", "--mmproj-auto")
+_refuse("downloads a multimodal projector (give --mmproj a path)", "-mmu", "--mmproj-url")
 _refuse("changes how video is cut into frames (mlxcel samples frames with --video-max-frames and the part's fps)",
         "--video-ffmpeg-dir", "--video-timestamp-interval")
 _refuse("serves other routes or a web UI (not implemented)",

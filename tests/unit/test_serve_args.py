@@ -68,8 +68,9 @@ def test_every_llama_server_flag_is_implemented_refused_or_tuning():
     semantic_words = ("lora", "mmproj", "embed", "rerank", "grammar", "schema", "rope", "yarn", "hf-", "model-url",
                       "pooling", "control-vector", "reasoning", "ssl", "api-prefix")
     # a "--no-..." flag asks for what mlxcel does anyway (no projector, no adapter); where the
-    # projector's weights live (GPU offload) changes nothing that is computed
-    tuning = {"--mmproj-offload"}
+    # projector's weights live (GPU offload) changes nothing that is computed; --mmproj-auto
+    # only picks the projector of a -hf download (refused), so with -m it changes nothing
+    tuning = {"--mmproj-offload", "--mmproj-auto"}
     leaked = [f for f in warned if not f.startswith("--no-") and f not in tuning
               and any(word in f for word in semantic_words)]
     assert leaked == []
