@@ -17,7 +17,7 @@ import numpy as np
 
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.llama_runtime import LOAD_MODES, ModelLoadError, _init_backend, _set, place_weights
-from mlxcel.engine.weight_pages import release_after_load
+from mlxcel.engine.weight_pages import MAPPINGS, release_after_load
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -58,6 +58,10 @@ class EmbeddingRuntime:
     def __init__(self, config: EmbeddingRuntimeConfig) -> None:
         _init_backend()
         self.config = config
+        with MAPPINGS:  # one model's memory mapped or dropped at a time (weight_pages.py)
+            self._open(config)
+
+    def _open(self, config: EmbeddingRuntimeConfig) -> None:
         # the same checked setter as the chat runtime's (a field llama.cpp's struct lacks is an error)
         model_params = place_weights(_set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
                                           load_mode=LOAD_MODES[config.load_mode]),
@@ -135,9 +139,10 @@ class EmbeddingRuntime:
         return np.ctypeslib.as_array(pointer, shape=(self.n_out,)).astype(np.float32, copy=True)
 
     def close(self) -> None:
-        if self.ctx:
-            llama_cpp.llama_free(self.ctx)
-            self.ctx = None
-        if self.model:
-            llama_cpp.llama_model_free(self.model)
-            self.model = None
+        with MAPPINGS:
+            if self.ctx:
+                llama_cpp.llama_free(self.ctx)
+                self.ctx = None
+            if self.model:
+                llama_cpp.llama_model_free(self.model)
+                self.model = None

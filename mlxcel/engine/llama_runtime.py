@@ -28,7 +28,7 @@ from mlxcel.engine.kv_overrides import KvOverride, override_array
 from mlxcel.engine.lora import LoraError, apply_scales, load_adapters
 from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.weight_buffers import avoids_amx, repack_weights
-from mlxcel.engine.weight_pages import release_after_load
+from mlxcel.engine.weight_pages import MAPPINGS, release_after_load
 
 log = logging.getLogger("mlxcel.llama")
 
@@ -200,6 +200,10 @@ class LlamaRuntime:
     def __init__(self, config: RuntimeConfig,
                  choose_flash_attn: Callable[[object, object], int] | None = None) -> None:
         _init_backend()
+        with MAPPINGS:  # one model's memory mapped or dropped at a time (weight_pages.py)
+            self._open(config, choose_flash_attn)
+
+    def _open(self, config: RuntimeConfig, choose_flash_attn: Callable[[object, object], int] | None) -> None:
         weights = ContextPages(config.huge_pages, what="the weights llama.cpp copied (repacked or read in)")
         self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params(config))
         if not self.model:
@@ -358,12 +362,13 @@ class LlamaRuntime:
             llama_cpp.llama_set_causal_attn(self.ctx, True)
 
     def close(self) -> None:
-        if self.ctx:
-            llama_cpp.llama_free(self.ctx)
-            self.ctx = None
-        if self.model:
-            llama_cpp.llama_model_free(self.model)
-            self.model = None
+        with MAPPINGS:
+            if self.ctx:
+                llama_cpp.llama_free(self.ctx)
+                self.ctx = None
+            if self.model:
+                llama_cpp.llama_model_free(self.model)
+                self.model = None
 
 
 def _state_buffer(size: int) -> np.ndarray:

@@ -12,12 +12,19 @@ file's mappings: the pages stay in the page cache, shared and reclaimable, and t
 file stays mapped). What llama.cpp reads again (the weights it computes with in place)
 comes back on first touch, a minor fault per page, during the warm-up decode; the
 repacked weights' pages and the embedding rows of tokens never seen do not. Skipped
-where the pages are locked (`--mlock`: they must stay) or not mapped (`--no-mmap`)."""
+where the pages are locked (`--mlock`: they must stay) or not mapped (`--no-mmap`).
+
+The drop works on address ranges read from /proc/self/smaps. Another thread's model
+load (llama.cpp unmaps the parts of a file it does not need) or free could unmap one of
+them in between, and a new allocation take its place, which the drop would then zero:
+a server loading one GGUF twice at once (as its embedding and its rerank model) died
+of it. So every load, context creation, free and drop in the process holds MAPPINGS."""
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 from pathlib import Path
 
 from mlxcel.engine.page_calls import MADV_DONTNEED, madvise
@@ -25,6 +32,7 @@ from mlxcel.engine.page_calls import MADV_DONTNEED, madvise
 log = logging.getLogger("mlxcel.llama")
 
 _SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
+MAPPINGS = threading.RLock()  # held by whatever maps, unmaps or drops a model's memory
 
 
 def model_files(path: Path) -> set[str]:
@@ -69,7 +77,8 @@ def release_after_load(path: Path, load_mode: str) -> None:
     """release_model_pages() where the load mapped the file and did not lock it, logged."""
     if load_mode not in MAPPED_LOAD_MODES:
         return
-    held = release_model_pages(path)
+    with MAPPINGS:
+        held = release_model_pages(path)
     if held:
         log.info("dropped the %d MiB of %s's mapped pages the load left resident; llama.cpp maps back those it "
                  "reads again (not the weights it repacked)", held >> 10, Path(path).name)

@@ -1,8 +1,7 @@
 """llama-server's `generation_settings` object, for /props and native responses:
 its fields, names, order and types (task_params::to_json). Float settings are
 reported as llama.cpp holds them (float32); settings mlxcel does not serve (lazy
-grammars, backend sampling) at the values that leave them off, and `lora` as a
-request without its own list has it."""
+grammars, backend sampling) at the values that leave them off."""
 
 from __future__ import annotations
 
@@ -37,6 +36,7 @@ def generation_settings(
     n_discard: int = 0,
     speculative: str = "none",
     reasoning_format: str = "deepseek",
+    lora: tuple[float, ...] | None = None,
 ) -> dict:
     """`banned_eog`: the end-of-generation tokens `ignore_eos` bans, which llama-server
     lists in `logit_bias` after the request's own biases."""
@@ -93,5 +93,6 @@ def generation_settings(
         "timings_per_token": False,
         "post_sampling_probs": post_sampling_probs,
         "backend_sampling": False,
-        "lora": [],
+        # a request's own LoRA scales, one entry per loaded adapter; none: the server's
+        "lora": [{"id": i, "scale": f32(scale)} for i, scale in enumerate(lora or ())],
     }

@@ -41,7 +41,7 @@ def verbose_object(
         "tokens_predicted": finish.completion_tokens,
         "tokens_evaluated": finish.prompt_tokens,
         "generation_settings": generation_settings(request.sampling, request.max_tokens, request.stop,
-                                                   request.ignore_eos, finish.seed),
+                                                   request.ignore_eos, finish.seed, lora=request.lora),
         "prompt": prompt,
         "has_new_line": "\n" in text,
         "truncated": False,

@@ -60,12 +60,16 @@ def test_the_scale_changes_the_output(lora_server, adapter):
         assert _set(client, 0.0) == {"success": True}
         plain = _text(client, cache_prompt=False)
         asked = [_text(client, cache_prompt=False, lora=[{"id": 0, "scale": scale}]) for scale in (1.0, 0.0)]
+        reported = client.post("/completion", json={"prompt": PROMPT, "n_predict": 1,
+                                                    "lora": [{"id": 0, "scale": 0.5}]}).json()["generation_settings"]
+        unasked = client.post("/completion", json={"prompt": PROMPT, "n_predict": 1}).json()["generation_settings"]
         _set(client, 1.0)
         applied_again = _text(client, cache_prompt=False)
         rows = client.get("/lora-adapters").json()
     assert listed == [{"id": 0, "path": str(adapter), "scale": 1.0, "task_name": "test-task", "prompt_prefix": ""}]
     assert applied != plain and applied_again == applied
     assert asked == [applied, plain]  # a request's own scales, whatever the server's
+    assert reported["lora"] == [{"id": 0, "scale": 0.5}] and unasked["lora"] == []  # as llama-server reports them
     assert rows[0]["scale"] == 1.0
 
 

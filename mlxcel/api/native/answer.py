@@ -42,7 +42,7 @@ class CompletionAnswer:
                 banned_eog=self.tokenizer.eog_tokens, n_probs=self.n_probs,
                 post_sampling_probs=request.post_sampling_probs, stream=self.stream,
                 grammar=getattr(request.constraint, "source", ""), n_keep=request.n_keep, n_discard=request.n_discard,
-                speculative=self.speculative,
+                speculative=self.speculative, lora=request.lora,
             ),
             "prompt": self.tokenizer.decode(request.prompt_tokens),
             "has_new_line": "\n" in result.text,
