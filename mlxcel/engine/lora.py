@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import llama_cpp
 
+MAX_SCALE = 1000.0  # far past any useful scale (they sit near 1), far below float32's range
+
 
 class LoraError(RuntimeError):
     pass
@@ -67,5 +69,7 @@ def requested_scales(adapters: list[LoraAdapter], entries: list[dict]) -> list[f
             raise LoraError(f"invalid adapter id: {index!r} ({loaded})")
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
             raise LoraError(f"adapter {index}: scale must be a finite number")
+        if abs(scale) > MAX_SCALE:  # llama.cpp computes in float32: 1e300 is inf there, and kills the process
+            raise LoraError(f"adapter {index}: scale must be within ±{MAX_SCALE:g}")
         scales[index] = float(scale)
     return scales

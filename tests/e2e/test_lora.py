@@ -165,15 +165,19 @@ def test_bad_ids_and_bad_bodies_are_refused(lora_server):
                                headers={"content-type": "application/json"})
         bad = [client.post("/lora-adapters", json=body) for body in
                ({"id": 0}, [{"id": 1, "scale": 1}], [{"id": "0", "scale": 1}], [{"id": True}],
-                [{"id": 0, "scale": "x"}], [3])]
+                [{"id": 0, "scale": "x"}], [3], [{"id": 0, "scale": 1e300}])]
         nan = client.post("/lora-adapters", content=b'[{"id": 0, "scale": NaN}]')
         unknown = client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "lora": [{"id": 7, "scale": 1}]})
+        # float32 inf in llama.cpp's graph killed the process; the bound answers first
+        huge = [client.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "lora": [{"id": 0, "scale": s}]})
+                for s in (1e300, -1e300, 1e38)]
         still = _text(client, n_predict=2)
     assert same.status_code == 200 and other.status_code == 200
     assert chat.status_code == 200  # an empty list runs with the server's scales, as in llama-server
     assert chat_nan.status_code == 400
     assert all(answer.status_code == 400 for answer in bad) and nan.status_code == 400
     assert unknown.status_code == 400 and "invalid adapter id" in unknown.json()["error"]["message"]
+    assert all(answer.status_code == 400 and "within" in answer.json()["error"]["message"] for answer in huge)
     assert still
 
 

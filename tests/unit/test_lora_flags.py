@@ -33,7 +33,7 @@ def test_listed_ids_get_their_scale_and_the_others_zero():
     assert requested_scales(_adapters(1.0), [{"id": 0}]) == [1.0]  # the scale defaults to 1
     assert requested_scales(_adapters(1.0), []) == [0.0]
     for entries in ([{"id": 2}], [{"id": -1}], [{"id": "0"}], [{"id": True}], [{"id": 0, "scale": float("inf")}],
-                    [{"id": 0, "scale": "1"}], [5]):
+                    [{"id": 0, "scale": "1"}], [5], [{"id": 0, "scale": 1e300}], [{"id": 0, "scale": -1001}]):
         with pytest.raises(LoraError):
             requested_scales(_adapters(1.0), entries)
 
