@@ -16,7 +16,7 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.batch import TokenBatch
-from mlxcel.engine.llama_runtime import LOAD_MODES, ModelLoadError, _init_backend, _set, place_weights
+from mlxcel.engine.llama_runtime import LOAD_MODES, ModelLoadError, _init_backend, _set, free_model, place_weights
 from mlxcel.engine.weight_pages import MAPPINGS, release_after_load
 
 log = logging.getLogger("mlxcel.llama")
@@ -139,10 +139,4 @@ class EmbeddingRuntime:
         return np.ctypeslib.as_array(pointer, shape=(self.n_out,)).astype(np.float32, copy=True)
 
     def close(self) -> None:
-        with MAPPINGS:
-            if self.ctx:
-                llama_cpp.llama_free(self.ctx)
-                self.ctx = None
-            if self.model:
-                llama_cpp.llama_model_free(self.model)
-                self.model = None
+        free_model(self)

@@ -362,13 +362,18 @@ class LlamaRuntime:
             llama_cpp.llama_set_causal_attn(self.ctx, True)
 
     def close(self) -> None:
-        with MAPPINGS:
-            if self.ctx:
-                llama_cpp.llama_free(self.ctx)
-                self.ctx = None
-            if self.model:
-                llama_cpp.llama_model_free(self.model)
-                self.model = None
+        free_model(self)
+
+
+def free_model(runtime) -> None:
+    """Free a runtime's context and model (each once), holding MAPPINGS (weight_pages.py)."""
+    with MAPPINGS:
+        if runtime.ctx:
+            llama_cpp.llama_free(runtime.ctx)
+            runtime.ctx = None
+        if runtime.model:
+            llama_cpp.llama_model_free(runtime.model)
+            runtime.model = None
 
 
 def _state_buffer(size: int) -> np.ndarray:
