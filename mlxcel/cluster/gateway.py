@@ -11,7 +11,10 @@ that dies mid-stream ends the stream with an error event. /health, /metrics and
 /v1/metrics answer for every replica: ready while one is; samples labelled by
 replica. A Responses cancel goes to every replica, since only the one running a
 response can stop it. A change of the server's state (POST /lora-adapters, POST
-/v1/cache/reset) goes to every replica, and succeeds once every one applied it."""
+/v1/cache/reset) goes to every replica, and succeeds once every one applied it.
+llama-server's slot routes number every replica's slots in one sequence (slot_ids.py):
+GET /slots lists them all, POST /slots/{id} acts on the replica holding that slot, and
+a request's `id_slot` sends it to that replica."""
 
 import asyncio
 import dataclasses
@@ -32,6 +35,7 @@ from mlxcel.cluster import router as routing
 from mlxcel.cluster.envelope import HttpEnvelope, ResponseStart
 from mlxcel.cluster.metrics_merge import merge_exposition
 from mlxcel.cluster.prompt_keys import ROUTED
+from mlxcel.cluster.slot_ids import locate, merged_rows
 from mlxcel.config import TlsFiles
 from mlxcel.http.connection_guard import DEFAULT_TIMEOUT_S, guarded_protocol
 from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
@@ -47,6 +51,7 @@ METRICS_PATHS = {"/metrics", "/v1/metrics"}
 LISTEN_TIMEOUT_S = 30.0
 CANCEL_PATH = re.compile(r"/(?:v1/)?responses/[^/]+/cancel")
 EVERY_REPLICA_POSTS = {"/lora-adapters", "/v1/cache/reset"}  # each replica holds its own copy of what they change
+SLOT_ACTION_PATH = re.compile(r"/slots/(\d{1,9})")
 
 
 def _own_call_id() -> None:
@@ -82,8 +87,11 @@ def _stream_error_event(path: str, message: str) -> bytes:
 @serve.deployment
 class Gateway:
     async def __init__(self, engine, max_body_bytes: int, api_prefix: str, hosts: list[str], port: int,
-                       timeout_s: float = DEFAULT_TIMEOUT_S, tls: TlsFiles | None = None) -> None:
+                       timeout_s: float = DEFAULT_TIMEOUT_S, tls: TlsFiles | None = None,
+                       slots_per_replica: int = 1) -> None:
         self.engine = engine
+        self.timeout_s = timeout_s
+        self.slots_per_replica = slots_per_replica
         self.max_body_bytes = max_body_bytes
         self.api_prefix = api_prefix
         await self.engine.options(method_name="record_routing_stats").remote()  # the router starts with it
@@ -136,8 +144,34 @@ class Gateway:
             return await self._cancel(envelope)
         if request.method == "POST" and bare in EVERY_REPLICA_POSTS:
             return await self._everywhere(envelope)
-        digests = await self._digests(envelope) if request.method == "POST" and bare in ROUTED else None
-        return await self._forward(envelope, digests)
+        if request.method == "GET" and bare == "/slots":
+            return await self._slots(envelope)
+        if request.method == "POST" and (numbered := SLOT_ACTION_PATH.fullmatch(bare)):
+            return await self._slot_action(envelope, int(numbered.group(1)))
+        if request.method == "POST" and bare in ROUTED:
+            envelope, pinned = self._pin_to_slot(envelope)
+            digests = await self._digests(envelope) if pinned is None else None
+            return await self._forward(envelope, digests, pinned)
+        return await self._forward(envelope, None)
+
+    def _pin_to_slot(self, envelope: HttpEnvelope) -> tuple[HttpEnvelope, str | None]:
+        """A request naming a slot (`id_slot`, numbered as GET /slots numbers them) goes to
+        the replica holding that slot, as that replica's own slot number; one past the
+        last slot goes on unchanged, for a replica to refuse."""
+        if b'"id_slot"' not in envelope.body:
+            return envelope, None
+        try:
+            data = json.loads(envelope.body)
+        except ValueError:
+            return envelope, None  # a replica answers the malformed body
+        slot_id = data.get("id_slot") if isinstance(data, dict) else None
+        if type(slot_id) is not int:
+            return envelope, None
+        place = locate(slot_id, {r: self.slots_per_replica for r in self.replica_ids()})
+        if place is None:
+            return envelope, None
+        body = json.dumps({**data, "id_slot": place.slot}).encode()
+        return dataclasses.replace(envelope, body=body), place.replica
 
     async def _body(self, request: Request) -> bytes | Response:
         length = request.headers.get("content-length")
@@ -165,12 +199,14 @@ class Gateway:
             log.warning("no prompt digests for %s: %s", envelope.path, exc)
             return None
 
-    async def _forward(self, envelope: HttpEnvelope, digests: list[int] | None) -> Response:
+    async def _forward(self, envelope: HttpEnvelope, digests: list[int] | None,
+                       pinned: str | None = None) -> Response:
         failure = None
+        pin = {"replica": pinned} if pinned is not None else {}
         for _ in range(ATTEMPTS):
             _own_call_id()
             stream = self.engine.options(method_name="serve_http", stream=True).remote(envelope,
-                                                                                      prompt_digests=digests)
+                                                                                      prompt_digests=digests, **pin)
             try:
                 start = await stream.__anext__()
             except StopAsyncIteration:
@@ -272,6 +308,42 @@ class Gateway:
         for key in ("freed_entries", "freed_bytes"):
             merged[key] = sum(a.get(key, 0) for a in answers.values())
         return JSONResponse(merged)
+
+    async def _slots(self, envelope: HttpEnvelope) -> Response:
+        """Every replica's slots, numbered one after another; a refusal (slots turned
+        off, a bad model) as a replica answered it; 503 when one did not answer, since
+        the numbers after its slots would be wrong."""
+        results = await self._fan_out(envelope)
+        if not results or any(isinstance(a, BaseException) for a in results.values()):
+            return _error(envelope.path, 503, "not every replica listed its slots; retry", "unavailable_error")
+        refused = next(((s, b) for s, b in results.values() if s != 200), None)
+        if refused is not None:
+            return Response(refused[1], status_code=refused[0], media_type="application/json")
+        return JSONResponse(merged_rows({r: json.loads(b) for r, (_, b) in results.items()}))
+
+    async def _slot_action(self, envelope: HttpEnvelope, slot_id: int) -> Response:
+        """A slot save, restore or erase, sent to the replica holding slot `slot_id` as
+        its own slot number, the answer's `id_slot` numbered back. Replicas share no
+        slot files unless --slot-save-path is one folder they all see (one node)."""
+        place = locate(slot_id, {r: self.slots_per_replica for r in self.replica_ids()})
+        if place is None:  # a number past the last slot: a replica refuses it in the spec's format
+            return await self._forward(envelope, None)
+        local = dataclasses.replace(envelope, path=envelope.path[: envelope.path.rindex("/") + 1] + str(place.slot))
+        _own_call_id()
+        try:
+            call = self.engine.options(method_name="call").remote(local, replica=place.replica)
+            status, body = await asyncio.wait_for(call, self.timeout_s)  # a busy slot's action waits for its request
+        except Exception as exc:  # noqa: BLE001 - the replica went away: nothing was done, or it is unknown
+            log.warning("replica %s did not answer %s: %s", place.replica, envelope.path, type(exc).__name__)
+            return _error(envelope.path, 503, f"the replica holding slot {slot_id} did not answer; retry",
+                          "unavailable_error")
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        if status != 200 or not isinstance(answer, dict):
+            return Response(body, status_code=status, media_type="application/json")
+        return JSONResponse({**answer, "id_slot": slot_id, "replica": place.replica, "replica_slot": place.slot})
 
     async def _metrics(self, envelope: HttpEnvelope) -> Response:
         answers = await self._answers(envelope)

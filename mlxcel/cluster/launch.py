@@ -62,7 +62,7 @@ def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
                               ray_actor_options={"num_cpus": 0, "resources": {f"node:{node_ip}": 0.001},
                                                  "runtime_env": {"env_vars": _serve_env()}})
     return gateway.bind(engine.bind(config), config.max_body_bytes, config.api_prefix, config.hosts, config.port,
-                        config.timeout_s, config.tls)
+                        config.timeout_s, config.tls, config.parallel)
 
 
 def run_cluster(config: ServerConfig) -> int:

@@ -51,9 +51,10 @@ class EngineReplica:
         log.info("replica %s ready: %s, %d threads, %d slots", self.name, config.model, config.threads,
                  config.parallel)
 
-    async def serve_http(self, envelope: HttpEnvelope, prompt_digests: list[int] | None = None
-                         ) -> AsyncIterator[ResponseStart | bytes]:
-        """The replica's answer to `envelope`, as parts (`prompt_digests` is the router's);
+    async def serve_http(self, envelope: HttpEnvelope, prompt_digests: list[int] | None = None,
+                         replica: str | None = None) -> AsyncIterator[ResponseStart | bytes]:
+        """The replica's answer to `envelope`, as parts (`prompt_digests` and `replica`, a
+        pin to this replica, are the router's);
         the answer names the replica in an `x-mlxcel-replica` header."""
         async for part in play(self.app, envelope):
             if isinstance(part, ResponseStart):

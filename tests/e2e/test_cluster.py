@@ -2,7 +2,9 @@
 (`mlxcel serve --replicas 2 -t 1`). Every API answers through the gateway as it does
 from one process; a conversation's turns stay on the replica holding its prefix while
 unrelated requests spread; /health, /metrics and /v1/metrics speak for every replica;
-a change of the server's LoRA scales or a cache reset reaches every replica; a replica
+a change of the server's LoRA scales or a cache reset reaches every replica; the slot
+routes number both replicas' slots in one sequence and a slot file saved on one replica
+restores on the other; a replica
 killed mid-stream ends that stream with an error event, the survivor takes new
 requests at once, and Ray brings the replica back. The kill test runs last."""
 
@@ -36,7 +38,9 @@ def cluster(redis_server, tmp_path_factory):
     model's own until a test applies it)."""
     socket_path = tempfile.mkdtemp(prefix="mlxcel-gw-") + "/gateway.sock"
     adapter = write_lora_adapter(tmp_path_factory.mktemp("lora") / "adapter.gguf")
+    slot_files = tmp_path_factory.mktemp("slot-files")
     proc = ClusterProcess("--replicas", "2", "-t", "1", "-np", "2", "-c", "4096", "--metrics",
+                          "--slot-save-path", str(slot_files),
                           "--state-url", f"{redis_server.url}/3", "--host", f"127.0.0.1,{socket_path}",
                           "--lora", str(adapter), "--lora-init-without-apply")
     proc.socket_path = socket_path
@@ -200,6 +204,38 @@ def test_a_change_of_lora_scales_and_a_cache_reset_reach_every_replica(client):
     reset = client.post("/v1/cache/reset")
     assert reset.status_code == 200 and len(reset.json()["replicas"]) == 2
     assert reset.json()["freed_entries"] == sum(r["freed_entries"] for r in reset.json()["replicas"].values())
+
+
+def test_slots_are_numbered_across_replicas_and_a_slot_file_moves_between_them(client):
+    rows = client.get("/slots").json()
+    replicas = sorted({row["replica"] for row in rows})
+    assert len(replicas) == 2
+    assert [(row["id"], row["replica"], row["replica_slot"]) for row in rows] == [
+        (0, replicas[0], 0), (1, replicas[0], 1), (2, replicas[1], 0), (3, replicas[1], 1)]
+    for slot in range(4):
+        erased = client.post(f"/slots/{slot}?action=erase")
+        assert erased.status_code == 200 and erased.json()["id_slot"] == slot, erased.text
+    chat(client, [{"role": "user", "content": SYSTEM + "Name a long river."}])
+    held = [row for row in client.get("/slots").json() if row["n_cached"]]
+    assert len(held) == 1, held
+    source = held[0]
+    target = next(row["id"] for row in rows if row["replica"] != source["replica"])
+    saved = client.post(f"/slots/{source['id']}?action=save", json={"filename": "cluster-slot.bin"})
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["id_slot"] == source["id"] and saved.json()["n_saved"] == source["n_cached"]
+    restored = client.post(f"/slots/{target}?action=restore", json={"filename": "cluster-slot.bin"})
+    assert restored.status_code == 200, restored.text
+    assert restored.json()["id_slot"] == target and restored.json()["replica"] != source["replica"]
+    assert restored.json()["n_restored"] == source["n_cached"]
+    assert client.get("/slots").json()[target]["n_cached"] == source["n_cached"]
+    # a request's id_slot numbers slots as GET /slots does: it runs on that slot's replica
+    pinned = next(row for row in rows if row["id"] not in (source["id"], target))
+    answer = chat(client, [{"role": "user", "content": "Name a lake."}], id_slot=pinned["id"])
+    assert answer.headers["x-mlxcel-replica"] == pinned["replica"]
+    assert client.get("/slots").json()[pinned["id"]]["n_cached"] > 0
+    for bad in ("4", "x", "99999999999"):
+        refused = client.post(f"/slots/{bad}?action=erase")
+        assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error", refused.text
 
 
 def _response_id(lines) -> str:
