@@ -65,6 +65,18 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    """Where and how the server logs: llama-server's --log-* flags."""
+
+    file: str | None = None  # --log-file: every line also goes to this file (appended)
+    disabled: bool = False  # --log-disable: nothing is logged
+    jsonl: bool = False  # --log-jsonl: one JSON object a line, on stdout
+    colors: str = "auto"  # --log-colors: on, off, or auto (on where stderr is a terminal)
+    prefix: bool = True  # --log-prefix: each line starts with its level and logger (and time)
+    timestamps: bool = True  # --log-timestamps: each prefix carries the time
+
+
+@dataclass(frozen=True)
 class MediaSettings:
     """How media content parts are fetched and decoded (mlxcel.media): the spec's access
     policy and the size, time and count limits, each a `serve` flag or variable."""
@@ -181,6 +193,7 @@ class ServerConfig:
     responses: ResponsesLimits = field(default_factory=ResponsesLimits)
     limits: RequestLimits = field(default_factory=RequestLimits)
     verbose: bool = False  # also the default of a request's `verbose` (llama-server's __verbose object)
+    log: LogSettings = field(default_factory=LogSettings)
     prefill_assistant: bool = True  # a final assistant message is continued (llama-server's default)
     ignored_flags: list[str] = field(default_factory=list)
     embedding_model: str | None = None  # --embedding-model: an embedding worker beside the chat model

@@ -13,6 +13,15 @@ DEPRECATED: dict[str, str] = {
     "-dt": "deprecated in llama-server too, which no longer needs it",
 }
 
+# flags llama-server removed: it refuses them with a pointer to their successors, as here
+REMOVED: dict[str, str] = {
+    **dict.fromkeys(("--draft", "--draft-n", "--draft-max"), "use --spec-draft-n-max or --spec-ngram-mod-n-max"),
+    **dict.fromkeys(("--draft-min", "--draft-n-min"), "use --spec-draft-n-min or --spec-ngram-mod-n-min"),
+    "--spec-ngram-size-n": "use the respective --spec-ngram-*-size-n or --spec-ngram-mod-n-match",
+    "--spec-ngram-size-m": "use the respective --spec-ngram-*-size-m",
+    "--spec-ngram-min-hits": "use the respective --spec-ngram-*-min-hits",
+}
+
 LLAMA_SERVER_FLAGS: dict[str, int] = {
     "--adaptive-decay": 1,
     "--adaptive-target": 1,
@@ -133,6 +142,7 @@ LLAMA_SERVER_FLAGS: dict[str, int] = {
     "--mirostat-lr": 1,
     "--mmproj": 1,
     "--mmproj-auto": 0,
+    "--mmproj-device": 1,
     "--mmproj-offload": 0,
     "--mmproj-url": 1,
     "--model": 1,
@@ -364,6 +374,7 @@ LLAMA_SERVER_FLAGS: dict[str, int] = {
     "-lcs": 1,
     "-lm": 1,
     "-lv": 1,
+    "-mmdev": 1,
     "-lzm": 1,
     "-m": 1,
     "-md": 1,

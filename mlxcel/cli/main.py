@@ -24,6 +24,17 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
 
 
 def serve(argv: list[str], prog: str) -> int:
+    # llama-server's flags that print something and exit, whatever else the line holds
+    if "--list-devices" in argv:
+        from mlxcel.engine.devices import device_listing
+
+        print(device_listing())
+        return 0
+    if "-cl" in argv or "--cache-list" in argv:
+        from mlxcel.cli.model_commands import cache_listing
+
+        print(cache_listing())
+        return 0
     fleet = None
     try:
         config = parse_serve_args(argv, prog=prog)

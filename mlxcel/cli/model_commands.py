@@ -87,6 +87,14 @@ def format_table(rows: list[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
+def cache_listing() -> str:
+    """llama-server's --cache-list, of the models `mlxcel pull` fetched."""
+    pulled = [row for row in list_models() if row["pulled"]]
+    lines = [f"number of models in cache: {len(pulled)}"]
+    lines += [f"{i:4d}. {row['name']} ({row['path']})" for i, row in enumerate(pulled, 1)]
+    return "\n".join(lines)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the catalog table; 0 on success, 1 on error."""
     try:

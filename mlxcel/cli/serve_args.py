@@ -17,7 +17,8 @@ from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.cluster_args import CLUSTER_OPTIONS, ClusterUsageError, cluster_settings, replica_threads
 from mlxcel.cli.flag_policy import REFUSED, refusal
 from mlxcel.cli.grammar_args import GRAMMAR_FLAGS, GrammarUsageError, add_grammar_options, default_grammar
-from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS
+from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS, REMOVED
+from mlxcel.cli.log_args import LOG_FLAGS, add_log_options, log_settings
 from mlxcel.cli.media_args import MEDIA_LISTS, MEDIA_OPTIONS, MediaUsageError, add_media_lists, media_settings
 from mlxcel.cli.reasoning_args import REASONING_OPTIONS, REASONING_SWITCHES, reasoning_template_kwargs
 from mlxcel.cli.rope_args import ROPE_OPTIONS, RopeUsageError, rope_settings
@@ -387,6 +388,7 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     add_sampling_lists(parser)
     add_media_lists(parser)
     add_grammar_options(parser)
+    add_log_options(parser)
     parser.add_argument("--lora", dest="lora", action="append", default=None,
                         help="LoRA adapter GGUF(s), comma-separated, applied with scale 1; repeatable")
     parser.add_argument("--lora-scaled", dest="lora_scaled", action="append", default=None,
@@ -414,8 +416,8 @@ def implemented_flags() -> set[str]:
     flags |= {flag for switch in _ALL_SWITCHES for flag in switch[0] + switch[1]}
     flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv", "--lora", "--lora-scaled"}
     flags |= {"--control-vector", "--control-vector-scaled", "--control-vector-layer-range"}
-    flags |= GRAMMAR_FLAGS
-    return flags | {"-h", "--help", "--version"}
+    flags |= GRAMMAR_FLAGS | LOG_FLAGS
+    return flags | {"-h", "--help", "--version", "--list-devices", "-cl", "--cache-list"}
 
 
 def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -430,6 +432,8 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
         name = arg.split("=", 1)[0]
         if name not in ours and name in REFUSED:
             raise UsageError(refusal(name))
+        if name in REMOVED:
+            raise UsageError(f"{name}: the argument has been removed from llama-server; {REMOVED[name]}")
         if name not in ours and name in LLAMA_SERVER_FLAGS:
             ignored.append(f"{name} ({DEPRECATED[name]})" if name in DEPRECATED else name)
             if "=" not in arg:
@@ -513,6 +517,13 @@ def _slot_save_path(text: str | None) -> str | None:
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"--slot-save-path: {path} is not a writable directory")
     return str(path)
+
+
+def _log_settings(args: argparse.Namespace):
+    try:
+        return log_settings(args)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _read_api_keys(args: argparse.Namespace) -> list[str]:
@@ -799,6 +810,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         responses=_responses_limits(args),
         limits=_request_limits(args),
         verbose=args.verbose,
+        log=_log_settings(args),
         prefill_assistant=args.prefill_assistant,
         ignored_flags=ignored,
         embedding_model=args.embedding_model,
@@ -824,6 +836,10 @@ def serve_parser(prog: str) -> argparse.ArgumentParser:
     from mlxcel import __version__
 
     parser.add_argument("--version", action="version", version=f"mlxcel {__version__}")
+    parser.add_argument("--list-devices", action="store_true",
+                        help="print the devices llama.cpp can offload to, and exit")
+    parser.add_argument("-cl", "--cache-list", action="store_true",
+                        help="print the models `mlxcel pull` fetched, and exit")
     return parser
 
 

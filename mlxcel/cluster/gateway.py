@@ -97,7 +97,7 @@ class Gateway:
         await self.engine.options(method_name="record_routing_stats").remote()  # the router starts with it
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
         app.add_api_route("/{path:path}", self.forward, methods=METHODS, include_in_schema=False)
-        self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
+        self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_config=None, log_level="warning", access_log=False,
                                                     http=guarded_protocol(timeout_s),
                                                     ssl_keyfile=tls.key_file if tls else None,
                                                     ssl_certfile=tls.cert_file if tls else None))

@@ -12,6 +12,7 @@ import threading
 
 from mlxcel.cluster.stopping import abandon_ray_start, arm_stop_deadline, ignore_stop_signals, interrupt_on_sigterm
 from mlxcel.config import ClusterSettings, ServerConfig
+from mlxcel.observability.log_setup import configure_logging
 
 log = logging.getLogger("mlxcel")
 ROUTING_STATS_PERIOD_S = 0.5
@@ -67,8 +68,7 @@ def _deployments(config: ServerConfig, settings: ClusterSettings, node_ip: str):
 
 def run_cluster(config: ServerConfig) -> int:
     settings = config.cluster
-    logging.basicConfig(level=logging.DEBUG if config.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(config.log, config.verbose)
     if config.ignored_flags:
         log.warning("accepted and ignored llama-server flags (not applicable to mlxcel): %s",
                     " ".join(config.ignored_flags))

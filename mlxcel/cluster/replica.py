@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from mlxcel.cluster.envelope import HttpEnvelope, ResponseStart, play
 from mlxcel.cluster.prompt_keys import digests, held_digests, prompt_tokens
 from mlxcel.config import ServerConfig
+from mlxcel.observability.log_setup import configure_logging
 
 log = logging.getLogger("mlxcel.cluster")
 LOAD_TIMEOUT_S = 600
@@ -32,8 +33,7 @@ class EngineReplica:
     async def __init__(self, config: ServerConfig) -> None:
         from mlxcel.server.app import create_app
 
-        logging.basicConfig(level=logging.DEBUG if config.verbose else logging.INFO,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(config.log, config.verbose)
         self.config = config
         self.name = replica_name()
         self._failures: list[str] = []

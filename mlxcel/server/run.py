@@ -13,6 +13,7 @@ import uvicorn
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.entries import FleetConfig
 from mlxcel.http.connection_guard import guarded_protocol
+from mlxcel.observability.log_setup import configure_logging
 from mlxcel.server.app import create_app
 from mlxcel.server.listeners import ListenError, describe, open_listeners
 from mlxcel.server.open_files import raise_open_files_limit
@@ -21,12 +22,6 @@ from mlxcel.state.url import StateUnavailable, open_state
 log = logging.getLogger("mlxcel")
 
 
-def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
 
 
 def _warn_gpu_flags(config: ServerConfig) -> None:
@@ -42,7 +37,7 @@ def _warn_gpu_flags(config: ServerConfig) -> None:
 
 
 def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
-    _configure_logging(config.verbose)
+    configure_logging(config.log, config.verbose)
     if config.ignored_flags:
         log.warning(
             "accepted and ignored llama-server flags (not applicable to mlxcel): %s", " ".join(config.ignored_flags)
@@ -71,6 +66,7 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
     app = create_app(config, on_failure, fleet, state)
     uv_config = uvicorn.Config(
         app,
+        log_config=None,  # uvicorn's own lines go through the server's handlers (--log-* apply to them)
         log_level="debug" if config.verbose else "warning",
         access_log=config.verbose,
         timeout_graceful_shutdown=3,
@@ -84,6 +80,10 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
     log.info("mlxcel listening on %s (%s; state: %s)", where, served, state.description)
     try:
         server.run(sockets=sockets)
+    except KeyboardInterrupt:
+        # uvicorn shuts down gracefully on SIGINT, then raises the signal again for its
+        # default action; that interrupt is the end of a clean stop, not a failure
+        pass
     finally:
         for sock in sockets:
             unix_path = sock.getsockname() if sock.family == socket.AF_UNIX else None

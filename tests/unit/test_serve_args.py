@@ -69,8 +69,9 @@ def test_every_llama_server_flag_is_implemented_refused_or_tuning():
                       "pooling", "control-vector", "reasoning", "ssl", "api-prefix")
     # a "--no-..." flag asks for what mlxcel does anyway (no projector, no adapter); where the
     # projector's weights live (GPU offload) changes nothing that is computed; --mmproj-auto
-    # only picks the projector of a -hf download (refused), so with -m it changes nothing
-    tuning = {"--mmproj-offload", "--mmproj-auto"}
+    # only picks the projector of a -hf download (refused), so with -m it changes nothing;
+    # --mmproj-device places the projector on a device, as --device places the model
+    tuning = {"--mmproj-offload", "--mmproj-auto", "--mmproj-device"}
     leaked = [f for f in warned if not f.startswith("--no-") and f not in tuning
               and any(word in f for word in semantic_words)]
     assert leaked == []

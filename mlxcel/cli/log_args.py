@@ -1,0 +1,73 @@
+"""llama-server's logging flags: --log-file, --log-disable, --log-jsonl, --log-colors,
+--log-prefix and --log-timestamps (their LLAMA_ARG_* variables too). What they set is
+applied by mlxcel/observability/log_setup.py."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from mlxcel.config import LogSettings
+
+_TRUTHY = {"on", "enabled", "true", "1"}
+_FALSEY = {"off", "disabled", "false", "0"}
+_AUTO = {"auto", "-1"}
+_SWITCHES = [  # (on, off, dest, default, variable, help)
+    (("--log-disable",), (), "log_disable", False, None, "log nothing"),
+    (("--log-jsonl",), ("--no-log-jsonl",), "log_jsonl", False, "LLAMA_ARG_LOG_JSONL",
+     "log one JSON object a line ({type, time, level, msg, logger}) to stdout, without colors"),
+    (("--log-prefix",), ("--no-log-prefix",), "log_prefix", True, "LLAMA_ARG_LOG_PREFIX",
+     "start each log line with its time, level and logger"),
+    (("--log-timestamps",), ("--no-log-timestamps",), "log_timestamps", True, "LLAMA_ARG_LOG_TIMESTAMPS",
+     "put the time in each log line's prefix"),
+]
+LOG_FLAGS = {"--log-file", "--log-colors"} | {f for on, off, *_ in _SWITCHES for f in on + off}
+
+
+def _colors(text: str) -> str:
+    value = text.strip().lower()
+    if value in _TRUTHY:
+        return "on"
+    if value in _FALSEY:
+        return "off"
+    if value in _AUTO:
+        return "auto"
+    raise argparse.ArgumentTypeError(f"unknown value for --log-colors: {text!r} (on, off or auto)")
+
+
+def _switch_default(variable: str | None, default: bool) -> bool:
+    text = os.environ.get(variable or "", "").strip().lower()
+    if text in _TRUTHY:
+        return True
+    if text in _FALSEY:
+        return False
+    return default
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-file", dest="log_file", default=os.environ.get("LLAMA_ARG_LOG_FILE"),
+                        metavar="FNAME", help="also log to this file (appended) [env: LLAMA_ARG_LOG_FILE]")
+    parser.add_argument("--log-colors", dest="log_colors", type=_colors,
+                        default=_colors(os.environ.get("LLAMA_ARG_LOG_COLORS", "auto")), metavar="on|off|auto",
+                        help="color each log line's level; auto: where stderr is a terminal "
+                             "[env: LLAMA_ARG_LOG_COLORS]")
+    for on, off, dest, default, variable, help_text in _SWITCHES:
+        suffix = f" [env: {variable}]" if variable else ""
+        parser.add_argument(*on, dest=dest, action="store_true", default=_switch_default(variable, default),
+                            help=help_text + suffix)
+        if off:
+            parser.add_argument(*off, dest=dest, action="store_false", help=f"do not {help_text}")
+
+
+def log_settings(args: argparse.Namespace) -> LogSettings:
+    """The settings, the log file opened once to check that it can be (an error names it)."""
+    path = args.log_file
+    if path:
+        path = os.path.abspath(os.path.expanduser(path))
+        try:
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"--log-file: cannot write {path}: {exc.strerror or exc}") from None
+    return LogSettings(file=path or None, disabled=args.log_disable, jsonl=args.log_jsonl, colors=args.log_colors,
+                       prefix=args.log_prefix, timestamps=args.log_timestamps)

@@ -1,0 +1,79 @@
+"""The process's logging, as --log-* set it (mlxcel/cli/log_args.py): lines on stderr
+(on stdout as JSON objects with --log-jsonl), also appended to --log-file, each with
+llama-server's choices of prefix, timestamps and colors; nothing with --log-disable."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+
+from mlxcel.config import LogSettings
+
+_COLORS = {"DEBUG": "\033[33m", "INFO": "\033[32m", "WARNING": "\033[35m", "ERROR": "\033[31m",
+           "CRITICAL": "\033[31m"}  # llama.cpp's: yellow, green, magenta, red
+_RESET = "\033[0m"
+_LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warn", "ERROR": "error", "CRITICAL": "error"}
+_STARTED = time.time()  # the process's start, near enough: JSONL times count from it, as llama.cpp's
+
+
+class JsonLinesFormatter(logging.Formatter):
+    """llama.cpp's JSONL line: type, microseconds since start, level and message; and the
+    logger's name."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        return json.dumps({"type": "log", "time": int((record.created - _STARTED) * 1e6),
+                           "level": _LEVELS.get(record.levelname, "none"), "msg": message, "logger": record.name},
+                          ensure_ascii=False)
+
+
+class ColoredFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        color = _COLORS.get(record.levelname)
+        if color is None:
+            return super().format(record)
+        colored = logging.makeLogRecord(record.__dict__)
+        colored.levelname = f"{color}{record.levelname}{_RESET}"
+        return super().format(colored)
+
+
+def line_format(settings: LogSettings) -> str:
+    if not settings.prefix:
+        return "%(message)s"  # llama.cpp prints a time only within the prefix
+    head = "%(asctime)s " if settings.timestamps else ""
+    return head + "%(levelname)s %(name)s: %(message)s"
+
+
+def wants_colors(settings: LogSettings, stream) -> bool:
+    if settings.jsonl or settings.colors == "off":
+        return False
+    if settings.colors == "on":
+        return True
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb" and "NO_COLOR" not in os.environ
+
+
+def _formatter(settings: LogSettings, colored: bool) -> logging.Formatter:
+    if settings.jsonl:
+        return JsonLinesFormatter()
+    return (ColoredFormatter if colored else logging.Formatter)(line_format(settings))
+
+
+def configure_logging(settings: LogSettings, verbose: bool) -> None:
+    if settings.disabled:
+        logging.disable(logging.CRITICAL)
+        return
+    stream = sys.stdout if settings.jsonl else sys.stderr
+    console = logging.StreamHandler(stream)
+    console.setFormatter(_formatter(settings, wants_colors(settings, stream)))
+    handlers: list[logging.Handler] = [console]
+    if settings.file:
+        to_file = logging.FileHandler(settings.file, encoding="utf-8")
+        to_file.setFormatter(_formatter(settings, colored=False))
+        handlers.append(to_file)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers)
