@@ -19,6 +19,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.fleet.addressing import default_name, resolve_name
 from mlxcel.fleet.entries import FleetConfig, ModelEntry
 from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred, ModelNotLoaded
+from mlxcel.fleet.events import FleetEvents
 from mlxcel.fleet.footprint import Footprint, estimate_footprint
 from mlxcel.fleet.model_files import metadata
 from mlxcel.turn.errors import EngineUnavailable
@@ -105,6 +106,8 @@ class Fleet:
         self.governor = None  # the MemoryGovernor (mlxcel.fleet.monitor sets it): loads defer under pressure
         self.load_rejections = 0
         self.last_load_rejection: str | None = None
+        self.failures: dict[str, str] = {}  # model id -> why its last load or engine failed (until it loads again)
+        self.events = FleetEvents()  # status changes, for GET /models/sse
         self._closed = False
 
     # -- addressing ---------------------------------------------------------------
@@ -225,6 +228,8 @@ class Fleet:
         host = ModelHost(host_config(self.base, entry))
         resident = Resident(entry, host, footprint)
         self.residents[entry.id] = resident
+        self.failures.pop(entry.id, None)
+        self.events.status(entry.id, "loading")
         thread = threading.Thread(target=self._load, args=(resident,), name=f"mlxcel-load-{entry.id}", daemon=True)
         thread.start()
         return resident
@@ -239,6 +244,8 @@ class Fleet:
             resident.host.start_loading(lambda reason: self._failed(resident, reason)).join()
             resident.loaded_at = time.monotonic()
         if resident.ready:
+            if self.residents.get(resident.id) is resident:
+                self.events.status(resident.id, "loaded")
             resident.footprint = resident.footprint.measured(resident.host)
             log.info("model %s resident after %.1fs (%d MiB)", resident.id, resident.loaded_at - started,
                      resident.footprint.total_bytes >> 20)
@@ -247,6 +254,7 @@ class Fleet:
         """A load or engine failure ends this model alone: the next request loads it again."""
         log.error("model %s failed: %s", resident.id, reason)
         with self._lock:
+            self.failures[resident.id] = reason
             self._retire(resident)
         self.close_retired()
 
@@ -255,6 +263,9 @@ class Fleet:
     def _forget(self, resident: Resident) -> None:
         if self.residents.get(resident.id) is resident:
             del self.residents[resident.id]
+            failure = self.failures.get(resident.id) if resident.host.state is HostState.FAILED else None
+            extra = {"failed": True, "exit_code": 1, "error": failure} if failure is not None else {"exit_code": 0}
+            self.events.status(resident.id, "unloaded", **extra)
 
     def unload(self, model_id: str | None) -> list[str]:
         """POST /unload: the named model (ModelBusy while it streams), or every idle one."""
@@ -275,6 +286,20 @@ class Fleet:
         for resident in chosen:
             resident.host.close()
         return [r.id for r in chosen]
+
+    def load(self, model_id: str) -> Resident:
+        """POST /models/load: start loading the model (it need not be idle-evictable to
+        stay: the idle timeout applies as to any load)."""
+        entry = self.entry(model_id)
+        with self._lock:
+            return self._resident_for(entry)
+
+    def status(self, model_id: str) -> str:
+        """llama-server's status of a model: loaded, loading or unloaded."""
+        resident = self.residents.get(model_id)
+        if resident is None or resident.host.state is HostState.FAILED:
+            return "unloaded"
+        return "loaded" if resident.ready else "loading"
 
     def keep(self, model_id: str, keep: bool, warm: bool) -> Resident | None:
         """POST /v1/keep: mark the model kept (and load it unless `warm` is false), or release it."""
@@ -324,6 +349,7 @@ class Fleet:
                 self._retire(resident)
                 retired.append(resident.id)
         self.close_retired()
+        self.events.publish("*", "models_reload")
         for model_id in sorted(self.pinned):
             if model_id not in self.residents:
                 self.preload(model_id)

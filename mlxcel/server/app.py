@@ -33,7 +33,7 @@ from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.observability import metrics
-from mlxcel.server.routes import cache, capacity, info, llama_admin, residency
+from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models
 from mlxcel.server.startup_gc import settle_startup_objects
 from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
@@ -120,6 +120,7 @@ def create_app(
     app.include_router(responses.router)
     app.include_router(llama_admin.router)
     app.include_router(residency.router)
+    app.include_router(router_models.router)
     app.include_router(capacity.router)
     app.include_router(estimate.router)
     app.include_router(rerank.router)

@@ -1,13 +1,20 @@
 """llama-server's router mode (--models-dir): every GGUF of a folder served by name,
 loaded on request (or only by POST /v1/keep with --no-models-autoload), at most
---models-max resident; the folder scanned again on /v1/reload."""
+--models-max resident; the folder scanned again on /v1/reload. llama-server's router
+routes: POST /models/load and /models/unload, each model's status in GET /models, the
+status changes on GET /models/sse, GET /models?reload=1."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
+import httpx
 import pytest
 
 from mlxcel.models.catalog import CATALOG
@@ -83,6 +90,86 @@ def test_without_autoload_only_keep_loads_a_model(folder):
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "model_not_loaded"
     assert kept.status_code == 200 and kept.json()["resident"] is True
     assert served.status_code == 200
+
+
+def _status(client, model: str) -> dict:
+    return next(m["status"] for m in client.get("/models").json()["data"] if m["id"] == model)
+
+
+def _wait_status(client, model: str, value: str) -> dict:
+    deadline = time.monotonic() + 120
+    while (status := _status(client, model))["value"] != value:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    return status
+
+
+def test_llama_server_router_routes_load_unload_and_announce(folder):
+    """With --no-models-autoload only an explicit load loads: POST /models/load, then
+    /models/unload, each change announced on /models/sse in order, a failed load marked
+    failed; llama-server's errors for unknown, running and idle models."""
+    proc = ServerProcess("-c", "512", "-np", "1", "--models-dir", str(folder), "--no-models-autoload", model=None)
+    events: list[dict] = []
+    try:
+        proc.wait_ready()
+        listening = threading.Event()
+
+        def listen() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # the stream is cut when the server stops
+                with proc.client(timeout=None) as sse, sse.stream("GET", "/models/sse") as stream:
+                    listening.set()
+                    for line in stream.iter_lines():
+                        if line.startswith("data: "):
+                            events.append(json.loads(line[6:]))
+
+        threading.Thread(target=listen, daemon=True).start()
+        assert listening.wait(30)
+        time.sleep(0.3)  # the subscription is made before the stream's first byte
+        with proc.client() as client:
+            before = _status(client, "alpha")
+            loaded = client.post("/models/load", json={"model": "alpha"})
+            again = client.post("/models/load", json={"model": "alpha"})
+            unknown = client.post("/models/load", json={"model": "gamma"})
+            hostile = [client.post("/models/load", content=body, headers={"content-type": "application/json"})
+                       for body in (b"[]", b'{"model": 5}', b'{"model": ""}', b"{not json", rb'{"model": "\ud800"}')]
+            running = _wait_status(client, "alpha", "loaded")
+            served = _chat(client, "alpha")
+            idle = client.post("/models/unload", json={"model": "beta"})
+            unloaded = client.post("/models/unload", json={"model": "alpha"})
+            after = _status(client, "alpha")
+            (folder / "broken.gguf").write_bytes(b"GGUF but not really a model file")
+            try:
+                listed = {m["id"] for m in client.get("/models?reload=1").json()["data"]}
+                broken = client.post("/models/load", json={"model": "broken"})
+                failed = _wait_status(client, "broken", "unloaded") if broken.status_code == 200 else None
+                deadline = time.monotonic() + 60
+                while not any(e["model"] == "broken" and e["data"]["status"] == "unloaded" for e in events
+                              if e["event"] == "model_status"):
+                    assert time.monotonic() < deadline, events
+                    time.sleep(0.1)
+                failed = _status(client, "broken")
+            finally:
+                (folder / "broken.gguf").unlink()
+            downloads = [client.post("/models", json={"model": "org/repo:Q4"}), client.delete("/models?model=alpha")]
+    finally:
+        proc.stop()
+    assert before == {"value": "unloaded"}
+    assert loaded.status_code == 200 and loaded.json() == {"success": True}, loaded.text
+    assert again.status_code == 400 and again.json()["error"]["message"] == "model is already running"
+    assert unknown.status_code == 404 and unknown.json()["error"]["message"] == "model is not found"
+    assert all(r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error" for r in hostile), \
+        [r.text for r in hostile]
+    assert running == {"value": "loaded"} and served.status_code == 200, served.text
+    assert idle.status_code == 400 and idle.json()["error"]["message"] == "model is not running"
+    assert unloaded.status_code == 200 and unloaded.json() == {"success": True} and after == {"value": "unloaded"}
+    assert "broken" in listed and broken.status_code == 200
+    assert failed["value"] == "unloaded" and failed.get("failed") is True
+    assert all(r.status_code == 501 for r in downloads)
+    alpha = [e["data"]["status"] for e in events if e["model"] == "alpha" and e["event"] == "model_status"]
+    assert alpha == ["loading", "loaded", "unloaded"], events
+    assert {"model": "*", "event": "models_reload"} in events
+    broken_events = [e["data"] for e in events if e["model"] == "broken"]
+    assert [e["status"] for e in broken_events] == ["loading", "unloaded"] and broken_events[-1]["failed"] is True
 
 
 @pytest.mark.parametrize("make_args, message", [

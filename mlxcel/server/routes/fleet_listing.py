@@ -57,7 +57,16 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         "default": model_id == fleet.default_id,
         "context_length": _context_length(fleet, model_id),
         "max_context_at_width_1": max_context_at_width_1(monitor, resident.host if resident is not None else None),
+        "status": _status(fleet, model_id),
     }
+
+
+def _status(fleet: Fleet, model_id: str) -> dict:
+    """llama-server's router status: loaded, loading or unloaded, and whether the last load failed."""
+    status = {"value": fleet.status(model_id)}
+    if status["value"] == "unloaded" and model_id in fleet.failures:
+        status.update(failed=True, exit_code=1)
+    return status
 
 
 def fleet_listing(fleet: Fleet, monitor: ServerMonitor) -> list[dict]:

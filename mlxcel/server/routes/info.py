@@ -15,6 +15,7 @@ from mlxcel.chat.template_caps import probe_caps
 from mlxcel.http.errors import not_supported
 from mlxcel.server.routes.fleet_listing import fleet_listing, max_context_at_width_1
 from mlxcel.server.routes.readiness import readiness
+from mlxcel.server.routes.residency import reread
 from mlxcel.turn.embedding_host import EmbeddingHost
 from mlxcel.turn.errors import ServerBusy
 from mlxcel.turn.generation_settings import generation_settings
@@ -176,6 +177,8 @@ def _ollama_entry(host: ModelHost | EmbeddingHost, capability: str = "completion
 async def list_models(request: Request):
     embedding = _embedding_host(request)
     fleet = request.app.state.fleet
+    if fleet is not None and request.query_params.get("reload"):  # llama-server's router: read the list again
+        await reread(fleet)
     if fleet is not None:
         models, data = [], fleet_listing(fleet, request.app.state.monitor)
     else:

@@ -73,6 +73,11 @@ async def reload(request: Request):
     fleet = request.app.state.fleet
     if fleet is None:
         return {"status": "unsupported"}
+    return await reread(fleet)
+
+
+async def reread(fleet: Fleet) -> dict:
+    """The fleet's models read again from where they came from (a file, a folder)."""
     try:
         current = fleet.config
         if current.reread is not None:  # --models-preset: the file read again (and the folder scanned)
