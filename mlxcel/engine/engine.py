@@ -115,6 +115,12 @@ class _Stop:
     pass
 
 
+@dataclass
+class _EndReasoning:
+    request_id: int
+    done: Future
+
+
 class Engine:
     def __init__(self, runtime: LlamaRuntime, tokenizer: Tokenizer, config: EngineConfig) -> None:
         self.runtime = runtime
@@ -219,6 +225,18 @@ class Engine:
             self._inbox.put(change)
         return change.done
 
+    def end_reasoning(self, request_id: int) -> Future:
+        """Force the end of the request's reasoning block now (its budget's close marker,
+        as when a thinking budget runs out): True when it was reasoning under an armed
+        budget, False otherwise (not reasoning, finished, or no budget)."""
+        command = _EndReasoning(request_id, Future())
+        with self._admission:  # once the engine stops, nothing reaches its inbox unseen
+            if self.failure is not None or self._stopped:
+                command.done.set_result(False)
+            else:
+                self._inbox.put(command)
+        return command.done
+
     def _slot_action_answered(self, _future: Future) -> None:
         with self._admission:
             self._slot_actions_open -= 1
@@ -322,6 +340,8 @@ class Engine:
                 self.waiting.push(command.request)
             elif isinstance(command, LoraChange):
                 command.done.set_exception(EngineStoppedError(failure or "the server is shutting down"))
+            elif isinstance(command, _EndReasoning):
+                command.done.set_result(False)
             else:
                 self._idle_work.take(command)
         self._idle_work.fail_all(failure or "the server is shutting down")
@@ -368,6 +388,8 @@ class Engine:
                 self._cancel(command.request_id, command.reason, command.error, command.shed)
             elif isinstance(command, LoraChange):
                 self._lora.change(command)
+            elif isinstance(command, _EndReasoning):
+                command.done.set_result(self._end_reasoning(command.request_id))
             else:
                 self._idle_work.take(command)
             try:
@@ -389,6 +411,17 @@ class Engine:
                     self._forget_sequence(slot)  # the point is to free what it holds
                 self._finish(slot, reason, error=error, shed=shed)
                 return
+
+    def _end_reasoning(self, request_id: int) -> bool:
+        for slot in self.slots:
+            if slot.request is not None and slot.request.id == request_id:
+                budget = slot.budget
+                if budget is None or not budget.open or budget.done or slot.forced_tokens:
+                    return False
+                budget.done = True
+                slot.forced_tokens = list(slot.request.reasoning_close_tokens)
+                return True
+        return False
 
     # -- one request's failure ----------------------------------------------------------
 

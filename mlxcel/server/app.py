@@ -16,9 +16,9 @@ from mlxcel.api.audio import transcription_routes as transcriptions
 from mlxcel.api.embeddings import routes as embeddings
 from mlxcel.api.native import infill
 from mlxcel.api.native import routes as native
+from mlxcel.api.openai import chat_control, estimate
 from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
-from mlxcel.api.openai import estimate
 from mlxcel.api.rerank import routes as rerank
 from mlxcel.api.responses import routes as responses
 from mlxcel.api.responses.state import ResponsesState
@@ -40,6 +40,7 @@ from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.state.store import StateBackend
 from mlxcel.state.url import open_state
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
+from mlxcel.turn.live_completions import LiveCompletions
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import rerank_host_for
 
@@ -105,6 +106,7 @@ def create_app(
     app.state.monitor = monitor
     app.state.embedding_host = embedding_host
     app.state.config = config
+    app.state.live_completions = LiveCompletions()  # chat completions running now, for /v1/chat/completions/control
     app.state.rerank = reranker
     app.state.stt_host = stt_host  # None without --stt-model: the audio routes answer 501
     app.state.tts_host = tts_host
@@ -113,6 +115,7 @@ def create_app(
     app.include_router(info.router)
     app.include_router(cache.router)
     app.include_router(chat.router)
+    app.include_router(chat_control.router)
     app.include_router(anthropic.router)
     app.include_router(completions.router)
     app.include_router(native.router)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from mlxcel.turn.model_host import ModelHost
 
 log = logging.getLogger("mlxcel.chat")
+UNLIMITED_BUDGET = 2**31 - 1  # reasoning tokens: never reached
 
 
 @dataclass
@@ -52,6 +53,7 @@ class ChatTurnSpec:
     thinking_budget: int | None = None  # None or -1: the server's --reasoning-budget
     reasoning_budget_message: str | None = None  # None: the server's --reasoning-budget-message
     reasoning_format: str | None = None  # None: the server's --reasoning-format
+    reasoning_control: bool = False  # the reasoning may be ended by a control request (engine.end_reasoning)
     ending: PromptEnding = field(default_factory=PromptEnding)  # generation prompt or continuation
     n: int = 1  # choices: independent generations of the same prompt
     report_progress: bool = False  # the stream carries ChatProgress while the prompt prefills
@@ -190,6 +192,8 @@ class RenderedTurn:
         shaping = TurnShaping(constraints=constraints, logprobs=spec.logprobs)
         config = self.host.config
         budget = spec.thinking_budget if spec.thinking_budget not in (None, -1) else config.reasoning_budget
+        if budget < 0 and spec.reasoning_control:
+            budget = UNLIMITED_BUDGET  # a budget that only a control request ends
         if budget >= 0 and prepared.parse_reasoning:
             markers = prepared.markers
             message = (spec.reasoning_budget_message if spec.reasoning_budget_message is not None

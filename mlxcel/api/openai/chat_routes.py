@@ -10,6 +10,7 @@ import time
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from mlxcel.api.openai.chat_control import live_completions
 from mlxcel.api.openai.chat_stream import StreamOptions, chat_stream, tool_call_json
 from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message
 from mlxcel.api.openai.completions_wire import usage_body
@@ -22,6 +23,7 @@ from mlxcel.http.sse import EventStreamResponse
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec, RenderedTurn
 from mlxcel.turn.errors import InvalidRequest
+from mlxcel.turn.live_completions import LiveCompletion
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.verbose import verbose_object
 
@@ -69,6 +71,7 @@ def turn_spec(data: dict, body: ChatCompletionRequest, host: ModelHost) -> ChatT
                                           body.reasoning_budget_tokens) if v is not None), None),
         reasoning_budget_message=body.reasoning_budget_message,
         reasoning_format=body.reasoning_format,
+        reasoning_control=body.reasoning_control,
         ending=resolve_ending(messages, body.add_generation_prompt, body.continue_final_message,
                               host.config.prefill_assistant),
         n=body.n,
@@ -102,6 +105,14 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
         return JSONResponse(await estimate_for(request, data, body, host, opened.model_id))
     spec = turn_spec(data, body, host)
     turn = await ChatTurn.start(host, spec, opened.context)
+    running = live_completions(request)
+    running.add(completion_id, LiveCompletion(host.engine, tuple(g.id for g in turn.generations),
+                                              body.reasoning_control))
+
+    def ended() -> None:
+        running.remove(completion_id)
+        turn.cancel()
+
     created = int(time.time())
     verbose = host.config.verbose if body.verbose is None else body.verbose
 
@@ -121,9 +132,12 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
             logprobs=body.logprobs, verbose=verbose_of if verbose else None,
         )
         return EventStreamResponse(chat_stream(turn, options, lambda: LogprobFormatter(host.tokenizer)),
-                                   on_close=turn.cancel, ping_seconds=body.ping_seconds(host.config.sse_ping_interval))
-    async with cancel_on_disconnect(request, turn.cancel):
-        outcomes = await turn.run_all()
+                                   on_close=ended, ping_seconds=body.ping_seconds(host.config.sse_ping_interval))
+    try:
+        async with cancel_on_disconnect(request, turn.cancel):
+            outcomes = await turn.run_all()
+    finally:
+        running.remove(completion_id)
     logprobs = LogprobFormatter(host.tokenizer) if body.logprobs else None
     choices = []
     for outcome in outcomes:

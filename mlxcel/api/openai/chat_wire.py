@@ -77,6 +77,7 @@ class ChatCompletionRequest(SamplingFields, GrammarFields):
     thinking_budget_tokens: int | None = Field(default=None, ge=-1)
     reasoning_budget_tokens: int | None = Field(default=None, ge=-1)  # llama-server's name
     reasoning_budget_message: str | None = Field(default=None, max_length=4096)
+    reasoning_control: bool = False  # llama-server's: POST /v1/chat/completions/control may end the reasoning
     reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = None  # None: the server's
     timings_per_token: StrictBool = False
     return_progress: StrictBool = False  # stream prompt_progress chunks while the prompt prefills
