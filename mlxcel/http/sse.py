@@ -14,7 +14,10 @@ from anyio.abc import TaskGroup
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from mlxcel.http.stream_sessions import StreamSession
+
 log = logging.getLogger("mlxcel.server")
+CONVERSATION_HEADER = b"x-conversation-id"  # llama-server's resumable streams
 
 
 def keepalive_seconds(interval: int) -> float | None:
@@ -60,15 +63,17 @@ def comment_keepalive(interval: float | None) -> tuple[Keepalive, ...]:
 
 class _StreamState:
     """What a stream's senders share: one send at a time (a ping never lands inside
-    or after the last chunk), and when the stream last sent anything."""
+    or after the last chunk), when the stream last sent anything, and whether its
+    client is gone while a resumable stream goes on into its session."""
 
-    __slots__ = ("chunks", "done", "last_sent", "lock")
+    __slots__ = ("chunks", "detached", "done", "last_sent", "lock")
 
     def __init__(self, now: float) -> None:
         self.lock = asyncio.Lock()
         self.last_sent = now
         self.chunks = 0
         self.done = False
+        self.detached = False
 
 
 class WatchedStreamResponse(Response):
@@ -80,16 +85,22 @@ class WatchedStreamResponse(Response):
     went out ends the response without its final chunk: the client sees a cut stream.
     Each of `keepalives` runs on a timer of its own beside the stream, so a chunk
     costs nothing for them (wrapping every chunk's wait in a timeout cost about 0.2 ms
-    of event-loop CPU a token)."""
+    of event-loop CPU a token).
+
+    A `resumable` stream (a generation's) whose request carries `X-Conversation-Id`
+    also writes its bytes into that conversation's session (stream_sessions.py) and,
+    when its client goes away, goes on into the session alone; cancelling the session
+    (DELETE /v1/stream, or a new stream of the conversation) ends it."""
 
     broken_by: tuple[type[BaseException], ...] = ()
     broken_note = "stream broken off"  # the log line's start when one breaks off
 
     def __init__(self, source: AsyncIterator, content_type: bytes, on_close: Callable[[], None] | None = None,
-                 status_code: int = 200, keepalives: tuple[Keepalive, ...] = ()) -> None:
+                 status_code: int = 200, keepalives: tuple[Keepalive, ...] = (), resumable: bool = False) -> None:
         self._source = source
         self._on_close = on_close
         self._keepalives = keepalives
+        self._resumable = resumable
         self.status_code = status_code
         self.background = None
         self.body = b""
@@ -101,27 +112,42 @@ class WatchedStreamResponse(Response):
         """The bytes of one item of the source (the source's items are bytes here)."""
         return item
 
+    def _session(self, scope: Scope) -> StreamSession | None:
+        if not self._resumable:
+            return None
+        conversation = next((v for k, v in scope.get("headers", ()) if k.lower() == CONVERSATION_HEADER), None)
+        app = scope.get("app")
+        sessions = getattr(getattr(app, "state", None), "stream_sessions", None)
+        if not conversation or sessions is None:
+            return None
+        return sessions.open(conversation.decode("latin-1"))
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         failure: list[Exception] = []
+        session = self._session(scope)
+        state = _StreamState(asyncio.get_running_loop().time())
         async with anyio.create_task_group() as tasks:
 
             async def watch_disconnect() -> None:
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
-                        tasks.cancel_scope.cancel()
+                        if session is None:
+                            tasks.cancel_scope.cancel()
+                        else:  # the generation goes on into its session
+                            state.detached = True
                         return
 
             tasks.start_soon(watch_disconnect)
             # the chunks are pumped by a task of their own: a token wakes that task alone,
             # not the request's task, whose every middleware frame each wake-up resumes
-            tasks.start_soon(self._pump, send, tasks, failure)
+            tasks.start_soon(self._pump, send, tasks, failure, state, session)
         if failure:
             raise failure[0]
 
-    async def _pump(self, send: Send, tasks: TaskGroup, failure: list[Exception]) -> None:
+    async def _pump(self, send: Send, tasks: TaskGroup, failure: list[Exception], state: _StreamState,
+                    session: StreamSession | None) -> None:
         loop = asyncio.get_running_loop()
-        state = _StreamState(loop.time())
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             for keepalive in self._keepalives:
@@ -129,14 +155,27 @@ class WatchedStreamResponse(Response):
             encode = self._encode
             async for item in self._source:
                 chunk = encode(item)
+                if session is not None:
+                    if session.cancelled:
+                        break
+                    session.append(chunk)
+                    if state.detached:
+                        continue
                 if chunk:
-                    async with state.lock:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    try:
+                        async with state.lock:
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    except OSError:
+                        if session is None:
+                            raise
+                        state.detached = True
+                        continue
                     state.last_sent = loop.time()
                     state.chunks += 1
             async with state.lock:
                 state.done = True
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if not state.detached:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away mid-send
         except self.broken_by as exc:
@@ -145,6 +184,8 @@ class WatchedStreamResponse(Response):
             failure.append(exc)
         finally:
             state.done = True
+            if session is not None:
+                session.finish()
             with anyio.CancelScope(shield=True):
                 await self._source.aclose()
             if self._on_close is not None:
@@ -156,7 +197,7 @@ class WatchedStreamResponse(Response):
         """Sends `keepalive` whenever the stream has sent nothing for its interval: a
         timer beside the stream, so a chunk costs nothing for it."""
         loop = asyncio.get_running_loop()
-        while not state.done:
+        while not state.done and not state.detached:
             wait = state.last_sent + keepalive.interval - loop.time()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -165,7 +206,7 @@ class WatchedStreamResponse(Response):
                 await asyncio.sleep(keepalive.interval)
                 continue
             async with state.lock:
-                if state.done:
+                if state.done or state.detached:
                     return
                 try:
                     await send({"type": "http.response.body", "body": keepalive.payload, "more_body": True})
@@ -184,12 +225,14 @@ class EventStreamResponse(WatchedStreamResponse):
         on_close: Callable[[], None] | None = None,
         ping_seconds: float | None = None,
         keepalives: tuple[Keepalive, ...] = (),
+        resumable: bool = False,
     ) -> None:
         """`ping_seconds`: an SSE comment (":") goes out whenever the stream has been
         silent that long (llama-server's sse_ping_interval), so idle-timeout clients
-        and proxies keep the connection; `keepalives` are an API's own on top."""
+        and proxies keep the connection; `keepalives` are an API's own on top;
+        `resumable`: a generation's stream, kept for a reconnecting client (above)."""
         super().__init__(events, b"text/event-stream; charset=utf-8", on_close, status_code,
-                         comment_keepalive(ping_seconds) + keepalives)
+                         comment_keepalive(ping_seconds) + keepalives, resumable)
 
     @staticmethod
     def _encode(item: str) -> bytes:

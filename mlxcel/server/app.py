@@ -32,8 +32,9 @@ from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.http.static_files import StaticFilesMiddleware
+from mlxcel.http.stream_sessions import StreamSessions
 from mlxcel.observability import metrics
-from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models
+from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams
 from mlxcel.server.startup_gc import settle_startup_objects
 from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
@@ -86,6 +87,7 @@ def create_app(
         job_watch = asyncio.get_running_loop().create_task(responses_state.watch())
         settle_startup_objects()
         yield
+        app.state.stream_sessions.close()  # readers of resumable streams end
         governor.cancel()
         job_watch.cancel()
         responses_state.stop()
@@ -107,6 +109,7 @@ def create_app(
     app.state.embedding_host = embedding_host
     app.state.config = config
     app.state.live_completions = LiveCompletions()  # chat completions running now, for /v1/chat/completions/control
+    app.state.stream_sessions = StreamSessions()  # resumable streams (X-Conversation-Id), for /v1/stream
     app.state.rerank = reranker
     app.state.stt_host = stt_host  # None without --stt-model: the audio routes answer 501
     app.state.tts_host = tts_host
@@ -116,6 +119,7 @@ def create_app(
     app.include_router(cache.router)
     app.include_router(chat.router)
     app.include_router(chat_control.router)
+    app.include_router(streams.router)
     app.include_router(anthropic.router)
     app.include_router(completions.router)
     app.include_router(native.router)

@@ -47,6 +47,7 @@ async def create_message(request: Request, opened: Opened[MessagesRequest] = Dep
             _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel,
             ping_seconds=keepalive_seconds(host.config.sse_ping_interval),
             keepalives=(Keepalive(PING_INTERVAL_S, MessageStream.ping().encode(), after_first_chunk=True),),
+            resumable=True,
         )
     async with cancel_on_disconnect(request, turn.cancel):
         outcome = await turn.run()

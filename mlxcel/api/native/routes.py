@@ -60,7 +60,7 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
         return EventStreamResponse(_stream(group, answer, NativeStreamOptions(body.timings_per_token,
                                                                               body.return_progress)),
                                    on_close=group.cancel,
-                                   ping_seconds=body.ping_seconds(host.config.sse_ping_interval))
+                                   ping_seconds=body.ping_seconds(host.config.sse_ping_interval), resumable=True)
     async with cancel_on_disconnect(request, group.cancel):
         results = await group.collect()
     bodies = []

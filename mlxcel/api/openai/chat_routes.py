@@ -132,7 +132,8 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
             logprobs=body.logprobs, verbose=verbose_of if verbose else None,
         )
         return EventStreamResponse(chat_stream(turn, options, lambda: LogprobFormatter(host.tokenizer)),
-                                   on_close=ended, ping_seconds=body.ping_seconds(host.config.sse_ping_interval))
+                                   on_close=ended, ping_seconds=body.ping_seconds(host.config.sse_ping_interval),
+                                   resumable=True)
     try:
         async with cancel_on_disconnect(request, turn.cancel):
             outcomes = await turn.run_all()

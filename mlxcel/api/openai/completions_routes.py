@@ -57,6 +57,7 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
             _stream(group, completion_id, created, host.model_id, include_usage, echoes, logprobs, body.n),
             on_close=group.cancel,
             ping_seconds=body.ping_seconds(host.config.sse_ping_interval),
+            resumable=True,
         )
 
     async with cancel_on_disconnect(request, group.cancel):

@@ -64,7 +64,7 @@ async def create_response(request: Request, opened: Opened[ResponsesRequest] = D
     run.turn.submit()
     if body.stream:
         return EventStreamResponse(_stream(run), on_close=run.turn.cancel,
-                                   ping_seconds=keepalive_seconds(host.config.sse_ping_interval))
+                                   ping_seconds=keepalive_seconds(host.config.sse_ping_interval), resumable=True)
     state.running[run.id] = run
     try:
         async with cancel_on_disconnect(request, run.cancel):
