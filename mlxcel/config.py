@@ -65,6 +65,15 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
+class VertexSettings:
+    """Google Cloud Vertex AI's custom-container contract (AIP_MODE=PREDICTION)."""
+
+    health_route: str | None  # AIP_HEALTH_ROUTE: a second, open health path
+    predict_route: str  # AIP_PREDICT_ROUTE: POST {"instances": [...]}
+    port: int  # AIP_HTTP_PORT: the port served, whatever --port says
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """Where and how the server logs: llama-server's --log-* flags."""
 
@@ -194,6 +203,7 @@ class ServerConfig:
     limits: RequestLimits = field(default_factory=RequestLimits)
     verbose: bool = False  # also the default of a request's `verbose` (llama-server's __verbose object)
     log: LogSettings = field(default_factory=LogSettings)
+    vertex: VertexSettings | None = None  # AIP_MODE=PREDICTION: Vertex AI's predict and health routes
     prefill_assistant: bool = True  # a final assistant message is continued (llama-server's default)
     ignored_flags: list[str] = field(default_factory=list)
     embedding_model: str | None = None  # --embedding-model: an embedding worker beside the chat model

@@ -34,6 +34,7 @@ from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
 from mlxcel.engine.control_vectors import ControlVectors
 from mlxcel.engine.kv_overrides import KvOverride, parse_kv_override
 from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
+from mlxcel.http.vertex_predict import vertex_settings
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 from mlxcel.state.url import StateUrlError, parse_state_url
 
@@ -519,6 +520,13 @@ def _slot_save_path(text: str | None) -> str | None:
     return str(path)
 
 
+def _vertex_settings():
+    try:
+        return vertex_settings()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _log_settings(args: argparse.Namespace):
     try:
         return log_settings(args)
@@ -672,6 +680,7 @@ def _load_mode_setting(args: argparse.Namespace) -> str:
 
 
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
+    vertex = _vertex_settings()
     if args.config_file is None and args.models_dir is None and args.models_preset is None:
         _check_model(args.model)
     elif args.lora or args.lora_scaled or args.control_vector or args.control_vector_scaled:
@@ -735,7 +744,8 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         cors_methods=args.cors_methods,
         cors_headers=args.cors_headers,
         cors_credentials=args.cors_credentials,
-        port=args.port,
+        port=vertex.port if vertex is not None else args.port,
+        vertex=vertex,
         ctx_size=args.ctx_size,
         parallel=args.parallel,
         threads=threads,

@@ -32,12 +32,12 @@ from ray import serve
 from ray.serve import context as serve_context
 
 from mlxcel.cluster import router as routing
-from mlxcel.cluster.envelope import HttpEnvelope, ResponseStart
 from mlxcel.cluster.metrics_merge import merge_exposition
 from mlxcel.cluster.prompt_keys import ROUTED
 from mlxcel.cluster.slot_ids import locate, merged_rows
 from mlxcel.config import TlsFiles
 from mlxcel.http.connection_guard import DEFAULT_TIMEOUT_S, guarded_protocol
+from mlxcel.http.envelope import HttpEnvelope, ResponseStart
 from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
 from mlxcel.server.listeners import open_listeners
 

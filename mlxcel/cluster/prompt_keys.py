@@ -19,7 +19,7 @@ from mlxcel.http.auth import KEY_ID, key_id, presented_keys
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from mlxcel.cluster.envelope import HttpEnvelope
+    from mlxcel.http.envelope import HttpEnvelope
     from mlxcel.turn.model_host import ModelHost
 
 log = logging.getLogger("mlxcel.cluster")

@@ -11,9 +11,9 @@ import os
 import time
 from collections.abc import AsyncIterator
 
-from mlxcel.cluster.envelope import HttpEnvelope, ResponseStart, play
 from mlxcel.cluster.prompt_keys import digests, held_digests, prompt_tokens
 from mlxcel.config import ServerConfig
+from mlxcel.http.envelope import HttpEnvelope, ResponseStart, play
 from mlxcel.observability.log_setup import configure_logging
 
 log = logging.getLogger("mlxcel.cluster")

@@ -27,7 +27,7 @@ from mlxcel.fleet.entries import FleetConfig
 from mlxcel.fleet.monitor import ServerMonitor
 from mlxcel.fleet.residency import Fleet, idle_sweeper
 from mlxcel.http.api_prefix import ApiPrefixMiddleware
-from mlxcel.http.auth import APIKeyMiddleware
+from mlxcel.http.auth import OPEN_PATHS, APIKeyMiddleware
 from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
@@ -35,6 +35,7 @@ from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.http.stream_sessions import StreamSessions
 from mlxcel.observability import metrics
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams
+from mlxcel.server.routes.vertex import add_vertex_routes
 from mlxcel.server.startup_gc import settle_startup_objects
 from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
@@ -138,8 +139,12 @@ def create_app(
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files
     if config.static_path:
         app.add_middleware(StaticFilesMiddleware, folder=config.static_path)
+    vertex = config.vertex
+    if vertex is not None:  # Google Cloud Vertex AI's container contract (AIP_MODE=PREDICTION)
+        add_vertex_routes(app, vertex, config.api_prefix)
     if config.api_keys:
-        app.add_middleware(APIKeyMiddleware, keys=config.api_keys)
+        health = {vertex.health_route} if vertex is not None and vertex.health_route else set()
+        app.add_middleware(APIKeyMiddleware, keys=config.api_keys, open_paths=OPEN_PATHS | health)
     if config.api_prefix:
         app.add_middleware(ApiPrefixMiddleware, prefix=config.api_prefix)
     policy = CorsPolicy(config.cors_origins, config.cors_methods, config.cors_headers, config.cors_credentials)

@@ -43,6 +43,10 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
             "accepted and ignored llama-server flags (not applicable to mlxcel): %s", " ".join(config.ignored_flags)
         )
     _warn_gpu_flags(config)
+    if config.vertex is not None:
+        vertex = config.vertex
+        log.info("Vertex AI (AIP_MODE=PREDICTION): port %d (AIP_HTTP_PORT), POST %s%s", vertex.port,
+                 vertex.predict_route, f", health also on GET {vertex.health_route}" if vertex.health_route else "")
     raise_open_files_limit()
     failure: list[str] = []
     server: uvicorn.Server | None = None

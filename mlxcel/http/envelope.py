@@ -1,5 +1,6 @@
-"""An HTTP request as it crosses from the gateway to a replica (picklable), and
-the replica side that plays it into the replica's own ASGI application.
+"""An HTTP request as a value (picklable): what crosses from the cluster's gateway to a
+replica, or what a route dispatches to another route of the same app (Vertex AI's
+predict route); `play` runs it through an ASGI application.
 
 The replica's answer comes back as a stream of parts: first a `ResponseStart`
 (status and headers), then body bytes. Whatever the application sent at once is

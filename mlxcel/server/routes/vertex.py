@@ -1,0 +1,24 @@
+"""The routes of Vertex AI's container contract (mlxcel/http/vertex_predict.py), added
+only with AIP_MODE=PREDICTION: the predict route, and a second health path."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from mlxcel.config import VertexSettings
+from mlxcel.http.vertex_predict import predict
+from mlxcel.server.routes.info import health
+
+
+def add_vertex_routes(app: FastAPI, settings: VertexSettings, api_prefix: str) -> None:
+    async def predict_route(request: Request) -> JSONResponse:
+        client = (request.client.host, request.client.port) if request.client else None
+        # each instance goes through the whole app again (keys, limits, a model's lease)
+        status, answer = await predict(request.app, await request.body(), list(request.headers.raw), api_prefix,
+                                       client, settings.predict_route)
+        return JSONResponse(answer, status_code=status)
+
+    app.add_api_route(settings.predict_route, predict_route, methods=["POST"], include_in_schema=False)
+    if settings.health_route:
+        app.add_api_route(settings.health_route, health, methods=["GET"], include_in_schema=False)
