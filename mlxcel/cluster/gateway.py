@@ -12,6 +12,8 @@ that dies mid-stream ends the stream with an error event. /health, /metrics and
 replica. A Responses cancel goes to every replica, since only the one running a
 response can stop it. A change of the server's state (POST /lora-adapters, POST
 /v1/cache/reset) goes to every replica, and succeeds once every one applied it.
+A chat completion's control and a resumable stream (GET and DELETE /v1/stream) reach the
+replica running them (conversations.py); a stream lookup merges every replica's.
 llama-server's slot routes number every replica's slots in one sequence (slot_ids.py):
 GET /slots lists them all, POST /slots/{id} acts on the replica holding that slot, and
 a request's `id_slot` sends it to that replica."""
@@ -31,6 +33,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 from ray.serve import context as serve_context
 
+from mlxcel.cluster import conversations
 from mlxcel.cluster import router as routing
 from mlxcel.cluster.metrics_merge import merge_exposition
 from mlxcel.cluster.prompt_keys import ROUTED
@@ -97,8 +100,8 @@ class Gateway:
         await self.engine.options(method_name="record_routing_stats").remote()  # the router starts with it
         app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
         app.add_api_route("/{path:path}", self.forward, methods=METHODS, include_in_schema=False)
-        self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_config=None, log_level="warning", access_log=False,
-                                                    http=guarded_protocol(timeout_s),
+        self._server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_config=None, log_level="warning",
+                                                    access_log=False, http=guarded_protocol(timeout_s),
                                                     ssl_keyfile=tls.key_file if tls else None,
                                                     ssl_certfile=tls.cert_file if tls else None))
         # every --host address, bound here so that one in use fails the deploy
@@ -146,6 +149,12 @@ class Gateway:
             return await self._everywhere(envelope)
         if request.method == "GET" and bare == "/slots":
             return await self._slots(envelope)
+        if request.method == "POST" and bare == "/v1/chat/completions/control":
+            return await self._control(envelope)
+        if bare == "/v1/streams/lookup" and request.method == "POST":
+            return await self._lookup(envelope)
+        if bare == "/v1/stream" and request.method in ("GET", "DELETE"):
+            return await self._stream_session(envelope, request.query_params.get("conv_id", ""))
         if request.method == "POST" and (numbered := SLOT_ACTION_PATH.fullmatch(bare)):
             return await self._slot_action(envelope, int(numbered.group(1)))
         if request.method == "POST" and bare in ROUTED:
@@ -344,6 +353,39 @@ class Gateway:
         if status != 200 or not isinstance(answer, dict):
             return Response(body, status_code=status, media_type="application/json")
         return JSONResponse({**answer, "id_slot": slot_id, "replica": place.replica, "replica_slot": place.slot})
+
+    async def _control(self, envelope: HttpEnvelope) -> Response:
+        """A completion runs on one replica: every replica is asked, the one running it answers."""
+        chosen = conversations.control_answer(await self._fan_out(envelope))
+        if chosen is None:
+            return _error(envelope.path, 503, "not every replica answered the control; retry it", "unavailable_error")
+        return Response(chosen[1], status_code=chosen[0], media_type="application/json")
+
+    async def _lookup(self, envelope: HttpEnvelope) -> Response:
+        answers = await self._fan_out(envelope)
+        merged = conversations.merged_lookup(answers)
+        if merged is None:
+            refused = next((a for a in answers.values() if not isinstance(a, BaseException) and a[0] != 200), None)
+            if refused is not None:
+                return Response(refused[1], status_code=refused[0], media_type="application/json")
+            return _error(envelope.path, 503, "not every replica answered the lookup; retry it", "unavailable_error")
+        return JSONResponse(merged)
+
+    async def _stream_session(self, envelope: HttpEnvelope, conversation_id: str) -> Response:
+        """GET /v1/stream and DELETE /v1/stream, on the replica holding the conversation's
+        stream (found by a lookup on every replica); without one, any replica answers
+        (a 404, a 204, or the refusal of a bad query)."""
+        pinned = None
+        if conversation_id:
+            body = json.dumps({"conversation_ids": [conversation_id]}).encode()
+            lookup = dataclasses.replace(envelope, method="POST", path=self.api_prefix + "/v1/streams/lookup",
+                                         query_string=b"", body=body,
+                                         headers=[*(h for h in envelope.headers if h[0].lower() not in
+                                                    (b"content-length", b"content-type")),
+                                                  (b"content-type", b"application/json"),
+                                                  (b"content-length", str(len(body)).encode())])
+            pinned = conversations.holder(await self._fan_out(lookup), conversation_id)
+        return await self._forward(envelope, None, pinned)
 
     async def _metrics(self, envelope: HttpEnvelope) -> Response:
         answers = await self._answers(envelope)

@@ -4,7 +4,8 @@ from one process; a conversation's turns stay on the replica holding its prefix 
 unrelated requests spread; /health, /metrics and /v1/metrics speak for every replica;
 a change of the server's LoRA scales or a cache reset reaches every replica; the slot
 routes number both replicas' slots in one sequence and a slot file saved on one replica
-restores on the other; a replica
+restores on the other; a completion's control and a resumable stream reach the replica
+running them; a replica
 killed mid-stream ends that stream with an error event, the survivor takes new
 requests at once, and Ray brings the replica back. The kill test runs last."""
 
@@ -236,6 +237,35 @@ def test_slots_are_numbered_across_replicas_and_a_slot_file_moves_between_them(c
     for bad in ("4", "x", "99999999999"):
         refused = client.post(f"/slots/{bad}?action=erase")
         assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error", refused.text
+
+
+def test_a_completion_s_control_and_a_resumable_stream_reach_the_replica_running_them(client):
+    """The control and the stream routes are asked of the replica that holds the
+    completion or the stream, wherever the gateway's own call would have landed."""
+    conversation = f"conv-{os.getpid()}-{time.monotonic_ns()}"
+    with client.stream("POST", "/v1/chat/completions", headers={"X-Conversation-Id": conversation}, json={
+            "messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 64, "ignore_eos": True,
+            "stream": True}) as stream:
+        lines = stream.iter_lines()  # held: a lines iterator freed would close the stream
+        first = json.loads(next(line for line in lines if line.startswith("data: {"))[6:])
+        controls = [client.post("/v1/chat/completions/control", json={"id": first["id"], "action": "reasoning_end"})
+                    for _ in range(4)]  # whichever replica the gateway's call lands on
+        replica = stream.headers["x-mlxcel-replica"]
+    deadline = time.monotonic() + 60
+    while not (found := client.post("/v1/streams/lookup", json={"conversation_ids": [conversation]}).json()) \
+            or not found[0]["is_done"]:
+        assert time.monotonic() < deadline, found
+        time.sleep(0.2)
+    replays = [client.get("/v1/stream", params={"conv_id": conversation}) for _ in range(4)]
+    stopped = client.delete("/v1/stream", params={"conv_id": conversation})
+    after = client.post("/v1/streams/lookup", json={"conversation_ids": [conversation]}).json()
+    assert all(c.json() == {"success": False, "message": "reasoning control not enabled for this completion"}
+               for c in controls), [c.text for c in controls]
+    assert len(found) == 1 and found[0]["total_bytes"] > 0
+    assert all(r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]") and
+               r.headers["x-mlxcel-replica"] == replica for r in replays)
+    assert len({r.text for r in replays}) == 1
+    assert stopped.status_code == 204 and after == []
 
 
 def _response_id(lines) -> str:

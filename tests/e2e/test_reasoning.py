@@ -243,7 +243,8 @@ def test_a_control_request_says_why_it_did_nothing(http):
     control, an unknown id, and malformed control requests."""
     body = {"messages": HI, "stream": True, "max_tokens": 400, "ignore_eos": True}
     with http.stream("POST", "/v1/chat/completions", json=body) as response:
-        first = json.loads(next(line for line in response.iter_lines() if line.startswith("data: {"))[6:])
+        lines = response.iter_lines()  # held: a lines iterator freed would close the stream, and end the completion
+        first = json.loads(next(line for line in lines if line.startswith("data: {"))[6:])
         unarmed = http.post("/v1/chat/completions/control", json={"id": first["id"], "action": "reasoning_end"})
     unknown = http.post("/v1/chat/completions/control", json={"id": "chatcmpl-nope", "action": "reasoning_end"})
     bad = [http.post("/v1/chat/completions/control", json=payload) for payload in (
