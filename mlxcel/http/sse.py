@@ -120,7 +120,9 @@ class WatchedStreamResponse(Response):
         sessions = getattr(getattr(app, "state", None), "stream_sessions", None)
         if not conversation or sessions is None:
             return None
-        return sessions.open(conversation.decode("latin-1"))
+        session = sessions.open(conversation.decode("latin-1"))
+        session.on_cancel = self._on_close  # cancels the generation (it may run again when the stream ends)
+        return session
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         failure: list[Exception] = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 MAX_BYTES = 4 * 1024 * 1024
 TTL_S = 300.0
@@ -35,6 +35,7 @@ class StreamSession:
         self.started_at = int(time.time())
         self.completed_at = 0  # when the stream ended (0: still running)
         self.cancelled = False
+        self.on_cancel: Callable[[], None] | None = None  # stops the generation writing into it, at once
         self._buffer = bytearray()
         self._dropped = 0  # bytes of the stream's start no longer held
         self._max_bytes = max_bytes
@@ -68,9 +69,12 @@ class StreamSession:
         self._wake()
 
     def cancel(self) -> None:
-        """The generation writing into it stops (it reads `cancelled`); readers end."""
+        """The generation writing into it stops (`on_cancel`, even while it prefills); readers end."""
         self.cancelled = True
         self.finish()
+        stop, self.on_cancel = self.on_cancel, None
+        if stop is not None:
+            stop()
 
     def _wake(self) -> None:
         self._changed.set()

@@ -74,3 +74,19 @@ def test_ended_sessions_are_forgotten_by_age_and_past_the_count_cap(monkeypatch)
         return gone_by_age, sorted(s.conversation_id for s in sessions.lookup(["live", "a", "b", "c"])), live.done
 
     assert asyncio.run(scenario()) == (True, ["b", "c", "live"], False)
+
+
+def test_cancelling_stops_the_generation_at_once_and_only_once():
+    async def scenario():
+        sessions = StreamSessions()
+        stops = []
+        first = sessions.open("conv")
+        first.on_cancel = lambda: stops.append("first")
+        second = sessions.open("conv")  # a new stream of the conversation stops the old one
+        second.on_cancel = lambda: stops.append("second")
+        sessions.cancel("conv")
+        second.cancel()
+        sessions.cancel("conv")
+        return stops, first.done, second.done
+
+    assert asyncio.run(scenario()) == (["first", "second"], True, True)
