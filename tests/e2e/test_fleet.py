@@ -83,6 +83,9 @@ def test_models_lists_ids_and_aliases_with_markers(client):
     assert rows["smol"]["default"] and rows["smol"]["pinned"] and rows["smol"]["resident"]
     assert not rows["gemma"]["pinned"] and not rows["coder"]["default"]
     assert rows["short"]["alias_of"] == "smol@terse" and rows["short"]["profile"] == "terse"
+    # llama-server's router fields: a model's aliases, and what it takes in
+    assert "short" in rows["smol"]["aliases"] and rows["short"]["aliases"] == []
+    assert rows["smol"]["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
     assert rows["smol"]["context_length"] == 1024  # 2048 over 2 slots
     for row in rows.values():
         assert {"speculative", "vlm", "max_context_at_width_1"} <= set(row)

@@ -58,7 +58,15 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         "context_length": _context_length(fleet, model_id),
         "max_context_at_width_1": max_context_at_width_1(monitor, resident.host if resident is not None else None),
         "status": _status(fleet, model_id),
+        # llama-server's router fields: its aliases, and what it takes in (agents read these)
+        "aliases": sorted(a for a, target in fleet.config.aliases.items() if target.partition("@")[0] == model_id),
+        "architecture": {"input_modalities": _input_modalities(entry.mmproj), "output_modalities": ["text"]},
     }
+
+
+def _input_modalities(mmproj: str | None) -> list[str]:
+    modalities = _modalities(mmproj)
+    return ["text", *(["image"] if modalities["vision"] else []), *(["audio"] if modalities["audio"] else [])]
 
 
 def _status(fleet: Fleet, model_id: str) -> dict:
@@ -78,5 +86,5 @@ def fleet_listing(fleet: Fleet, monitor: ServerMonitor) -> list[dict]:
         target = config.aliases[alias]
         model_id, _, profile = target.partition("@")
         row = _entry(fleet, monitor, model_id, profile or config.models[model_id].profile, created)
-        rows.append({**row, "id": alias, "alias_of": target, "default": False})
+        rows.append({**row, "id": alias, "alias_of": target, "default": False, "aliases": []})
     return rows
