@@ -131,6 +131,10 @@ class Gateway:
         router = self._router()
         return sorted(router.replicas()) if router is not None else []
 
+    def _slot_counts(self) -> dict[str, int]:
+        """Each running replica's slots (every one runs -np)."""
+        return {replica: self.slots_per_replica for replica in self.replica_ids()}
+
     async def forward(self, request: Request) -> Response:
         path = request.url.path
         body = await self._body(request)
@@ -176,7 +180,7 @@ class Gateway:
         slot_id = data.get("id_slot") if isinstance(data, dict) else None
         if type(slot_id) is not int:
             return envelope, None
-        place = locate(slot_id, {r: self.slots_per_replica for r in self.replica_ids()})
+        place = locate(slot_id, self._slot_counts())
         if place is None:
             return envelope, None
         body = json.dumps({**data, "id_slot": place.slot}).encode()
@@ -334,7 +338,7 @@ class Gateway:
         """A slot save, restore or erase, sent to the replica holding slot `slot_id` as
         its own slot number, the answer's `id_slot` numbered back. Replicas share no
         slot files unless --slot-save-path is one folder they all see (one node)."""
-        place = locate(slot_id, {r: self.slots_per_replica for r in self.replica_ids()})
+        place = locate(slot_id, self._slot_counts())
         if place is None:  # a number past the last slot: a replica refuses it in the spec's format
             return await self._forward(envelope, None)
         local = dataclasses.replace(envelope, path=envelope.path[: envelope.path.rindex("/") + 1] + str(place.slot))
@@ -377,13 +381,8 @@ class Gateway:
         (a 404, a 204, or the refusal of a bad query)."""
         pinned = None
         if conversation_id:
-            body = json.dumps({"conversation_ids": [conversation_id]}).encode()
-            lookup = dataclasses.replace(envelope, method="POST", path=self.api_prefix + "/v1/streams/lookup",
-                                         query_string=b"", body=body,
-                                         headers=[*(h for h in envelope.headers if h[0].lower() not in
-                                                    (b"content-length", b"content-type")),
-                                                  (b"content-type", b"application/json"),
-                                                  (b"content-length", str(len(body)).encode())])
+            lookup = envelope.with_json("POST", self.api_prefix + "/v1/streams/lookup",
+                                        {"conversation_ids": [conversation_id]})
             pinned = conversations.holder(await self._fan_out(lookup), conversation_id)
         return await self._forward(envelope, None, pinned)
 

@@ -288,8 +288,8 @@ class Fleet:
         return [r.id for r in chosen]
 
     def load(self, model_id: str) -> Resident:
-        """POST /models/load: start loading the model (it need not be idle-evictable to
-        stay: the idle timeout applies as to any load)."""
+        """POST /models/load: the model's resident copy, its load started if it had none
+        (ModelLoadDeferred when the budget leaves no room now)."""
         entry = self.entry(model_id)
         with self._lock:
             return self._resident_for(entry)
@@ -358,8 +358,7 @@ class Fleet:
 
     def preload(self, model_id: str) -> None:
         try:
-            with self._lock:
-                self._resident_for(self.config.models[model_id])
+            self.load(model_id)
         except ModelLoadDeferred as exc:
             log.warning("not preloading %s: %s", model_id, exc.message)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +36,14 @@ class HttpEnvelope:
             if k.lower() == key:
                 return v.decode("latin-1")
         return None
+
+    def with_json(self, method: str, path: str, payload: Any) -> HttpEnvelope:
+        """The same client's request, with its headers (its key), sending `payload` as
+        JSON to another route."""
+        body = json.dumps(payload).encode()
+        headers = [(k, v) for k, v in self.headers if k.lower() not in (b"content-length", b"content-type")]
+        return dataclasses.replace(self, method=method, path=path, query_string=b"", body=body, headers=[
+            *headers, (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())])
 
     def scope(self) -> dict[str, Any]:
         return {

@@ -70,9 +70,9 @@ def _error(message: str, kind: str = "invalid_request_error", code: int = 400) -
     return {"error": {"code": code, "message": message, "type": kind}}
 
 
-async def predict(app: Callable, body: bytes, headers: list[tuple[bytes, bytes]], api_prefix: str,
-                  client: tuple[str, int] | None, predict_route: str) -> tuple[int, dict]:
+async def predict(app: Callable, request: HttpEnvelope, api_prefix: str, predict_route: str) -> tuple[int, dict]:
     """(status, answer) of one predict request; `app` serves each instance's route."""
+    body = request.body
     try:  # a large body is parsed off the event loop
         data = await asyncio.to_thread(json.loads, body) if len(body) > 64 * 1024 else json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -84,13 +84,11 @@ async def predict(app: Callable, body: bytes, headers: list[tuple[bytes, bytes]]
         return 400, _error("request body must include an array field named instances")
     if len(instances) > MAX_INSTANCES:
         return 400, _error(f"instances array exceeds maximum size of {MAX_INSTANCES}")
-    kept = [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"content-type")]
-    calls = [_one(app, instance, kept, api_prefix, client, predict_route) for instance in instances]
+    calls = [_one(app, instance, request, api_prefix, predict_route) for instance in instances]
     return 200, {"predictions": list(await asyncio.gather(*calls))}
 
 
-async def _one(app: Callable, instance, headers: list[tuple[bytes, bytes]], api_prefix: str,
-               client: tuple[str, int] | None, predict_route: str):
+async def _one(app: Callable, instance, request: HttpEnvelope, api_prefix: str, predict_route: str):
     if not isinstance(instance, dict):
         return _error("each instance must be a JSON object")
     request_format = instance.get("@requestFormat")
@@ -102,10 +100,7 @@ async def _one(app: Callable, instance, headers: list[tuple[bytes, bytes]], api_
     payload = {k: v for k, v in instance.items() if k != "@requestFormat"}
     if "stream" in payload:
         payload["stream"] = False  # the predict route answers whole
-    body = json.dumps(payload).encode()
-    envelope = HttpEnvelope("POST", api_prefix + path, b"", [*headers, (b"content-type", b"application/json"),
-                                                           (b"content-length", str(len(body)).encode())],
-                            body, client)
+    envelope = request.with_json("POST", api_prefix + path, payload)
     status, chunks = 500, []
     async for part in play(app, envelope):
         if isinstance(part, ResponseStart):

@@ -45,6 +45,7 @@ def _modalities(mmproj: str | None) -> dict[str, bool]:
 def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | None, created: int) -> dict:
     entry = fleet.config.models[model_id]
     resident = fleet.resident(model_id)
+    modalities = _modalities(entry.mmproj)  # read from the projector's header once
     return {
         "id": model_id, "object": "model", "created": created, "owned_by": OWNER,
         "resident": resident is not None and resident.ready,
@@ -52,7 +53,7 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         "kept": resident is not None and resident.kept,
         "speculative": entry.speculative or entry.draft is not None,
         "vlm": entry.mmproj is not None,  # a projector is configured (images and/or audio)
-        "modalities": _modalities(entry.mmproj),
+        "modalities": modalities,
         "profile": profile,
         "default": model_id == fleet.default_id,
         "context_length": _context_length(fleet, model_id),
@@ -60,12 +61,11 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         "status": _status(fleet, model_id),
         # llama-server's router fields: its aliases, and what it takes in (agents read these)
         "aliases": sorted(a for a, target in fleet.config.aliases.items() if target.partition("@")[0] == model_id),
-        "architecture": {"input_modalities": _input_modalities(entry.mmproj), "output_modalities": ["text"]},
+        "architecture": {"input_modalities": _input_modalities(modalities), "output_modalities": ["text"]},
     }
 
 
-def _input_modalities(mmproj: str | None) -> list[str]:
-    modalities = _modalities(mmproj)
+def _input_modalities(modalities: dict[str, bool]) -> list[str]:
     return ["text", *(["image"] if modalities["vision"] else []), *(["audio"] if modalities["audio"] else [])]
 
 

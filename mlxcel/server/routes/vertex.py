@@ -7,6 +7,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from mlxcel.config import VertexSettings
+from mlxcel.http.envelope import HttpEnvelope
 from mlxcel.http.vertex_predict import predict
 from mlxcel.server.routes.info import health
 
@@ -14,9 +15,9 @@ from mlxcel.server.routes.info import health
 def add_vertex_routes(app: FastAPI, settings: VertexSettings, api_prefix: str) -> None:
     async def predict_route(request: Request) -> JSONResponse:
         client = (request.client.host, request.client.port) if request.client else None
+        original = HttpEnvelope("POST", request.url.path, b"", list(request.headers.raw), await request.body(), client)
         # each instance goes through the whole app again (keys, limits, a model's lease)
-        status, answer = await predict(request.app, await request.body(), list(request.headers.raw), api_prefix,
-                                       client, settings.predict_route)
+        status, answer = await predict(request.app, original, api_prefix, settings.predict_route)
         return JSONResponse(answer, status_code=status)
 
     app.add_api_route(settings.predict_route, predict_route, methods=["POST"], include_in_schema=False)
