@@ -178,6 +178,7 @@ class ServerConfig:
     kv_unified: bool = False  # one KV pool shared by every slot (-kvu); else n_ctx / parallel cells each
     kv_unified_per_slot: int = 0  # cap on a slot's context in a unified pool (0: the whole pool)
     warmup: bool = True
+    sleep_idle_seconds: int = -1  # --sleep-idle-seconds: unload the model after this long unused (-1: never)
     queue_cap: int = 64
     prefill_chunk: int = 256
     max_body_bytes: int = 32 * 1024 * 1024

@@ -133,6 +133,14 @@ def _pooling(text: str) -> str:
     return value
 
 
+def _sleep_seconds(text: str) -> int:
+    """--sleep-idle-seconds: -1 (never) or a positive count, as llama-server takes it."""
+    value = _ranged(int)(text)
+    if value == 0 or value < -1:
+        raise argparse.ArgumentTypeError(f"invalid value {text}: cannot be 0 or less than -1")
+    return value
+
+
 def _api_prefix(text: str) -> str:
     prefix = text.strip().rstrip("/")
     if prefix and not prefix.startswith("/"):
@@ -163,6 +171,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "threads for generation (default: the number of CPUs)"),
     (("-tb", "--threads-batch"), "threads_batch", _ranged(int, 1, 1024), None, "LLAMA_ARG_THREADS_BATCH",
      "threads for prompt processing (default: --threads)"),
+    (("--sleep-idle-seconds",), "sleep_idle_seconds", _sleep_seconds, -1, "MLXCEL_SLEEP_IDLE_SECONDS",
+     "seconds without a request after which the model sleeps: its weights, KV cache and buffers are freed "
+     "until the next request reloads them (-1: never)"),
     (("-b", "--batch-size"), "batch_size", _ranged(int, 1), 2048, "LLAMA_ARG_BATCH", "logical batch size: most tokens per decode step"),
     (("-ub", "--ubatch-size"), "ubatch_size", _ranged(int, 1), 512, "LLAMA_ARG_UBATCH", "physical batch size"),
     (("-n", "--n-predict", "--predict"), "n_predict", _ranged(int, -1), -1, "LLAMA_ARG_N_PREDICT",
@@ -794,6 +805,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         kv_unified=args.kv_unified,
         kv_unified_per_slot=args.kv_unified_per_slot,
         warmup=args.warmup,
+        sleep_idle_seconds=args.sleep_idle_seconds,
         queue_cap=args.queue_cap,
         prefill_chunk=args.prefill_chunk,
         max_body_bytes=args.max_body_bytes,

@@ -122,7 +122,9 @@ class _EndReasoning:
 
 
 class Engine:
-    def __init__(self, runtime: LlamaRuntime, tokenizer: Tokenizer, config: EngineConfig) -> None:
+    def __init__(self, runtime: LlamaRuntime, tokenizer: Tokenizer, config: EngineConfig,
+                 stats: EngineStats | None = None) -> None:
+        """`stats`: the counters to go on from (an engine made again after the model slept)."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.config = config
@@ -132,7 +134,7 @@ class Engine:
         split = runtime.config.n_parallel > 1 and not runtime.kv_unified
         self.slots = SlotTable(runtime.config.n_parallel, contiguous=split and config.host_cache is not None)
         self.waiting = PrefillQueue()
-        self.stats = EngineStats()
+        self.stats = stats if stats is not None else EngineStats()
         self._batch = TokenBatch(runtime.n_batch)
         self._masker: ConstraintMasker | None = (
             config.masker(tokenizer.n_vocab, len(self.slots)) if config.masker is not None else None)

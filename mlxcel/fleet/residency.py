@@ -108,6 +108,7 @@ class Fleet:
         self.last_load_rejection: str | None = None
         self.failures: dict[str, str] = {}  # model id -> why its last load or engine failed (until it loads again)
         self.events = FleetEvents()  # status changes, for GET /models/sse
+        self.sleeping: set[str] = set()  # unloaded by --sleep-idle-seconds: a request loads them, autoload or not
         self._closed = False
 
     # -- addressing ---------------------------------------------------------------
@@ -128,7 +129,7 @@ class Fleet:
         """A lease on `entry`'s loaded model: starts its load when it is not resident
         (evicting idle models when the budget needs the room) and waits for it."""
         with self._lock:
-            if not self.config.autoload and entry.id not in self.residents:
+            if not self.config.autoload and entry.id not in self.residents and entry.id not in self.sleeping:
                 raise ModelNotLoaded(entry.id)
             resident = self._resident_for(entry)
             resident.leases += 1
@@ -229,6 +230,7 @@ class Fleet:
         resident = Resident(entry, host, footprint)
         self.residents[entry.id] = resident
         self.failures.pop(entry.id, None)
+        self.sleeping.discard(entry.id)
         self.events.status(entry.id, "loading")
         thread = threading.Thread(target=self._load, args=(resident,), name=f"mlxcel-load-{entry.id}", daemon=True)
         thread.start()
@@ -260,9 +262,14 @@ class Fleet:
 
     # -- unloading ---------------------------------------------------------------------
 
-    def _forget(self, resident: Resident) -> None:
+    def _forget(self, resident: Resident, asleep: bool = False) -> None:
         if self.residents.get(resident.id) is resident:
             del self.residents[resident.id]
+            if asleep:
+                self.sleeping.add(resident.id)
+                self.events.status(resident.id, "sleeping")
+                return
+            self.sleeping.discard(resident.id)
             failure = self.failures.get(resident.id) if resident.host.state is HostState.FAILED else None
             extra = {"failed": True, "exit_code": 1, "error": failure} if failure is not None else {"exit_code": 0}
             self.events.status(resident.id, "unloaded", **extra)
@@ -295,8 +302,10 @@ class Fleet:
             return self._resident_for(entry)
 
     def status(self, model_id: str) -> str:
-        """llama-server's status of a model: loaded, loading or unloaded."""
+        """llama-server's status of a model: loaded, loading, sleeping or unloaded."""
         resident = self.residents.get(model_id)
+        if resident is None and model_id in self.sleeping:
+            return "sleeping"
         if resident is None or resident.host.state is HostState.FAILED:
             return "unloaded"
         return "loaded" if resident.ready else "loading"
@@ -314,19 +323,28 @@ class Fleet:
             return resident
 
     def expire_idle(self, now: float | None = None) -> list[str]:
-        """Unload models idle past their timeout (not pinned, not kept)."""
+        """Unload models idle past their timeout (not pinned, not kept), and put to sleep
+        those idle past --sleep-idle-seconds (pinned ones too: a request wakes them)."""
         now = time.monotonic() if now is None else now
-        expired = []
+        expired, slept = [], []
+        sleep_s = self.base.sleep_idle_seconds
         with self._lock:
             for resident in list(self.residents.values()):
-                ttl = resident.entry.ttl_s if resident.entry.ttl_s is not None else self.config.ttl_s
-                if not ttl or resident.id in self.pinned or resident.kept or resident.busy:
+                if resident.kept or resident.busy or not resident.ready:
                     continue
-                if now - resident.last_used >= ttl:
+                ttl = resident.entry.ttl_s if resident.entry.ttl_s is not None else self.config.ttl_s
+                idle = now - resident.last_used
+                if ttl and resident.id not in self.pinned and idle >= ttl:
                     expired.append(resident)
                     self._forget(resident)
+                elif sleep_s > 0 and idle >= sleep_s:
+                    slept.append(resident)
+                    self._forget(resident, asleep=True)
         for resident in expired:
             log.info("unloading %s: idle for %.0fs", resident.id, now - resident.last_used)
+            resident.host.close()
+        for resident in slept:
+            log.info("%s is asleep: idle for %.0fs (--sleep-idle-seconds)", resident.id, now - resident.last_used)
             resident.host.close()
         self.close_retired()
         return [r.id for r in expired]

@@ -138,9 +138,10 @@ def render(host: ModelHost, window: ScrapeWindow) -> str:
     """Prometheus text format, series named exactly as the spec and llama-server name
     them (the spec's two counters without a `_total` suffix and llama-server's colons
     rule out prometheus_client's own renderer)."""
-    if host.engine is None:
+    engine = host.engine
+    snapshot = engine.snapshot if engine is not None else host.asleep.get("snapshot")  # asleep: its last one
+    if snapshot is None:
         return ""
-    snapshot = host.engine.snapshot
     lines: list[str] = []
     for name, kind, help_text, read in _SERIES:
         _family(lines, name, kind, help_text, read(snapshot))

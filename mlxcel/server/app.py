@@ -34,6 +34,7 @@ from mlxcel.http.fleet_opening import LeaseMiddleware
 from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.http.stream_sessions import StreamSessions
 from mlxcel.observability import metrics
+from mlxcel.server.idle_sleep import IdleSleep, IdleSleepMiddleware, watching
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams
 from mlxcel.server.routes.vertex import add_vertex_routes
 from mlxcel.server.startup_gc import settle_startup_objects
@@ -70,6 +71,18 @@ def create_app(
     stt_host = SttHost(config, config.stt_model) if config.stt_model else None
     tts_host = SpeechHost(config, config.tts_model) if config.tts_model else None
     monitor = ServerMonitor(config, host, fleet)
+    sleeper = None
+    if host is not None and config.sleep_idle_seconds > 0:
+        awake = [name for name, service in (("embedding", embedding_host), ("rerank", reranker),
+                                              ("speech-to-text", stt_host), ("text-to-speech", tts_host)) if service]
+        if awake:
+            log.warning("--sleep-idle-seconds: the %s model%s stay%s loaded while %s", ", ".join(awake),
+                        "s" if len(awake) > 1 else "", "" if len(awake) > 1 else "s",
+                        "the chat model sleeps" if not host.absent else "no chat model is served")
+        if not host.absent:
+            sleeper = IdleSleep(host, config.sleep_idle_seconds,
+                                describe=lambda: info.asleep_answers(host, embedding_host, reranker),
+                                held=lambda: len(responses_state.jobs) > 0)  # background responses
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -87,7 +100,8 @@ def create_app(
         governor = asyncio.get_running_loop().create_task(monitor.run())
         job_watch = asyncio.get_running_loop().create_task(responses_state.watch())
         settle_startup_objects()
-        yield
+        async with watching(sleeper):
+            yield
         app.state.stream_sessions.close()  # readers of resumable streams end
         governor.cancel()
         job_watch.cancel()
@@ -136,7 +150,10 @@ def create_app(
     app.include_router(transcriptions.router)
     app.include_router(speech_routes.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
-    # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files
+    # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, sleep
+    if sleeper is not None:
+        app.state.sleeper = sleeper
+        app.add_middleware(IdleSleepMiddleware, sleeper=sleeper, routes=lambda: app.router.routes)
     if config.static_path:
         app.add_middleware(StaticFilesMiddleware, folder=config.static_path)
     vertex = config.vertex

@@ -88,6 +88,7 @@ class HostState(str, enum.Enum):
     READY = "ready"
     FAILED = "failed"
     ABSENT = "absent"  # --embedding / --reranking: -m is the embedding or rerank worker's; nothing generates
+    SLEEPING = "sleeping"  # --sleep-idle-seconds: unloaded while idle; the next request loads it again
 
 
 # what llama-server answers a generation on a server started with --embedding
@@ -115,6 +116,8 @@ class ModelHost:
         self.created = int(time.time())
         self.error: str | None = None
         self._on_failure: Callable[[str], None] = lambda _message: None
+        self.asleep: dict = {}  # while SLEEPING: what the routes that do not wake it answer (server/idle_sleep.py)
+        self._carried_stats = None  # the engine's counters across a sleep (EngineStats)
 
     def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
         """Load on a background thread. `on_failure` is told, once, when loading fails
@@ -230,6 +233,7 @@ class ModelHost:
                     on_failure=self._engine_failed,
                     masker=BatchMasker,
                 ),
+                stats=self._carried_stats,
             )
             engine.start()
         except Exception as exc:  # noqa: BLE001 - any failure here ends the server
@@ -277,6 +281,8 @@ class ModelHost:
     def modalities(self) -> dict[str, bool]:
         """What the model takes besides text (/props' `modalities`)."""
         projector = self.projector
+        if projector is None and "modalities" in self.asleep:
+            return self.asleep["modalities"]
         return {"vision": bool(projector and projector.vision), "audio": bool(projector and projector.audio)}
 
     @staticmethod
@@ -335,13 +341,15 @@ class ModelHost:
             raise EngineUnavailable(self.error or "the model failed")
         if self.state is HostState.ABSENT:
             raise GenerationFailed(NO_GENERATION)
+        if self.state is HostState.SLEEPING:
+            raise ServerBusy("the model is asleep (--sleep-idle-seconds): retry to wake it")
         if self.state is not HostState.READY:
             raise ServerBusy("Loading model")
         return self.engine, self.tokenizer
 
     @property
     def slot_context(self) -> int:
-        return self.runtime.n_ctx_seq if self.runtime else 0
+        return self.runtime.n_ctx_seq if self.runtime else self.asleep.get("slot_context", 0)
 
     @property
     def health_tool_call_parser(self) -> str | None:
@@ -353,16 +361,46 @@ class ModelHost:
         if self.engine is not None:
             self.engine.stop()
 
+    @property
+    def sleeping(self) -> bool:
+        return self.state is HostState.SLEEPING
+
+    def sleep(self) -> None:
+        """--sleep-idle-seconds: free the weights, the KV cache, the compute buffers and
+        the host prompt cache, as an unload does, keeping the engine's counters and the
+        template; wake() loads the model again. Called with no request in the engine."""
+        self.state = HostState.SLEEPING
+        self.asleep = {**self.asleep, "modalities": self.modalities, "slot_context": self.slot_context}
+        if self.engine is not None:
+            self._carried_stats = self.engine.stats
+        self._free()
+        self.tokenizer = None  # its vocabulary was the model's
+        self.default_grammar = None
+        log.info("model %s is asleep: its memory is freed until a request needs it", self.model_id)
+
+    def wake(self) -> bool:
+        """Load the model again after sleep() (on the calling thread): True once ready.
+        A model that cannot be loaded again fails the host, and the server exits, as
+        llama-server aborts then."""
+        self.state = HostState.LOADING
+        log.info("model %s is waking", self.model_id)
+        self._load(self._on_failure)
+        self.asleep = {}
+        return self.state is HostState.READY
+
     def close(self) -> None:
         """Stop the engine and free the llama context and weights (an unload): the
         host is then ABSENT and holds no memory."""
+        self._free()
+        self.state = HostState.ABSENT
+
+    def _free(self) -> None:
         engine, runtime = self.engine, self.runtime
         if engine is not None:
             engine.stop()
             drafter = engine.config.drafter
             if drafter is not None:
                 drafter.runtime.close()
-        self.state = HostState.ABSENT
         self.engine = self.runtime = None
         if self.projector is not None:
             self.projector.close()

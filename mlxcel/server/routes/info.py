@@ -69,6 +69,9 @@ async def health(request: Request):
         return JSONResponse({"status": "error", "error": tts.error}, status_code=503)
     if host.failed:
         return JSONResponse({"status": "error", "error": host.error}, status_code=503)
+    if host.sleeping:  # --sleep-idle-seconds: a request wakes it, so the server is healthy
+        return JSONResponse({"status": "ok", "model": host.model_id, "is_sleeping": True,
+                             "context_size": host.slot_context, "tool_call_parser": host.health_tool_call_parser})
     if not host.ready or (tts is not None and not tts.ready):
         return JSONResponse({"status": "loading model"}, status_code=503)
     snapshot = host.engine.snapshot
@@ -132,19 +135,26 @@ def _model_entry(host: ModelHost) -> dict:
     config = host.config
     entry = {"id": host.model_id, "aliases": list(config.aliases), "tags": list(config.tags), "object": "model",
              "created": host.created, "owned_by": "user", "kind": "chat"}
-    if host.ready:
-        runtime = host.runtime
-        entry["meta"] = {
-            "vocab_type": runtime.vocab_type(),
-            "n_vocab": host.tokenizer.n_vocab,
-            "n_ctx": host.slot_context,
-            "n_ctx_train": runtime.n_ctx_train,
-            "n_embd": runtime.n_embd(),
-            "n_params": runtime.n_params(),
-            "size": runtime.model_size(),
-            "ftype": runtime.ftype_name(),
-        }
+    if host.sleeping and "meta" in host.asleep:
+        entry["meta"] = host.asleep["meta"]
+    elif host.ready:
+        entry["meta"] = model_meta(host)
     return entry
+
+
+def model_meta(host: ModelHost) -> dict:
+    """llama-server's `meta` of a loaded model's /v1/models row."""
+    runtime = host.runtime
+    return {
+        "vocab_type": runtime.vocab_type(),
+        "n_vocab": host.tokenizer.n_vocab,
+        "n_ctx": host.slot_context,
+        "n_ctx_train": runtime.n_ctx_train,
+        "n_embd": runtime.n_embd(),
+        "n_params": runtime.n_params(),
+        "size": runtime.model_size(),
+        "ftype": runtime.ftype_name(),
+    }
 
 
 def _markers(host: ModelHost, monitor) -> dict:
@@ -152,7 +162,8 @@ def _markers(host: ModelHost, monitor) -> dict:
     config = host.config
     return {"resident": host.ready, "pinned": True, "speculative": config.spec_type != "none",
             "vlm": config.mmproj is not None, "modalities": _modalities(host),
-            "profile": None, "default": True, "context_length": host.slot_context if host.ready else None,
+            "profile": None, "default": True,
+            "context_length": host.slot_context if host.ready or host.sleeping else None,
             "max_context_at_width_1": max_context_at_width_1(monitor, host)}
 
 
@@ -223,7 +234,20 @@ async def props(request: Request):
     if reranker is not None and host.absent:  # --reranking: only the reranker's figures
         reranker.require_ready()
         return rerank_listing.rerank_only_props(reranker, __version__)
+    if host.sleeping and "props" in host.asleep:  # as read just before it slept (idle_sleep.py)
+        return {**host.asleep["props"], "is_sleeping": True}
     host.require_ready()
+    return chat_props(host, embedding, reranker)
+
+
+def asleep_answers(host: ModelHost, embedding: EmbeddingHost | None, reranker: RerankHost | None) -> dict:
+    """What /props, /v1/models and /metrics answer while the model sleeps (--sleep-idle-seconds):
+    read from the loaded model just before it sleeps."""
+    return {"props": chat_props(host, embedding, reranker), "meta": model_meta(host), "snapshot": host.engine.snapshot}
+
+
+def chat_props(host: ModelHost, embedding: EmbeddingHost | None, reranker: RerankHost | None) -> dict:
+    """/props of a server whose chat model is loaded."""
     config = host.config
     settings = generation_settings(config.sampling, config.n_predict, config.default_stop, config.ignore_eos,
                                    banned_eog=host.tokenizer.eog_tokens, speculative=config.spec_type,

@@ -17,7 +17,7 @@ def _engines(request: Request) -> list[EngineSnapshot] | None:
     fleet = request.app.state.fleet
     if fleet is None:
         host = request.app.state.host
-        if host is None or host.absent:
+        if host is None or host.absent or host.sleeping:  # asleep: the next request wakes it
             return []
         return [host.engine.snapshot] if host.ready else None
     residents = fleet.resident_list()

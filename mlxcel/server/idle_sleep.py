@@ -1,0 +1,135 @@
+"""--sleep-idle-seconds N: the model sleeps after N seconds without a request, as
+llama-server's does. Asleep, it holds no weights, KV cache, compute buffers or host
+prompt cache (ModelHost.sleep); the next request that needs it loads it again and
+waits for that (ModelHost.wake), however many arrive together.
+
+What counts as a request is what llama-server counts: any request to a route, except
+the ones that only describe the server (`GET /health`, `/props`, `/models`, `/metrics`
+and their /v1 forms), which neither wake the model nor reset the idle clock, and
+answer from what was read just before it slept. A path no route serves wakes nothing.
+The model never sleeps while a request is open (from its first byte to its response's
+last), while the engine still holds work (a resumable stream whose client left), or
+while a background response runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mlxcel.turn.model_host import HostState, ModelHost
+
+log = logging.getLogger("mlxcel.server")
+
+DESCRIBING = frozenset({"/", "/health", "/v1/health", "/props", "/models", "/v1/models", "/metrics", "/v1/metrics"})
+
+
+class IdleSleep:
+    """When the host sleeps and wakes. `describe` reads, on the event loop just before the
+    host sleeps, what the describing routes answer while it is asleep (host.asleep);
+    `held` says whether anything besides HTTP requests needs the model now."""
+
+    def __init__(self, host: ModelHost, idle_s: float, describe: Callable[[], dict],
+                 held: Callable[[], bool] = lambda: False) -> None:
+        self.host, self.idle_s = host, idle_s
+        self._describe, self._held = describe, held
+        self.open_requests = 0
+        self.last_request = time.monotonic()
+        self.sleeps = self.wakes = 0
+        self._turn: asyncio.Lock | None = None  # a sleep or a wake at a time
+
+    @property
+    def _lock(self) -> asyncio.Lock:
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        return self._turn
+
+    def _busy(self) -> bool:
+        engine = self.host.engine
+        return self.open_requests > 0 or (engine is not None and engine.outstanding > 0) or self._held()
+
+    async def opened(self) -> None:
+        """A request that needs the model: it waits for a wake (its own or another's)."""
+        self.open_requests += 1
+        self.last_request = time.monotonic()
+        if self.host.state is not HostState.SLEEPING and not self._lock.locked():
+            return
+        async with self._lock:
+            if self.host.state is HostState.SLEEPING:
+                self.wakes += 1
+                await asyncio.to_thread(self.host.wake)
+
+    def closed(self) -> None:
+        self.open_requests -= 1
+        self.last_request = time.monotonic()
+
+    async def sleep_if_idle(self, now: float | None = None) -> bool:
+        """Put the host to sleep when it is ready, idle and unused for idle_s: True if it slept."""
+        if not self._due(now):
+            return False
+        async with self._lock:
+            if not self._due(now):  # a request came while the lock was taken
+                return False
+            self.host.asleep = self._describe()
+            self.host.state = HostState.SLEEPING  # the describing routes answer host.asleep from now
+            self.sleeps += 1
+            await asyncio.to_thread(self.host.sleep)
+        return True
+
+    def _due(self, now: float | None) -> bool:
+        now = time.monotonic() if now is None else now
+        return (self.host.state is HostState.READY and not self._busy()
+                and now - self.last_request >= self.idle_s)
+
+    async def watch(self) -> None:
+        """The lifespan's task: look often enough to sleep within a second of the deadline."""
+        interval = min(1.0, max(0.05, self.idle_s / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sleep_if_idle()
+            except Exception:  # noqa: BLE001 - a failed sleep leaves the model awake; try again later
+                log.exception("the model could not be put to sleep")
+
+
+class IdleSleepMiddleware:
+    """Counts the requests that need the model, waking it for each while it sleeps."""
+
+    def __init__(self, app: ASGIApp, sleeper: IdleSleep, routes: Callable[[], list]) -> None:
+        self.app, self.sleeper, self._routes = app, sleeper, routes
+
+    def _needs_model(self, scope: Scope) -> bool:
+        path = scope["path"]
+        if scope["method"] in ("GET", "HEAD") and (path in DESCRIBING or path.rstrip("/") in DESCRIBING):
+            return False
+        return any(route.matches(scope)[0] is Match.FULL for route in self._routes())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self._needs_model(scope):
+            await self.app(scope, receive, send)
+            return
+        await self.sleeper.opened()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.sleeper.closed()
+
+
+@contextlib.asynccontextmanager
+async def watching(sleeper: IdleSleep | None):
+    """Run the sleeper's watch for the server's life (nothing without one)."""
+    if sleeper is None:
+        yield
+        return
+    task = asyncio.get_running_loop().create_task(sleeper.watch(), name="idle-sleep")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

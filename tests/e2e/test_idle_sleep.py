@@ -1,0 +1,184 @@
+"""--sleep-idle-seconds on a real server, as llama-server sleeps: after the idle time the
+model's memory is freed; /health, /props, /v1/models and /metrics answer without waking
+it (from what was read before it slept) and so do paths no route serves; the next
+requests wake it once, however many arrive together, and answer as before; it never
+sleeps under an open request; the counters go on. In router mode (--models-dir) a
+sleeping model is listed `sleeping` and a request wakes it even without autoload."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from mlxcel.models.catalog import CATALOG
+from mlxcel.models.store import model_path
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.slow
+PROMPT = {"prompt": "The capital of France is", "n_predict": 16, "temperature": 0, "cache_prompt": False}
+
+
+def _rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _wait_sleeping(client: httpx.Client, value: bool, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while (props := client.get("/props").json())["is_sleeping"] is not value:
+        assert time.monotonic() < deadline, props
+        time.sleep(0.1)
+    return props
+
+
+def _counter(client: httpx.Client, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+@pytest.fixture(scope="module")
+def sleepy():
+    proc = ServerProcess("-c", "1024", "-np", "2", "--metrics", "--sleep-idle-seconds", "1")
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_an_idle_model_sleeps_and_the_describing_routes_do_not_wake_it(sleepy):
+    with sleepy.client() as client:
+        before = client.post("/completion", json=PROMPT).json()
+        awake_rss = _rss_mib(sleepy.process.pid)
+        awake_props = client.get("/props").json()
+        predicted = _counter(client, "llamacpp:tokens_predicted_total")
+        props = _wait_sleeping(client, True)
+        time.sleep(1.5)  # past another idle period: the reads below must not wake it either
+        health = client.get("/health")
+        models = client.get("/v1/models").json()["data"][0]
+        asleep_predicted = _counter(client, "llamacpp:tokens_predicted_total")
+        unknown = client.get("/no/such/route")
+        still = client.get("/props").json()
+        asleep_rss = _rss_mib(sleepy.process.pid)
+    assert awake_props["is_sleeping"] is False
+    assert {k: v for k, v in props.items() if k != "is_sleeping"} == \
+        {k: v for k, v in awake_props.items() if k != "is_sleeping"}
+    assert health.status_code == 200 and health.json()["status"] == "ok" and health.json()["is_sleeping"] is True
+    assert models["meta"]["n_vocab"] > 0 and models["meta"]["n_ctx"] == 512
+    assert asleep_predicted == predicted >= before["tokens_predicted"]
+    assert unknown.status_code == 404
+    assert still["is_sleeping"] is True
+    assert awake_rss - asleep_rss > 50, (awake_rss, asleep_rss)  # the weights' pages and the buffers are gone
+    assert sleepy.log().count("is waking") == 0
+
+
+def test_requests_wake_it_once_and_answer_as_before(sleepy):
+    with sleepy.client() as client:
+        before = client.post("/completion", json=PROMPT).json()
+        predicted = _counter(client, "llamacpp:tokens_predicted_total")
+        _wait_sleeping(client, True)
+        wakes = sleepy.log().count("is waking")
+
+        def ask(i: int) -> dict:
+            if i == 0:  # one streamed, the rest whole
+                with client.stream("POST", "/completion", json={**PROMPT, "stream": True}) as response:
+                    pieces = [line for line in response.iter_lines() if line.startswith("data: ")]
+                return {"content": "".join(json.loads(p[6:])["content"] for p in pieces)}
+            return client.post("/completion", json=PROMPT).json()
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(ask, range(4)))
+        props = client.get("/props").json()
+        after = _counter(client, "llamacpp:tokens_predicted_total")
+    assert [a["content"] for a in answers] == [before["content"]] * 4
+    assert sleepy.log().count("is waking") == wakes + 1
+    assert props["is_sleeping"] is False
+    assert after >= predicted + 4 * before["tokens_predicted"]  # counted on from before the sleep
+
+
+def test_it_never_sleeps_under_an_open_request(sleepy):
+    """A request longer than the idle time runs whole, and the model stays awake throughout."""
+    with sleepy.client() as client:
+        client.post("/completion", json=PROMPT)  # awake
+        seen: list[bool] = []
+        done = threading.Event()
+
+        def watch() -> None:
+            with sleepy.client() as watcher:
+                while not done.is_set():
+                    seen.append(watcher.get("/props").json()["is_sleeping"])
+                    time.sleep(0.1)
+
+        thread = threading.Thread(target=watch)
+        thread.start()
+        started = time.monotonic()
+        try:
+            with client.stream("POST", "/completion", json={**PROMPT, "n_predict": 400, "ignore_eos": True,
+                                                            "stream": True}) as response:
+                lines = response.iter_lines()
+                chunks, last = 0, {}
+                for line in lines:
+                    if line.startswith("data: "):
+                        chunks, last = chunks + 1, json.loads(line[6:])
+                        if chunks % 50 == 0:
+                            time.sleep(0.3)  # a slow reader: the answer takes longer than the idle time
+        finally:
+            done.set()
+            thread.join()
+        took = time.monotonic() - started
+    assert last["stop"] is True and last["tokens_predicted"] == 400
+    assert took > 2 and seen and not any(seen), (took, seen)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "soon"])
+def test_bad_idle_times_fail_in_one_line(value):
+    result = subprocess.run([sys.executable, "-m", "mlxcel", "serve", "--sleep-idle-seconds", value],
+                            capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "sleep-idle-seconds" in lines[0], result.stderr
+
+
+def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.gguf").symlink_to(model_path(CATALOG["smollm2-135m-instruct"]))
+    proc = ServerProcess("-c", "512", "-np", "1", "--models-dir", str(tmp_path), "--no-models-autoload",
+                         "--sleep-idle-seconds", "1", model=None)
+    body = {"model": "alpha", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+
+    def status(client) -> str:
+        return next(m["status"]["value"] for m in client.get("/models").json()["data"] if m["id"] == "alpha")
+
+    def wait(client, value: str) -> None:
+        deadline = time.monotonic() + 60
+        while status(client) != value:
+            assert time.monotonic() < deadline, status(client)
+            time.sleep(0.1)
+
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            refused = client.post("/v1/chat/completions", json=body)  # never loaded: no autoload
+            loaded = client.post("/models/load", json={"model": "alpha"})
+            wait(client, "loaded")
+            wait(client, "sleeping")
+            woken = client.post("/v1/chat/completions", json=body)
+            awake = status(client)
+    finally:
+        proc.stop()
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "model_not_loaded"
+    assert loaded.status_code == 200
+    assert woken.status_code == 200, woken.text
+    assert woken.json()["choices"][0]["message"]["content"]
+    assert awake == "loaded"
