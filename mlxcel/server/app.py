@@ -19,6 +19,7 @@ from mlxcel.api.native import routes as native
 from mlxcel.api.openai import chat_control, estimate
 from mlxcel.api.openai import chat_routes as chat
 from mlxcel.api.openai import completions_routes as completions
+from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.api.rerank import routes as rerank
 from mlxcel.api.responses import routes as responses
 from mlxcel.api.responses.state import ResponsesState
@@ -50,6 +51,32 @@ from mlxcel.turn.rerank_host import rerank_host_for
 log = logging.getLogger("mlxcel.server")
 
 
+def idle_sleeper(config: ServerConfig, host: ModelHost | None, embedding: EmbeddingHost | None,
+                 reranker, stt_host, tts_host, responses_state: ResponsesState) -> IdleSleep | None:
+    """--sleep-idle-seconds: the served model sleeps when idle (the chat model, or with --embedding
+    or --reranking that model); a model served beside the chat model stays loaded (said at start)."""
+    if host is None or config.sleep_idle_seconds <= 0:
+        return None  # with many models the fleet puts each to sleep (Fleet.expire_idle)
+    if not host.absent:
+        target, describe = host, lambda: info.asleep_answers(host, embedding, reranker)
+        beside = [("embedding", embedding), ("rerank", reranker)]
+    elif config.embedding_only and embedding is not None:
+        target, describe = embedding, lambda: info.embedding_asleep_answers(embedding)
+        beside = [("rerank", reranker)]
+    elif reranker is not None:
+        target, describe = reranker, lambda: rerank_listing.asleep_answers(reranker, __version__)
+        beside = [("embedding", embedding)]
+    else:
+        return None
+    awake = [name for name, service in [*beside, ("speech-to-text", stt_host), ("text-to-speech", tts_host)]
+             if service is not None]
+    if awake:
+        log.warning("--sleep-idle-seconds: the %s model%s beside %s stay%s loaded while it sleeps", ", ".join(awake),
+                    "s" if len(awake) > 1 else "", target.model_id, "" if len(awake) > 1 else "s")
+    return IdleSleep(target, config.sleep_idle_seconds, describe=describe,
+                     held=lambda: len(responses_state.jobs) > 0)  # background responses
+
+
 def create_app(
     config: ServerConfig,
     on_load_failure: Callable[[str], None] | None = None,
@@ -71,18 +98,7 @@ def create_app(
     stt_host = SttHost(config, config.stt_model) if config.stt_model else None
     tts_host = SpeechHost(config, config.tts_model) if config.tts_model else None
     monitor = ServerMonitor(config, host, fleet)
-    sleeper = None
-    if host is not None and config.sleep_idle_seconds > 0:
-        awake = [name for name, service in (("embedding", embedding_host), ("rerank", reranker),
-                                              ("speech-to-text", stt_host), ("text-to-speech", tts_host)) if service]
-        if awake:
-            log.warning("--sleep-idle-seconds: the %s model%s stay%s loaded while %s", ", ".join(awake),
-                        "s" if len(awake) > 1 else "", "" if len(awake) > 1 else "s",
-                        "the chat model sleeps" if not host.absent else "no chat model is served")
-        if not host.absent:
-            sleeper = IdleSleep(host, config.sleep_idle_seconds,
-                                describe=lambda: info.asleep_answers(host, embedding_host, reranker),
-                                held=lambda: len(responses_state.jobs) > 0)  # background responses
+    sleeper = idle_sleeper(config, host, embedding_host, reranker, stt_host, tts_host, responses_state)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

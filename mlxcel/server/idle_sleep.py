@@ -18,15 +18,32 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlxcel.turn.model_host import HostState, ModelHost
-
 log = logging.getLogger("mlxcel.server")
 
 DESCRIBING = frozenset({"/", "/health", "/v1/health", "/props", "/models", "/v1/models", "/metrics", "/v1/metrics"})
+
+
+class Sleeper(Protocol):
+    """The model that sleeps: the chat model's ModelHost, or with --embedding or
+    --reranking (no chat model) the EmbeddingHost or RerankHost."""
+
+    model_id: str
+    asleep: dict
+
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def sleeping(self) -> bool: ...
+    @property
+    def outstanding(self) -> int: ...
+    def mark_sleeping(self) -> None: ...
+    def sleep(self) -> None: ...
+    def wake(self) -> bool: ...
 
 
 class IdleSleep:
@@ -34,7 +51,7 @@ class IdleSleep:
     host sleeps, what the describing routes answer while it is asleep (host.asleep);
     `held` says whether anything besides HTTP requests needs the model now."""
 
-    def __init__(self, host: ModelHost, idle_s: float, describe: Callable[[], dict],
+    def __init__(self, host: Sleeper, idle_s: float, describe: Callable[[], dict],
                  held: Callable[[], bool] = lambda: False) -> None:
         self.host, self.idle_s = host, idle_s
         self._describe, self._held = describe, held
@@ -50,17 +67,16 @@ class IdleSleep:
         return self._turn
 
     def _busy(self) -> bool:
-        engine = self.host.engine
-        return self.open_requests > 0 or (engine is not None and engine.outstanding > 0) or self._held()
+        return self.open_requests > 0 or self.host.outstanding > 0 or self._held()
 
     async def opened(self) -> None:
         """A request that needs the model: it waits for a wake (its own or another's)."""
         self.open_requests += 1
         self.last_request = time.monotonic()
-        if self.host.state is not HostState.SLEEPING and not self._lock.locked():
+        if not self.host.sleeping and not self._lock.locked():
             return
         async with self._lock:
-            if self.host.state is HostState.SLEEPING:
+            if self.host.sleeping:
                 self.wakes += 1
                 await asyncio.to_thread(self.host.wake)
 
@@ -76,14 +92,14 @@ class IdleSleep:
             if not self._due(now):  # a request came while the lock was taken
                 return False
             self.host.asleep = self._describe()
-            self.host.state = HostState.SLEEPING  # the describing routes answer host.asleep from now
+            self.host.mark_sleeping()  # the describing routes answer host.asleep from now
             self.sleeps += 1
             await asyncio.to_thread(self.host.sleep)
         return True
 
     def _due(self, now: float | None) -> bool:
         now = time.monotonic() if now is None else now
-        return (self.host.state is HostState.READY and not self._busy()
+        return (self.host.ready and not self._busy()
                 and now - self.last_request >= self.idle_s)
 
     async def watch(self) -> None:

@@ -54,10 +54,14 @@ class EmbeddingHost:
         self.created = int(time.time())
         self.ready = False
         self.error: str | None = None
+        self.sleeping = False  # --sleep-idle-seconds: freed until a request wakes it
+        self.asleep: dict = {}  # while sleeping: what the routes that do not wake it answer
+        self._on_failure: Callable[[str], None] = lambda _message: None
 
     # -- loading ----------------------------------------------------------------------------
 
     def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
+        self._on_failure = on_failure
         thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-embedding-loader", daemon=True)
         thread.start()
         return thread
@@ -102,6 +106,37 @@ class EmbeddingHost:
     def shutdown(self) -> None:
         if self.engine is not None:
             self.engine.stop()
+
+    # -- sleeping (--sleep-idle-seconds, server/idle_sleep.py) ------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        return self.engine.queue_depth if self.engine is not None else 0
+
+    def mark_sleeping(self) -> None:
+        """On the event loop, before sleep() runs on a thread: routes answer as asleep from now."""
+        self.sleeping = True
+
+    def sleep(self) -> None:
+        """Free the model (weights, context, buffers) until wake(); no job in the engine."""
+        engine, runtime = self.engine, self.runtime
+        self.sleeping = True
+        self.ready = False
+        self.engine = self.runtime = None
+        self.tokenizer = None  # its vocabulary was the model's
+        if engine is not None:
+            engine.stop()
+        if runtime is not None and (engine is None or not engine.alive):
+            runtime.close()
+        log.info("embedding model %s is asleep: its memory is freed until a request needs it", self.model_id)
+
+    def wake(self) -> bool:
+        """Load the model again after sleep() (on the calling thread): True once ready;
+        a model that cannot be loaded again ends the server, as at start."""
+        log.info("embedding model %s is waking", self.model_id)
+        self._load(self._on_failure)
+        self.sleeping, self.asleep = False, {}
+        return self.ready
 
     # -- inputs -------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.engine import Engine, EngineConfig
 from mlxcel.engine.host_memory import MemoryProbeError, read_host_memory
 from mlxcel.engine.llama_runtime import FLASH_ATTN_TYPES, LlamaRuntime, RuntimeConfig
+from mlxcel.engine.lora import apply_scales
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.rope import RopeSettings
 from mlxcel.engine.tokenizer import Tokenizer
@@ -118,6 +119,7 @@ class ModelHost:
         self._on_failure: Callable[[str], None] = lambda _message: None
         self.asleep: dict = {}  # while SLEEPING: what the routes that do not wake it answer (server/idle_sleep.py)
         self._carried_stats = None  # the engine's counters across a sleep (EngineStats)
+        self._carried_lora: list[float] | None = None  # POST /lora-adapters' scales across a sleep
 
     def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
         """Load on a background thread. `on_failure` is told, once, when loading fails
@@ -201,6 +203,10 @@ class ModelHost:
             self.model_path = resolve_model(self.config.model, log=lambda line: log.info("%s", line))
             cfg = self.config
             runtime = LlamaRuntime(_runtime_config(cfg, self.model_path, _pool_size(cfg)), self._choose_flash_attn)
+            if self._carried_lora is not None and runtime.loras:  # the scales it slept with
+                for adapter, scale in zip(runtime.loras, self._carried_lora):
+                    adapter.scale = scale
+                apply_scales(runtime.ctx, runtime.loras, self._carried_lora)
             tokenizer = Tokenizer(runtime.vocab, render_special=cfg.special)
             self._load_chat_support(runtime, tokenizer)
             self.default_grammar = server_grammar(cfg.default_grammar, tokenizer)
@@ -365,6 +371,15 @@ class ModelHost:
     def sleeping(self) -> bool:
         return self.state is HostState.SLEEPING
 
+    @property
+    def outstanding(self) -> int:
+        """Requests the engine holds (queued or in a slot)."""
+        return self.engine.outstanding if self.engine is not None else 0
+
+    def mark_sleeping(self) -> None:
+        """On the event loop, before sleep() runs on a thread: routes answer as asleep from now."""
+        self.state = HostState.SLEEPING
+
     def sleep(self) -> None:
         """--sleep-idle-seconds: free the weights, the KV cache, the compute buffers and
         the host prompt cache, as an unload does, keeping the engine's counters and the
@@ -373,6 +388,8 @@ class ModelHost:
         self.asleep = {**self.asleep, "modalities": self.modalities, "slot_context": self.slot_context}
         if self.engine is not None:
             self._carried_stats = self.engine.stats
+        if self.runtime is not None:
+            self._carried_lora = [adapter.scale for adapter in self.runtime.loras]
         self._free()
         self.tokenizer = None  # its vocabulary was the model's
         self.default_grammar = None

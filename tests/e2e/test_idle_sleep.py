@@ -182,3 +182,43 @@ def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
     assert woken.status_code == 200, woken.text
     assert woken.json()["choices"][0]["message"]["content"]
     assert awake == "loaded"
+
+
+def _embedding_server():
+    from tests.e2e.test_embeddings import EMBEDDING_MODEL
+    return ServerProcess("--embedding", "--sleep-idle-seconds", "1", model=EMBEDDING_MODEL), \
+        ("/v1/embeddings", {"input": ["a dog runs in the park", "the sun"]}), lambda r: r.json()["data"]
+
+
+def _reranking_server(tmp_path):
+    from tests.fixtures.rerank_model import write_rerank_model
+    path = write_rerank_model(tmp_path / "xenc.gguf")
+    return ServerProcess("--reranking", "--sleep-idle-seconds", "1", model=str(path)), \
+        ("/v1/rerank", {"query": "where is the dog", "documents": ["a dog in the park", "the sun"]}), \
+        lambda r: r.json()["results"]
+
+
+@pytest.mark.parametrize("make", [lambda tmp: _embedding_server(), _reranking_server], ids=["embedding", "reranking"])
+def test_an_embedding_or_reranking_server_sleeps_and_wakes_with_the_same_answers(make, tmp_path):
+    """llama-server's --embedding and --reranking modes: their model is the one that sleeps."""
+    proc, (path, body), answer = make(tmp_path)
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            before = client.post(path, json=body)
+            awake_props, awake_models = client.get("/props").json(), client.get("/v1/models").json()
+            _wait_sleeping(client, True)
+            health, models = client.get("/health"), client.get("/v1/models").json()
+            with ThreadPoolExecutor(3) as pool:
+                after = list(pool.map(lambda _: client.post(path, json=body), range(3)))
+            props = client.get("/props").json()
+        log = proc.log()
+    finally:
+        proc.stop()
+    assert before.status_code == 200 and awake_props["is_sleeping"] is False
+    assert health.status_code == 200 and health.json()["is_sleeping"] is True
+    assert models == awake_models  # described as loaded, from before it slept
+    assert all(r.status_code == 200 for r in after), [r.text for r in after]
+    assert all(answer(r) == answer(before) for r in after)
+    assert props["is_sleeping"] is False
+    assert log.count("is waking") == 1

@@ -193,6 +193,28 @@ def test_init_without_apply_loads_with_scale_zero(adapter, http):
     assert http.get("/lora-adapters").json() == []
 
 
+def test_the_scales_set_survive_a_sleep(adapter):
+    """--sleep-idle-seconds: a model woken from sleep runs with the scales POST
+    /lora-adapters set before it slept, not with the command line's."""
+    proc = ServerProcess("-c", "512", "-np", "1", "--lora-scaled", f"{adapter}:1.0", "--sleep-idle-seconds", "1")
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            applied = _text(client, cache_prompt=False)
+            _set(client, 0.0)
+            plain = _text(client, cache_prompt=False)
+            deadline = time.monotonic() + 60
+            while not client.get("/props").json()["is_sleeping"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            woken = _text(client, cache_prompt=False)
+            rows = client.get("/lora-adapters").json()
+    finally:
+        proc.stop()
+    assert applied != plain and woken == plain
+    assert [row["scale"] for row in rows] == [0.0]
+
+
 @pytest.mark.parametrize("make_args, message", [
     (lambda adapter: ["--lora", "/nonexistent/adapter.gguf"], "no such file"),
     (lambda adapter: ["--lora-scaled", f"{adapter}"], "FNAME:SCALE"),

@@ -8,12 +8,24 @@ from mlxcel.turn.rerank_host import RerankHost
 
 def model_entry(host: RerankHost) -> dict:
     entry = {"id": host.model_id, "object": "model", "created": host.created, "owned_by": "user", "kind": "rerank"}
-    if host.ready:
-        runtime = host.runtime
+    if host.sleeping and "meta" in host.asleep:  # --sleep-idle-seconds: as it was before it slept
         entry["scoring"] = host.scoring.value
-        entry["meta"] = {"n_vocab": host.tokenizer.n_vocab, "n_ctx_train": runtime.n_ctx_train,
-                         "n_ctx": runtime.max_input_tokens, "pooling": runtime.pooling}
+        entry["meta"] = host.asleep["meta"]
+    elif host.ready:
+        entry["scoring"] = host.scoring.value
+        entry["meta"] = meta(host)
     return entry
+
+
+def meta(host: RerankHost) -> dict:
+    runtime = host.runtime
+    return {"n_vocab": host.tokenizer.n_vocab, "n_ctx_train": runtime.n_ctx_train,
+            "n_ctx": runtime.max_input_tokens, "pooling": runtime.pooling}
+
+
+def asleep_answers(host: RerankHost, version: str) -> dict:
+    """What /props and /v1/models answer while a --reranking server's model sleeps."""
+    return {"props": rerank_only_props(host, version), "meta": meta(host)}
 
 
 def props_entry(host: RerankHost) -> dict:

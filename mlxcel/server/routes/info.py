@@ -52,6 +52,8 @@ async def health(request: Request):
     if embedding is not None:
         if embedding.error is not None:
             return JSONResponse({"status": "error", "error": embedding.error}, status_code=503)
+        if embedding.sleeping:
+            return _asleep_health(embedding)
         if not embedding.ready:
             return JSONResponse({"status": "loading model"}, status_code=503)
         if host.absent:
@@ -60,6 +62,8 @@ async def health(request: Request):
     if reranker is not None:
         if reranker.error is not None:
             return JSONResponse({"status": "error", "error": reranker.error}, status_code=503)
+        if reranker.sleeping:
+            return _asleep_health(reranker)
         if not reranker.ready:
             return JSONResponse({"status": "loading model"}, status_code=503)
         if host.absent:
@@ -69,9 +73,8 @@ async def health(request: Request):
         return JSONResponse({"status": "error", "error": tts.error}, status_code=503)
     if host.failed:
         return JSONResponse({"status": "error", "error": host.error}, status_code=503)
-    if host.sleeping:  # --sleep-idle-seconds: a request wakes it, so the server is healthy
-        return JSONResponse({"status": "ok", "model": host.model_id, "is_sleeping": True,
-                             "context_size": host.slot_context, "tool_call_parser": host.health_tool_call_parser})
+    if host.sleeping:
+        return _asleep_health(host, tool_call_parser=host.health_tool_call_parser)
     if not host.ready or (tts is not None and not tts.ready):
         return JSONResponse({"status": "loading model"}, status_code=503)
     snapshot = host.engine.snapshot
@@ -102,6 +105,13 @@ async def health(request: Request):
     return JSONResponse(body, status_code=200 if has_free_slot else 503)
 
 
+def _asleep_health(sleeper: ModelHost | EmbeddingHost | RerankHost, **extra) -> JSONResponse:
+    """--sleep-idle-seconds: a request wakes the model, so the sleeping server is healthy."""
+    props = sleeper.asleep.get("props", {})
+    return JSONResponse({"status": "ok", "model": sleeper.model_id, "is_sleeping": True,
+                         "context_size": props.get("n_ctx_slot", props.get("n_ctx")), **extra})
+
+
 def _rerank_host(request: Request) -> RerankHost | None:
     return getattr(request.app.state, "rerank", None)
 
@@ -124,11 +134,17 @@ def _embedding_entry(embedding: EmbeddingHost) -> dict:
     aliases = list(config.aliases) if config.embedding_only else []
     entry = {"id": embedding.model_id, "aliases": aliases, "tags": [], "object": "model",
              "created": embedding.created, "owned_by": "user", "kind": "embedding"}
-    if embedding.ready:
-        runtime = embedding.runtime
-        entry["meta"] = {"n_ctx": runtime.max_input_tokens, "n_ctx_train": runtime.n_ctx_train,
-                         "n_embd": runtime.n_out, "pooling": runtime.pooling}
+    if embedding.sleeping and "meta" in embedding.asleep:  # --sleep-idle-seconds: as before it slept
+        entry["meta"] = embedding.asleep["meta"]
+    elif embedding.ready:
+        entry["meta"] = _embedding_meta(embedding)
     return entry
+
+
+def _embedding_meta(embedding: EmbeddingHost) -> dict:
+    runtime = embedding.runtime
+    return {"n_ctx": runtime.max_input_tokens, "n_ctx_train": runtime.n_ctx_train, "n_embd": runtime.n_out,
+            "pooling": runtime.pooling}
 
 
 def _model_entry(host: ModelHost) -> dict:
@@ -224,14 +240,14 @@ def _modalities(host: ModelHost) -> dict[str, bool]:
 async def props(request: Request):
     host, embedding = host_of(request), _embedding_host(request)
     if embedding is not None and host.absent:  # --embedding: only the embedding model's figures
+        if embedding.sleeping and "props" in embedding.asleep:
+            return {**embedding.asleep["props"], "is_sleeping": True}
         embedding.require_ready()
-        return {"model_alias": embedding.model_id, "model_path": str(embedding.model_path),
-                "n_ctx": embedding.runtime.max_input_tokens, "total_slots": embedding.runtime.n_seq_max,
-                "embedding_model": _embedding_props(embedding), "build_info": f"mlxcel {__version__}",
-                "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": False, "is_sleeping": False,
-                "modalities": {"vision": False, "video": False, "audio": False}}
+        return _embedding_only_props(embedding)
     reranker = _rerank_host(request)
     if reranker is not None and host.absent:  # --reranking: only the reranker's figures
+        if reranker.sleeping and "props" in reranker.asleep:
+            return {**reranker.asleep["props"], "is_sleeping": True}
         reranker.require_ready()
         return rerank_listing.rerank_only_props(reranker, __version__)
     if host.sleeping and "props" in host.asleep:  # as read just before it slept (idle_sleep.py)
@@ -244,6 +260,19 @@ def asleep_answers(host: ModelHost, embedding: EmbeddingHost | None, reranker: R
     """What /props, /v1/models and /metrics answer while the model sleeps (--sleep-idle-seconds):
     read from the loaded model just before it sleeps."""
     return {"props": chat_props(host, embedding, reranker), "meta": model_meta(host), "snapshot": host.engine.snapshot}
+
+
+def embedding_asleep_answers(embedding: EmbeddingHost) -> dict:
+    """The same for a server started with --embedding."""
+    return {"props": _embedding_only_props(embedding), "meta": _embedding_meta(embedding)}
+
+
+def _embedding_only_props(embedding: EmbeddingHost) -> dict:
+    return {"model_alias": embedding.model_id, "model_path": str(embedding.model_path),
+            "n_ctx": embedding.runtime.max_input_tokens, "total_slots": embedding.runtime.n_seq_max,
+            "embedding_model": _embedding_props(embedding), "build_info": f"mlxcel {__version__}",
+            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": False, "is_sleeping": False,
+            "modalities": {"vision": False, "video": False, "audio": False}}
 
 
 def chat_props(host: ModelHost, embedding: EmbeddingHost | None, reranker: RerankHost | None) -> dict:

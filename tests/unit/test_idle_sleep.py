@@ -1,0 +1,109 @@
+"""IdleSleep's policy (server/idle_sleep.py) with a stand-in host: when a model may
+sleep, and that requests arriving while it falls asleep or wakes wait for one wake."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from mlxcel.server.idle_sleep import IdleSleep
+
+
+class Host:
+    """The Sleeper protocol; sleep() and wake() block until `gate` opens."""
+
+    model_id = "m"
+
+    def __init__(self) -> None:
+        self.asleep: dict = {}
+        self.ready, self.sleeping, self.outstanding = True, False, 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self.calls: list[str] = []
+
+    def mark_sleeping(self) -> None:
+        self.sleeping, self.ready = True, False
+
+    def sleep(self) -> None:
+        self.gate.wait(10)
+        self.calls.append("sleep")
+
+    def wake(self) -> bool:
+        self.gate.wait(10)
+        self.calls.append("wake")
+        self.sleeping, self.ready = False, True
+        return True
+
+
+def _sleeper(host: Host, held=lambda: False) -> IdleSleep:
+    return IdleSleep(host, 5, describe=lambda: {"props": {"n": 1}}, held=held)
+
+
+def test_it_sleeps_only_when_ready_idle_long_enough_and_unheld():
+    async def main():
+        host = Host()
+        sleeper = _sleeper(host)
+        start = sleeper.last_request
+        assert not await sleeper.sleep_if_idle(start + 4.9)  # not idle long enough
+        host.outstanding = 1  # the engine holds a request (a detached stream)
+        assert not await sleeper.sleep_if_idle(start + 6)
+        host.outstanding = 0
+        held = [True]
+        sleeper._held = lambda: held[0]  # a background response runs
+        assert not await sleeper.sleep_if_idle(start + 6)
+        held[0] = False
+        await sleeper.opened()  # an open request
+        assert not await sleeper.sleep_if_idle(sleeper.last_request + 6)
+        sleeper.closed()
+        assert await sleeper.sleep_if_idle(sleeper.last_request + 6)
+        assert host.asleep == {"props": {"n": 1}} and host.calls == ["sleep"]
+        assert not await sleeper.sleep_if_idle(sleeper.last_request + 60)  # asleep already
+        return host
+
+    asyncio.run(main())
+
+
+def test_requests_arriving_while_it_falls_asleep_wait_for_one_wake():
+    async def main():
+        host = Host()
+        sleeper = _sleeper(host)
+        host.gate.clear()  # the sleep takes a while
+        falling = asyncio.create_task(sleeper.sleep_if_idle(sleeper.last_request + 6))
+        await asyncio.sleep(0.05)
+        assert host.sleeping and host.calls == []
+        arrivals = [asyncio.create_task(sleeper.opened()) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        assert not any(a.done() for a in arrivals)  # they wait behind the sleep
+        host.gate.set()
+        await asyncio.wait_for(asyncio.gather(falling, *arrivals), 5)
+        assert falling.result() is True
+        assert host.calls == ["sleep", "wake"] and host.ready and sleeper.open_requests == 4
+        for _ in arrivals:
+            sleeper.closed()
+        assert sleeper.open_requests == 0 and sleeper.wakes == 1
+
+    asyncio.run(main())
+
+
+def test_a_request_that_opens_first_keeps_it_awake():
+    """The recheck under the lock: a request counted before the sleep's turn stops it."""
+    async def main():
+        host = Host()
+        sleeper = _sleeper(host)
+        now = time.monotonic() + 6
+        await sleeper._lock.acquire()  # a wake in progress elsewhere holds the turn
+        falling = asyncio.create_task(sleeper.sleep_if_idle(now))
+        await asyncio.sleep(0.01)
+        sleeper.open_requests += 1  # a request opens meanwhile
+        sleeper._lock.release()
+        assert await falling is False and host.calls == [] and not host.sleeping
+
+    asyncio.run(main())
+
+
+def test_the_flag_is_parsed_not_skipped_as_tuning():
+    from mlxcel.cli.serve_args import split_llama_server_flags
+
+    kept, ignored = split_llama_server_flags(["--sleep-idle-seconds", "30", "--poll", "50"])
+    assert kept == ["--sleep-idle-seconds", "30"] and ignored == ["--poll"]
