@@ -81,6 +81,8 @@ class FleetConfig:
     family_defaults: bool = True  # server.family_defaults: false turns the intents off
     autoload: bool = True  # --no-models-autoload: a request does not load its model (POST /v1/keep does)
     from_models_dir: bool = False  # --models-dir: `path` is the folder, scanned again on /v1/reload
+    # llama-server's router `source` of each model: "models_dir" or "preset" (the default: a section, a YAML entry)
+    sources: Mapping[str, str] = field(default_factory=dict)
     # /v1/reload's reading (--models-preset: the INI file and the folder again); None: `path` as YAML
     reread: Callable[[], FleetConfig] | None = field(default=None, compare=False)
     cache_enabled: bool | None = None  # server.cache.enabled (the prompt cache)

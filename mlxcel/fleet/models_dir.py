@@ -10,6 +10,7 @@ beside it as its projector."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -60,4 +61,5 @@ def models_dir_fleet(folder: str | Path, models_max: int, autoload: bool) -> Fle
     server: dict = {"defaults": {"ttl_s": 0}}  # as llama-server's router: unloaded for room, never for idling
     if models_max > 0:
         server["max_models"] = models_max
-    return read_fleet_data(folder, {"models": models, "server": server}, autoload=autoload, from_models_dir=True)
+    fleet = read_fleet_data(folder, {"models": models, "server": server}, autoload=autoload, from_models_dir=True)
+    return dataclasses.replace(fleet, sources=dict.fromkeys(fleet.models, "models_dir"))

@@ -18,6 +18,7 @@ asked."""
 from __future__ import annotations
 
 import configparser
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -179,6 +180,9 @@ def models_preset_fleet(preset: str | Path, models_dir: str | None, models_max: 
     server: dict = {"defaults": {"ttl_s": 0, **({"preload": preload} if preload else {})}}
     if models_max > 0:
         server["max_models"] = models_max
-    return read_fleet_data(path, {"models": models, "server": server}, autoload=autoload,
-                           reread=lambda: models_preset_fleet(path, models_dir, models_max, autoload, explicit_flags,
-                                                              is_tuning))
+    fleet = read_fleet_data(path, {"models": models, "server": server}, autoload=autoload,
+                            reread=lambda: models_preset_fleet(path, models_dir, models_max, autoload, explicit_flags,
+                                                               is_tuning))
+    sections = set(parser.sections()) - {"__top__", "*"}
+    return dataclasses.replace(fleet, sources={model_id: "preset" if model_id in sections else "models_dir"
+                                               for model_id in fleet.models})

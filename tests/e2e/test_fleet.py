@@ -86,6 +86,7 @@ def test_models_lists_ids_and_aliases_with_markers(client):
     # llama-server's router fields: a model's aliases, and what it takes in
     assert "short" in rows["smol"]["aliases"] and rows["short"]["aliases"] == []
     assert rows["smol"]["architecture"] == {"input_modalities": ["text"], "output_modalities": ["text"]}
+    assert rows["smol"]["source"] == "preset" and rows["smol"]["can_remove"] is False  # a config entry
     assert rows["smol"]["context_length"] == 1024  # 2048 over 2 slots
     for row in rows.values():
         assert {"speculative", "vlm", "max_context_at_width_1"} <= set(row)

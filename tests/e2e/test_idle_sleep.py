@@ -158,7 +158,9 @@ def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
     body = {"model": "alpha", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
     def status(client) -> str:
-        return next(m["status"]["value"] for m in client.get("/models").json()["data"] if m["id"] == "alpha")
+        row = next(m for m in client.get("/models").json()["data"] if m["id"] == "alpha")
+        assert row["source"] == "models_dir" and row["can_remove"] is False
+        return row["status"]["value"]
 
     def wait(client, value: str) -> None:
         deadline = time.monotonic() + 60

@@ -30,7 +30,9 @@ def test_a_presets_models_with_their_flags(tmp_path):
     try:
         proc.wait_ready(health_path="/health?ready=1")
         with proc.client() as client:
-            listed = {m["id"]: m.get("resident") for m in client.get("/v1/models").json()["data"]}
+            rows = client.get("/v1/models").json()["data"]
+            listed = {m["id"]: m.get("resident") for m in rows}
+            sources = {m["id"]: (m["source"], m["can_remove"]) for m in rows}
             smol_ctx = _n_ctx(client, "smol")  # loaded at start
             answer = client.post("/v1/chat/completions", json={"model": "short", "max_tokens": 4,
                                                                "messages": [{"role": "user", "content": "Hi"}]})
@@ -42,6 +44,7 @@ def test_a_presets_models_with_their_flags(tmp_path):
     finally:
         proc.stop()
     assert listed == {"smol": True, "short": False}
+    assert sources == {"smol": ("preset", False), "short": ("preset", False)}
     assert smol_ctx == 1024  # [*]'s c, over the command line's one slot (its -np wins over the preset's 2)
     assert answer.status_code == 200 and answer.json()["model"] == "short", answer.text
     assert short_ctx == 512  # the section's c over [*]'s

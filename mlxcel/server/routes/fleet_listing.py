@@ -62,6 +62,8 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         # llama-server's router fields: its aliases, and what it takes in (agents read these)
         "aliases": sorted(a for a, target in fleet.config.aliases.items() if target.partition("@")[0] == model_id),
         "architecture": {"input_modalities": _input_modalities(modalities), "output_modalities": ["text"]},
+        "source": fleet.config.sources.get(model_id, "preset"),
+        "can_remove": False,  # only a model in llama-server's download cache can be removed (DELETE /models)
     }
 
 
@@ -70,7 +72,7 @@ def _input_modalities(modalities: dict[str, bool]) -> list[str]:
 
 
 def _status(fleet: Fleet, model_id: str) -> dict:
-    """llama-server's router status: loaded, loading or unloaded, and whether the last load failed."""
+    """llama-server's router status: loaded, loading, sleeping or unloaded, and whether the last load failed."""
     status = {"value": fleet.status(model_id)}
     if status["value"] == "unloaded" and model_id in fleet.failures:
         status.update(failed=True, exit_code=1)
