@@ -83,6 +83,7 @@ class LogSettings:
     colors: str = "auto"  # --log-colors: on, off, or auto (on where stderr is a terminal)
     prefix: bool = True  # --log-prefix: each line starts with its level and logger (and time)
     timestamps: bool = True  # --log-timestamps: each prefix carries the time
+    verbosity: int | None = None  # -lv: 1 errors, 2 warnings, 3 info, 4+ debug (None: info, debug with -v)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,10 @@ class ServerConfig:
     kv_unified_per_slot: int = 0  # cap on a slot's context in a unified pool (0: the whole pool)
     warmup: bool = True
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: unload the model after this long unused (-1: never)
+    check_tensors: bool = False  # --check-tensors: llama.cpp validates the tensor data while loading
+    reuse_port: bool = False  # --reuse-port: SO_REUSEPORT on the listening sockets
+    offline: bool = False  # --offline: never download a catalog model
+    log_prompts_dir: str | None = None  # --log-prompts-dir: each completion's prompt written to a file there
     queue_cap: int = 64
     prefill_chunk: int = 256
     max_body_bytes: int = 32 * 1024 * 1024

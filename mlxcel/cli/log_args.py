@@ -1,5 +1,5 @@
 """llama-server's logging flags: --log-file, --log-disable, --log-jsonl, --log-colors,
---log-prefix and --log-timestamps (their LLAMA_ARG_* variables too). What they set is
+--log-prefix, --log-timestamps and -lv/--log-verbosity (their LLAMA_ARG_* variables too). What they set is
 applied by mlxcel/observability/log_setup.py."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ _SWITCHES = [  # (on, off, dest, default, variable, help)
     (("--log-timestamps",), ("--no-log-timestamps",), "log_timestamps", True, "LLAMA_ARG_LOG_TIMESTAMPS",
      "put the time in each log line's prefix"),
 ]
-LOG_FLAGS = {"--log-file", "--log-colors"} | {f for on, off, *_ in _SWITCHES for f in on + off}
+VERBOSITY_FLAGS = ("-lv", "--verbosity", "--log-verbosity")
+LOG_FLAGS = {"--log-file", "--log-colors", *VERBOSITY_FLAGS} | {f for on, off, *_ in _SWITCHES for f in on + off}
 
 
 def _colors(text: str) -> str:
@@ -33,6 +34,14 @@ def _colors(text: str) -> str:
     if value in _AUTO:
         return "auto"
     raise argparse.ArgumentTypeError(f"unknown value for --log-colors: {text!r} (on, off or auto)")
+
+
+def _verbosity(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid log verbosity: {text!r} (an integer: 1 errors, 2 warnings, "
+                                         "3 info, 4 and up debug)") from None
 
 
 def _switch_default(variable: str | None, default: bool) -> bool:
@@ -51,6 +60,11 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
                         default=_colors(os.environ.get("LLAMA_ARG_LOG_COLORS", "auto")), metavar="on|off|auto",
                         help="color each log line's level; auto: where stderr is a terminal "
                              "[env: LLAMA_ARG_LOG_COLORS]")
+    verbosity = os.environ.get("LLAMA_ARG_LOG_VERBOSITY")
+    parser.add_argument(*VERBOSITY_FLAGS, dest="log_verbosity", type=_verbosity, metavar="N",
+                        default=_verbosity(verbosity) if verbosity is not None else None,
+                        help="log only lines up to this verbosity, as llama-server's: 0 or 1 errors, 2 warnings too, "
+                             "3 info too (the default), 4 and up debug detail too [env: LLAMA_ARG_LOG_VERBOSITY]")
     for on, off, dest, default, variable, help_text in _SWITCHES:
         suffix = f" [env: {variable}]" if variable else ""
         parser.add_argument(*on, dest=dest, action="store_true", default=_switch_default(variable, default),
@@ -70,4 +84,4 @@ def log_settings(args: argparse.Namespace) -> LogSettings:
         except OSError as exc:
             raise argparse.ArgumentTypeError(f"--log-file: cannot write {path}: {exc.strerror or exc}") from None
     return LogSettings(file=path or None, disabled=args.log_disable, jsonl=args.log_jsonl, colors=args.log_colors,
-                       prefix=args.log_prefix, timestamps=args.log_timestamps)
+                       prefix=args.log_prefix, timestamps=args.log_timestamps, verbosity=args.log_verbosity)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from mlxcel import __version__
@@ -30,6 +31,11 @@ def serve(argv: list[str], prog: str) -> int:
 
         print(device_listing())
         return 0
+    if "--completion-bash" in argv:
+        from mlxcel.cli.completion import bash_completion
+
+        print(bash_completion(prog))
+        return 0
     if "-cl" in argv or "--cache-list" in argv:
         from mlxcel.cli.model_commands import cache_listing
 
@@ -45,6 +51,10 @@ def serve(argv: list[str], prog: str) -> int:
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    if config.offline:  # every model resolved from now on, in this process and its replicas
+        from mlxcel.models.pull import OFFLINE_ENV
+
+        os.environ[OFFLINE_ENV] = "1"
     if config.cluster is not None:
         from mlxcel.cluster.launch import run_cluster
 

@@ -133,6 +133,18 @@ def _pooling(text: str) -> str:
     return value
 
 
+def _prompts_dir(text: str | None) -> str | None:
+    """--log-prompts-dir: made now, so a path that cannot be a directory fails the start in one line."""
+    if not text:
+        return None
+    path = Path(text).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--log-prompts-dir: cannot make {path}: {exc.strerror or exc}") from None
+    return str(path)
+
+
 def _sleep_seconds(text: str) -> int:
     """--sleep-idle-seconds: -1 (never) or a positive count, as llama-server takes it."""
     value = _ranged(int)(text)
@@ -171,6 +183,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "threads for generation (default: the number of CPUs)"),
     (("-tb", "--threads-batch"), "threads_batch", _ranged(int, 1, 1024), None, "LLAMA_ARG_THREADS_BATCH",
      "threads for prompt processing (default: --threads)"),
+    (("--log-prompts-dir",), "log_prompts_dir", str, None, "MLXCEL_LOG_PROMPTS_DIR",
+     "write each completion's prompt (a chat turn's as its template rendered it) to a file in this directory, "
+     "made if missing (for debugging, as llama-server's)"),
     (("--sleep-idle-seconds",), "sleep_idle_seconds", _sleep_seconds, -1, "MLXCEL_SLEEP_IDLE_SECONDS",
      "seconds without a request after which the model sleeps: its weights, KV cache and buffers are freed "
      "until the next request reloads them (-1: never)"),
@@ -361,6 +376,12 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
     (("-kvu", "--kv-unified"), ("-no-kvu", "--no-kv-unified"), "kv_unified", False, "LLAMA_ARG_KV_UNIFIED",
      "one KV pool shared by every slot (a slot may use all of -c; idle slots give their room back)"),
     (("--warmup",), ("--no-warmup",), "warmup", True, "LLAMA_ARG_WARMUP", "decode once at start-up"),
+    (("--check-tensors",), (), "check_tensors", False, "MLXCEL_CHECK_TENSORS",
+     "check the model's tensor data for invalid values while it loads (a bad file fails the start)"),
+    (("--reuse-port",), (), "reuse_port", False, "LLAMA_ARG_REUSE_PORT",
+     "let other sockets bind the same port (SO_REUSEPORT): servers started alike share its connections"),
+    (("--offline",), (), "offline", False, "LLAMA_ARG_OFFLINE",
+     "never download: a catalog model that is not pulled yet fails the start instead of being fetched"),
     (("--cors-credentials",), ("--no-cors-credentials",), "cors_credentials", True, "LLAMA_ARG_CORS_CREDENTIALS",
      "allow credentials in CORS requests (with --cors-origins '*', the request's Origin is echoed)"),
     (("-v", "--verbose", "--log-verbose"), (), "verbose", False, "MLXCEL_VERBOSE",
@@ -429,7 +450,8 @@ def implemented_flags() -> set[str]:
     flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv", "--lora", "--lora-scaled"}
     flags |= {"--control-vector", "--control-vector-scaled", "--control-vector-layer-range"}
     flags |= GRAMMAR_FLAGS | LOG_FLAGS
-    return flags | {"-h", "--help", "--version", "--list-devices", "-cl", "--cache-list"}
+    return flags | {"-h", "--help", "--usage", "--version", "--list-devices", "-cl", "--cache-list",
+                    "--completion-bash"}
 
 
 def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -806,6 +828,10 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         kv_unified_per_slot=args.kv_unified_per_slot,
         warmup=args.warmup,
         sleep_idle_seconds=args.sleep_idle_seconds,
+        check_tensors=args.check_tensors,
+        reuse_port=args.reuse_port,
+        offline=args.offline,
+        log_prompts_dir=_prompts_dir(args.log_prompts_dir),
         queue_cap=args.queue_cap,
         prefill_chunk=args.prefill_chunk,
         max_body_bytes=args.max_body_bytes,
@@ -858,6 +884,9 @@ def serve_parser(prog: str) -> argparse.ArgumentParser:
     from mlxcel import __version__
 
     parser.add_argument("--version", action="version", version=f"mlxcel {__version__}")
+    parser.add_argument("--usage", action="help", help="show this help message and exit (as -h)")
+    parser.add_argument("--completion-bash", action="store_true",
+                        help="print a bash completion script for these flags (source it), and exit")
     parser.add_argument("--list-devices", action="store_true",
                         help="print the devices llama.cpp can offload to, and exit")
     parser.add_argument("-cl", "--cache-list", action="store_true",

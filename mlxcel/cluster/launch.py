@@ -130,7 +130,7 @@ def _unlistenable(config: ServerConfig) -> str | None:
     from mlxcel.server.listeners import ListenError, open_listeners
 
     try:
-        sockets = open_listeners(config.hosts, config.port)
+        sockets = open_listeners(config.hosts, config.port, config.reuse_port)
     except ListenError as exc:
         return str(exc)
     for sock in sockets:

@@ -50,6 +50,7 @@ class EmbeddingRuntimeConfig:
     n_gpu_layers: int = 0
     load_mode: str = "auto"  # llama.cpp's model loading, as LOAD_MODES names it (--load-mode)
     repack: bool | None = None  # --repack / --no-repack (weight_buffers.repack_weights)
+    check_tensors: bool = False  # --check-tensors: llama.cpp validates the tensor data while loading
 
 
 class EmbeddingRuntime:
@@ -64,7 +65,7 @@ class EmbeddingRuntime:
     def _open(self, config: EmbeddingRuntimeConfig) -> None:
         # the same checked setter as the chat runtime's (a field llama.cpp's struct lacks is an error)
         model_params = place_weights(_set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
-                                          load_mode=LOAD_MODES[config.load_mode]),
+                                          load_mode=LOAD_MODES[config.load_mode], check_tensors=config.check_tensors),
                                      config.repack, Path(config.model_path))
         self.model = llama_cpp.llama_model_load_from_file(str(config.model_path).encode(), model_params)
         if not self.model:

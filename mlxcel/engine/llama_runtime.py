@@ -70,6 +70,7 @@ class RuntimeConfig:
     lora: tuple[tuple[str, float], ...] = ()  # --lora / --lora-scaled: (adapter GGUF, scale) each
     control_vectors: ControlVectors = ControlVectors()  # --control-vector*: directions added per layer
     huge_pages: bool = True  # the context's buffers on transparent huge pages (huge_pages.py)
+    check_tensors: bool = False  # --check-tensors: llama.cpp validates the tensor data while loading
     type_k: str = "f16"  # KV cache element types, named as llama.cpp's -ctk / -ctv take them
     type_v: str = "f16"
     kv_unified: bool = False  # one KV pool for every sequence (a sequence may use all of it)
@@ -143,7 +144,7 @@ def model_params(config: RuntimeConfig):
     the params object: llama.cpp reads it while the model loads."""
     params = _set(llama_cpp.llama_model_default_params(), n_gpu_layers=config.n_gpu_layers,
                   split_mode=SPLIT_MODES[config.split_mode], main_gpu=config.main_gpu,
-                  load_mode=LOAD_MODES[config.load_mode])
+                  load_mode=LOAD_MODES[config.load_mode], check_tensors=config.check_tensors)
     if config.tensor_split:
         shares = (ctypes.c_float * llama_cpp.llama_max_devices())(*config.tensor_split)
         params.tensor_split = ctypes.cast(shares, ctypes.POINTER(ctypes.c_float))

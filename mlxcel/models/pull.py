@@ -39,6 +39,9 @@ def get_entry(name: str) -> CatalogEntry:
         raise PullError(f"unknown model {name!r} (catalog names: {_known_names()})") from None
 
 
+OFFLINE_ENV = "MLXCEL_OFFLINE"  # set by `mlxcel serve --offline`: a model not stored is an error, never a download
+
+
 def pull(
     name: str,
     *,
@@ -66,6 +69,9 @@ def pull(
                     reporter.close()
                     return _already(entry, dest, log)
                 _discard_damaged(dest, reporter)
+            if os.environ.get(OFFLINE_ENV, "") not in ("", "0"):
+                raise PullError(f"{name} is not downloaded, and --offline forbids fetching it "
+                                f"(run `mlxcel pull {name}` first)")
             _remove_leftovers(entry)
             if entry.is_directory:
                 _assemble_directory(entry, dest, reporter)

@@ -64,6 +64,16 @@ def _formatter(settings: LogSettings, colored: bool) -> logging.Formatter:
     return (ColoredFormatter if colored else logging.Formatter)(line_format(settings))
 
 
+def log_level(verbosity: int | None, verbose: bool) -> int:
+    """llama.cpp's verbosity threshold as a logging level: 0 and 1 errors only, 2 warnings,
+    3 info, 4 and above debug; unset, info (debug with -v)."""
+    if verbosity is None:
+        return logging.DEBUG if verbose else logging.INFO
+    if verbosity <= 1:
+        return logging.ERROR
+    return {2: logging.WARNING, 3: logging.INFO}.get(verbosity, logging.DEBUG)
+
+
 def configure_logging(settings: LogSettings, verbose: bool) -> None:
     if settings.disabled:
         logging.disable(logging.CRITICAL)
@@ -76,4 +86,4 @@ def configure_logging(settings: LogSettings, verbose: bool) -> None:
         to_file = logging.FileHandler(settings.file, encoding="utf-8")
         to_file.setFormatter(_formatter(settings, colored=False))
         handlers.append(to_file)
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=handlers)
+    logging.basicConfig(level=log_level(settings.verbosity, verbose), handlers=handlers)

@@ -167,17 +167,18 @@ def create_app(
     app.include_router(speech_routes.router)
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, sleep
+    vertex = config.vertex
+    vertex_health = frozenset({vertex.health_route} if vertex is not None and vertex.health_route else ())
     if sleeper is not None:
         app.state.sleeper = sleeper
-        app.add_middleware(IdleSleepMiddleware, sleeper=sleeper, routes=lambda: app.router.routes)
+        app.add_middleware(IdleSleepMiddleware, sleeper=sleeper, routes=lambda: app.router.routes,
+                           describing=vertex_health)
     if config.static_path:
         app.add_middleware(StaticFilesMiddleware, folder=config.static_path)
-    vertex = config.vertex
     if vertex is not None:  # Google Cloud Vertex AI's container contract (AIP_MODE=PREDICTION)
         add_vertex_routes(app, vertex, config.api_prefix)
     if config.api_keys:
-        health = {vertex.health_route} if vertex is not None and vertex.health_route else set()
-        app.add_middleware(APIKeyMiddleware, keys=config.api_keys, open_paths=OPEN_PATHS | health)
+        app.add_middleware(APIKeyMiddleware, keys=config.api_keys, open_paths=OPEN_PATHS | vertex_health)
     if config.api_prefix:
         app.add_middleware(ApiPrefixMiddleware, prefix=config.api_prefix)
     policy = CorsPolicy(config.cors_origins, config.cors_methods, config.cors_headers, config.cors_credentials)

@@ -75,6 +75,10 @@ class IdleSleep:
         self.last_request = time.monotonic()
         if not self.host.sleeping and not self._lock.locked():
             return
+        # shielded: a waiter that goes away (its client left) leaves the wake, and the turn, whole
+        await asyncio.shield(self._wake())
+
+    async def _wake(self) -> None:
         async with self._lock:
             if self.host.sleeping:
                 self.wakes += 1
@@ -116,12 +120,15 @@ class IdleSleep:
 class IdleSleepMiddleware:
     """Counts the requests that need the model, waking it for each while it sleeps."""
 
-    def __init__(self, app: ASGIApp, sleeper: IdleSleep, routes: Callable[[], list]) -> None:
+    def __init__(self, app: ASGIApp, sleeper: IdleSleep, routes: Callable[[], list],
+                 describing: frozenset[str] = frozenset()) -> None:
+        """`describing`: more paths that only describe the server (Vertex AI's health route)."""
         self.app, self.sleeper, self._routes = app, sleeper, routes
+        self._describing = DESCRIBING | describing
 
     def _needs_model(self, scope: Scope) -> bool:
         path = scope["path"]
-        if scope["method"] in ("GET", "HEAD") and (path in DESCRIBING or path.rstrip("/") in DESCRIBING):
+        if scope["method"] in ("GET", "HEAD") and (path in self._describing or path.rstrip("/") in self._describing):
             return False
         return any(route.matches(scope)[0] is Match.FULL for route in self._routes())
 
@@ -129,8 +136,8 @@ class IdleSleepMiddleware:
         if scope["type"] != "http" or not self._needs_model(scope):
             await self.app(scope, receive, send)
             return
-        await self.sleeper.opened()
         try:
+            await self.sleeper.opened()  # counts the request before its first await
             await self.app(scope, receive, send)
         finally:
             self.sleeper.closed()

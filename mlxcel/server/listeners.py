@@ -27,7 +27,7 @@ def _unix_socket(path: str) -> socket.socket:
     return sock
 
 
-def _tcp_socket(host: str, port: int, v6only: bool) -> socket.socket:
+def _tcp_socket(host: str, port: int, v6only: bool, reuse_port: bool = False) -> socket.socket:
     address = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
         family, kind, proto, _, sockaddr = socket.getaddrinfo(
@@ -37,6 +37,8 @@ def _tcp_socket(host: str, port: int, v6only: bool) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # --reuse-port: processes listening alike share the port's connections
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6 and v6only:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(sockaddr)
@@ -46,7 +48,7 @@ def _tcp_socket(host: str, port: int, v6only: bool) -> socket.socket:
     return sock
 
 
-def open_listeners(hosts: list[str], port: int) -> list[socket.socket]:
+def open_listeners(hosts: list[str], port: int, reuse_port: bool = False) -> list[socket.socket]:
     n_tcp = sum(1 for host in hosts if not host.endswith(".sock"))
     sockets: list[socket.socket] = []
     try:
@@ -54,7 +56,7 @@ def open_listeners(hosts: list[str], port: int) -> list[socket.socket]:
             if host.endswith(".sock"):
                 sockets.append(_unix_socket(host))
             else:
-                sockets.append(_tcp_socket(host, port, v6only=n_tcp > 1))
+                sockets.append(_tcp_socket(host, port, v6only=n_tcp > 1, reuse_port=reuse_port))
             sockets[-1].listen(2048)
             sockets[-1].set_inheritable(True)
     except BaseException:

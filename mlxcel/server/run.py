@@ -62,7 +62,7 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
         print(f"mlxcel: error: {exc}", file=sys.stderr)
         return 1
     try:
-        sockets = open_listeners(config.hosts, config.port)
+        sockets = open_listeners(config.hosts, config.port, config.reuse_port)
     except ListenError as exc:
         print(f"mlxcel: error: {exc}", file=sys.stderr)
         state.close()

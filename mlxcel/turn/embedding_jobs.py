@@ -24,7 +24,8 @@ def embedding_runtime_config(config: ServerConfig, model_path: Path, pooling: st
     return EmbeddingRuntimeConfig(
         model_path=model_path, pooling=pooling, n_ubatch=config.ubatch_size, n_threads=config.threads,
         n_threads_batch=config.threads_batch, flash_attn=FLASH_ATTN_TYPES[config.flash_attn],
-        n_gpu_layers=config.n_gpu_layers, load_mode=config.model_load_mode, repack=config.repack)
+        n_gpu_layers=config.n_gpu_layers, load_mode=config.model_load_mode, repack=config.repack,
+        check_tensors=config.check_tensors)
 
 
 def require_running(engine: EmbeddingEngine, what: str) -> EmbeddingEngine:

@@ -76,6 +76,7 @@ def _runtime_config(cfg: ServerConfig, path: Path, n_ctx: int, draft: bool = Fal
         lora=() if draft else cfg.lora,
         control_vectors=ControlVectors() if draft else cfg.control_vectors,
         huge_pages=cfg.huge_pages,
+        check_tensors=cfg.check_tensors,
         repack=cfg.repack,
         kv_unified=cfg.kv_unified and not draft,
         n_ctx_seq_cap=0 if draft else cfg.kv_unified_per_slot,

@@ -19,6 +19,7 @@ from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import ContextOverflow, InvalidRequest, PromptTooLong
 from mlxcel.turn.logit_bias import parse_logit_bias
+from mlxcel.turn.prompt_log import prompt_log
 from mlxcel.turn.sampling_fields import SamplingFields
 
 if TYPE_CHECKING:
@@ -156,6 +157,8 @@ def build_requests(
     loop_detection = resolve_loop_detection(fields, host.model_family)
     cache_prompt = fields.extra_cache_prompt()
     limit = clamp_max_tokens(config.n_predict if max_tokens is None else max_tokens, n_ctx_slot, config.context_shift)
+    if config.log_prompts_dir:  # --log-prompts-dir
+        prompt_log(config.log_prompts_dir).write([tokenizer.decode(tokens) for tokens in prompts])
     requests = []
     for index, tokens in enumerate(prompts):
         if config.context_budget:  # 003 (many models): prompt + max_tokens within the window

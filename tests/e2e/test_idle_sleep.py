@@ -65,6 +65,7 @@ def test_an_idle_model_sleeps_and_the_describing_routes_do_not_wake_it(sleepy):
         awake_props = client.get("/props").json()
         predicted = _counter(client, "llamacpp:tokens_predicted_total")
         props = _wait_sleeping(client, True)
+        wakes = sleepy.log().count("is waking")
         time.sleep(1.5)  # past another idle period: the reads below must not wake it either
         health = client.get("/health")
         models = client.get("/v1/models").json()["data"][0]
@@ -81,7 +82,7 @@ def test_an_idle_model_sleeps_and_the_describing_routes_do_not_wake_it(sleepy):
     assert unknown.status_code == 404
     assert still["is_sleeping"] is True
     assert awake_rss - asleep_rss > 50, (awake_rss, asleep_rss)  # the weights' pages and the buffers are gone
-    assert sleepy.log().count("is waking") == 0
+    assert sleepy.log().count("is waking") == wakes
 
 
 def test_requests_wake_it_once_and_answer_as_before(sleepy):
@@ -140,6 +141,29 @@ def test_it_never_sleeps_under_an_open_request(sleepy):
         took = time.monotonic() - started
     assert last["stop"] is True and last["tokens_predicted"] == 400
     assert took > 2 and seen and not any(seen), (took, seen)
+
+
+def test_clients_that_leave_while_it_wakes_leave_it_able_to_sleep(sleepy):
+    """Requests abandoned mid-wake (clients that time out) neither break the wake nor
+    keep the model awake forever: the next request is answered, and it sleeps again."""
+    with sleepy.client() as client:
+        expected = client.post("/completion", json=PROMPT).json()["content"]
+        _wait_sleeping(client, True)
+
+        def abandon(_: int) -> str:
+            try:
+                with sleepy.client(timeout=0.05) as impatient:
+                    impatient.post("/completion", json=PROMPT)
+                return "answered"
+            except httpx.TimeoutException:
+                return "left"
+
+        with ThreadPoolExecutor(8) as pool:
+            outcomes = list(pool.map(abandon, range(8)))
+        answer = client.post("/completion", json=PROMPT).json()["content"]
+        _wait_sleeping(client, True)  # nothing left counted as open
+    assert "left" in outcomes
+    assert answer == expected
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "soon"])

@@ -4,6 +4,7 @@ sleep, and that requests arriving while it falls asleep or wakes wait for one wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -102,8 +103,56 @@ def test_a_request_that_opens_first_keeps_it_awake():
     asyncio.run(main())
 
 
+def test_a_waiter_that_leaves_during_the_wake_leaves_it_whole():
+    """A client that goes away while the model wakes: the wake goes on holding the turn,
+    and the next request waits for it rather than meeting a half-loaded model."""
+    async def main():
+        host = Host()
+        sleeper = _sleeper(host)
+        assert await sleeper.sleep_if_idle(sleeper.last_request + 6)
+        host.gate.clear()  # the wake takes a while
+        first = asyncio.create_task(sleeper.opened())
+        await asyncio.sleep(0.05)
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        sleeper.closed()  # the middleware's finally
+        second = asyncio.create_task(sleeper.opened())
+        await asyncio.sleep(0.05)
+        assert not second.done()
+        host.gate.set()
+        await asyncio.wait_for(second, 5)
+        assert host.calls == ["sleep", "wake"] and host.ready and sleeper.open_requests == 1
+
+    asyncio.run(main())
+
+
 def test_the_flag_is_parsed_not_skipped_as_tuning():
     from mlxcel.cli.serve_args import split_llama_server_flags
 
     kept, ignored = split_llama_server_flags(["--sleep-idle-seconds", "30", "--poll", "50"])
     assert kept == ["--sleep-idle-seconds", "30"] and ignored == ["--poll"]
+
+
+def test_which_requests_need_the_model():
+    """Describing reads (Vertex AI's health route among them), unknown paths and wrong
+    methods wake nothing; a route that serves the model does."""
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from mlxcel.server.idle_sleep import IdleSleepMiddleware
+
+    def answer(request):
+        return PlainTextResponse("")
+
+    routes = [Route(path, answer, methods=["GET"]) for path in ("/props", "/ping", "/slots/{id}")]
+    routes.append(Route("/v1/chat/completions", answer, methods=["POST"]))
+    middleware = IdleSleepMiddleware(None, _sleeper(Host()), lambda: routes, describing=frozenset({"/ping"}))
+
+    def needs(method: str, path: str) -> bool:
+        return middleware._needs_model({"type": "http", "method": method, "path": path, "root_path": ""})
+
+    assert needs("POST", "/v1/chat/completions") and needs("GET", "/slots/3")
+    assert not any(needs(m, p) for m, p in [("GET", "/props"), ("HEAD", "/props/"), ("GET", "/ping"),
+                                            ("GET", "/no/such/route"), ("GET", "/v1/chat/completions"),
+                                            ("GET", "/health"), ("GET", "/")])

@@ -28,3 +28,18 @@ def test_an_address_in_use_is_one_line():
             open_listeners(["127.0.0.1"], port)
     finally:
         first[0].close()
+
+
+def test_reuse_port_lets_two_listeners_share_a_port_and_only_then():
+    first = open_listeners(["127.0.0.1"], 0, reuse_port=True)
+    port = first[0].getsockname()[1]
+    try:
+        second = open_listeners(["127.0.0.1"], port, reuse_port=True)
+        for sock in second:
+            sock.close()
+        with pytest.raises(ListenError):
+            open_listeners(["127.0.0.1"], port)
+    finally:
+        for sock in first:
+            sock.close()
+
