@@ -104,13 +104,46 @@ def _flash_attn(text: str) -> str:
     raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected on, off or auto)")
 
 
+# llama-server's other speculation types: its n-gram drafters run as mlxcel's prompt lookup
+# (same output, speed only); those that need a drafting head mlxcel cannot run are refused
+NGRAM_KINDS = ("ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+HEAD_KINDS = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+
+
 def _spec_type(text: str) -> str:
-    value = text.strip().lower()
-    aliases = {"ngram": "ngram-simple", "prompt-lookup": "ngram-simple", "lookup": "ngram-simple", "": "none"}
-    value = aliases.get(value, value)
-    if value not in ("none", "ngram-simple"):
-        raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected none or ngram-simple)")
-    return value
+    """--spec-type: llama-server's comma-separated list of types, read as the one mlxcel
+    runs ("none", "ngram-simple", or "draft-simple" for a draft model); an n-gram type
+    stays named ("ngram-mod", ...) until build_config notes the stand-in."""
+    aliases = {"ngram": "ngram-simple", "prompt-lookup": "ngram-simple", "lookup": "ngram-simple",
+               "draft": "draft-simple"}
+    names = [aliases.get(name, name) for name in (part.strip().lower() for part in text.split(",")) if name]
+    known = ("none", "ngram-simple", "draft-simple", *NGRAM_KINDS)
+    for name in names:
+        if name in HEAD_KINDS:
+            raise argparse.ArgumentTypeError(
+                f"{name}: mlxcel cannot run its drafting head; use draft-simple with -md/--model-draft, or "
+                "ngram-simple (prompt lookup)")
+        if name not in known:
+            raise argparse.ArgumentTypeError(f"invalid value {name!r} (expected one of {', '.join(known)})")
+    for choice in ("draft-simple", "ngram-simple", *NGRAM_KINDS):  # the strongest drafter asked for
+        if choice in names:
+            return choice
+    return "none"
+
+
+def _spec_choice(args: argparse.Namespace, ignored: list[str]) -> str:
+    """The speculation the server runs: a draft model when one is given; llama-server's
+    n-gram drafters as prompt lookup, named in the warning line of flags run otherwise."""
+    kind = args.spec_type
+    if args.model_draft:
+        return "draft"
+    if kind == "draft-simple":
+        raise UsageError("--spec-type draft-simple: give its draft model with -md/--model-draft")
+    if kind in NGRAM_KINDS:
+        ignored.append(f"--spec-type {kind} (mlxcel's prompt lookup, ngram-simple, drafts instead: the output is the "
+                       "same)")
+        return "ngram-simple"
+    return kind
 
 
 def _csv(text: str) -> list[str]:
@@ -256,7 +289,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "seconds an unused prompt-cache entry lives (0: no expiry)"),
     (("--spec-type",), "spec_type", _spec_type, "ngram-simple", "LLAMA_ARG_SPEC_TYPE",
      ("speculative decoding: ngram-simple (the default; prompt lookup: drafts copied from the prompt and output,"
-      " only where they pay, so output is unchanged and text that is not copied runs at plain speed), or none")),
+      " only where they pay, so output is unchanged and text that is not copied runs at plain speed), none, or "
+      "draft-simple (a draft model, -md); llama-server's other n-gram types run as ngram-simple")),
     (("-md", "--model-draft", "--spec-draft-model"), "model_draft", str, None, "LLAMA_ARG_SPEC_DRAFT_MODEL",
      "draft model for speculative decoding (catalog name or .gguf path; same vocabulary as --model)"),
     (("-mm", "--mmproj"), "mmproj", str, None, "LLAMA_ARG_MMPROJ",
@@ -844,7 +878,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         cache_ram_mib=args.cache_ram,
         cache_max_entries=args.cache_max_entries,
         cache_ttl_seconds=args.cache_ttl,
-        spec_type="draft" if args.model_draft else args.spec_type,
+        spec_type=_spec_choice(args, ignored),
         model_draft=args.model_draft,
         mmproj=str(Path(args.mmproj).expanduser().resolve()) if args.mmproj else None,
         image_min_tokens=args.image_min_tokens,

@@ -154,6 +154,36 @@ def test_speculation_flags_follow_llama_server():
         parse_serve_args(["--spec-ngram-simple-size-m", "0"])
 
 
+@pytest.mark.parametrize("value, runs, noted", [
+    ("ngram-mod", "ngram-simple", "--spec-type ngram-mod (mlxcel's prompt lookup"),
+    ("ngram-map-k,ngram-mod", "ngram-simple", "--spec-type ngram-map-k"),
+    ("ngram-cache", "ngram-simple", "--spec-type ngram-cache"),
+    ("ngram-mod,ngram-simple", "ngram-simple", None),  # the one mlxcel runs was asked for too
+    ("none", "none", None),
+    ("NGRAM-SIMPLE", "ngram-simple", None),
+])
+def test_llama_server_speculation_types_run_as_prompt_lookup_and_say_so(value, runs, noted):
+    config = parse_serve_args(["--spec-type", value])
+    assert config.spec_type == runs
+    notes = [flag for flag in config.ignored_flags if flag.startswith("--spec-type")]
+    assert notes == ([] if noted is None else [notes[0]]) and (noted is None or notes[0].startswith(noted))
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--spec-type", "draft-mtp"], "draft-mtp: mlxcel cannot run its drafting head"),
+    (["--spec-type", "ngram-simple,draft-eagle3"], "draft-eagle3"),
+    (["--spec-type", "draft-simple"], "give its draft model with -md"),
+    (["--spec-type", "ngram-bogus"], "invalid value 'ngram-bogus'"),
+])
+def test_speculation_types_mlxcel_cannot_run_fail_in_one_line(argv, needle):
+    with pytest.raises(UsageError, match=needle):
+        parse_serve_args(argv)
+
+
+def test_a_draft_model_runs_draft_simple():
+    assert parse_serve_args(["--spec-type", "draft-simple", "-md", "smollm2-135m-instruct"]).spec_type == "draft"
+
+
 @pytest.mark.parametrize("argv, reason", [
     (["--api-key", ""], "--api-key: the key is empty"),
     (["--api-key", " , "], "--api-key: the key is empty"),
