@@ -181,6 +181,7 @@ class ServerConfig:
     warmup: bool = True
     sleep_idle_seconds: int = -1  # --sleep-idle-seconds: unload the model after this long unused (-1: never)
     check_tensors: bool = False  # --check-tensors: llama.cpp validates the tensor data while loading
+    metrics_port: int | None = None  # --metrics-port: GET /metrics also on this port (and only it there)
     reuse_port: bool = False  # --reuse-port: SO_REUSEPORT on the listening sockets
     offline: bool = False  # --offline: never download a catalog model
     log_prompts_dir: str | None = None  # --log-prompts-dir: each completion's prompt written to a file there

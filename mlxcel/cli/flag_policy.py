@@ -35,3 +35,12 @@ _refuse("serves other routes or a web UI (not implemented)",
 def refusal(flag: str) -> str:
     return (f"{flag}: this llama-server flag {REFUSED[flag]}; mlxcel refuses it rather than serve something "
             "else than asked")
+
+
+# flags of the spec's MLX edition for models llama.cpp cannot run: refused at start in one line,
+# from the command line or from their environment variable
+UNSERVABLE: dict[str, str] = {
+    "--image-model": "image generation needs a diffusion checkpoint, which llama.cpp (mlxcel's engine) cannot run; "
+                     "the image routes answer 501",
+}
+UNSERVABLE_ENV: dict[str, str] = {"MLXCEL_IMAGE_MODEL": "--image-model"}

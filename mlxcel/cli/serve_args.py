@@ -15,7 +15,7 @@ import llama_cpp
 
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.cluster_args import CLUSTER_OPTIONS, ClusterUsageError, cluster_settings, replica_threads
-from mlxcel.cli.flag_policy import REFUSED, refusal
+from mlxcel.cli.flag_policy import REFUSED, UNSERVABLE, UNSERVABLE_ENV, refusal
 from mlxcel.cli.grammar_args import GRAMMAR_FLAGS, GrammarUsageError, add_grammar_options, default_grammar
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS, REMOVED
 from mlxcel.cli.log_args import LOG_FLAGS, add_log_options, log_settings
@@ -166,6 +166,15 @@ def _pooling(text: str) -> str:
     return value
 
 
+def _metrics_port(args: argparse.Namespace) -> int | None:
+    port = args.metrics_port
+    if port is not None and port == args.port:
+        raise UsageError(f"--metrics-port {port}: it must differ from --port, which serves the API")
+    if port is not None and cluster_settings(args) is not None:
+        raise UsageError("--metrics-port: a server with replicas serves its metrics on --port (/metrics)")
+    return port
+
+
 def _prompts_dir(text: str | None) -> str | None:
     """--log-prompts-dir: made now, so a path that cannot be a directory fails the start in one line."""
     if not text:
@@ -216,6 +225,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "threads for generation (default: the number of CPUs)"),
     (("-tb", "--threads-batch"), "threads_batch", _ranged(int, 1, 1024), None, "LLAMA_ARG_THREADS_BATCH",
      "threads for prompt processing (default: --threads)"),
+    (("--metrics-port",), "metrics_port", _ranged(int, 1, 65535), None, "MLXCEL_METRICS_PORT",
+     "also serve GET /metrics on this port (on the --host addresses; it turns --metrics on); nothing else is "
+     "served there"),
     (("--log-prompts-dir",), "log_prompts_dir", str, None, "MLXCEL_LOG_PROMPTS_DIR",
      "write each completion's prompt (a chat turn's as its template rendered it) to a file in this directory, "
      "made if missing (for debugging, as llama-server's)"),
@@ -500,6 +512,8 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
         name = arg.split("=", 1)[0]
         if name not in ours and name in REFUSED:
             raise UsageError(refusal(name))
+        if name in UNSERVABLE:
+            raise UsageError(f"{name}: {UNSERVABLE[name]}")
         if name in REMOVED:
             raise UsageError(f"{name}: the argument has been removed from llama-server; {REMOVED[name]}")
         if name not in ours and name in LLAMA_SERVER_FLAGS:
@@ -747,6 +761,9 @@ def _load_mode_setting(args: argparse.Namespace) -> str:
 
 
 def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
+    for variable, flag in UNSERVABLE_ENV.items():
+        if os.environ.get(variable):
+            raise UsageError(f"{variable} ({flag}): {UNSERVABLE[flag]}")
     vertex = _vertex_settings()
     if args.config_file is None and args.models_dir is None and args.models_preset is None:
         _check_model(args.model)
@@ -832,7 +849,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         default_grammar=grammar,
         slot_save_path=_slot_save_path(args.slot_save_path),
         static_path=_static_path(args.static_path),
-        metrics=args.metrics,
+        metrics=args.metrics or args.metrics_port is not None,
         props_endpoint=args.props,
         special=args.special,
         skip_chat_parsing=args.skip_chat_parsing,
@@ -863,6 +880,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         warmup=args.warmup,
         sleep_idle_seconds=args.sleep_idle_seconds,
         check_tensors=args.check_tensors,
+        metrics_port=_metrics_port(args),
         reuse_port=args.reuse_port,
         offline=args.offline,
         log_prompts_dir=_prompts_dir(args.log_prompts_dir),

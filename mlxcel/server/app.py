@@ -32,11 +32,12 @@ from mlxcel.http.auth import OPEN_PATHS, APIKeyMiddleware
 from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
+from mlxcel.http.metrics_port import MetricsPortMiddleware
 from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.http.stream_sessions import StreamSessions
 from mlxcel.observability import metrics
 from mlxcel.server.idle_sleep import IdleSleep, IdleSleepMiddleware, watching
-from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams
+from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams, unserved
 from mlxcel.server.routes.vertex import add_vertex_routes
 from mlxcel.server.startup_gc import settle_startup_objects
 from mlxcel.speech.stt_host import SttHost
@@ -165,6 +166,7 @@ def create_app(
     app.include_router(embeddings.router)
     app.include_router(transcriptions.router)
     app.include_router(speech_routes.router)
+    app.include_router(unserved.router)  # image generation, structured decisions: 501 naming what they need
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, sleep
     vertex = config.vertex
@@ -183,6 +185,8 @@ def create_app(
         app.add_middleware(ApiPrefixMiddleware, prefix=config.api_prefix)
     policy = CorsPolicy(config.cors_origins, config.cors_methods, config.cors_headers, config.cors_credentials)
     app.add_middleware(CorsMiddleware, policy=policy)
+    if config.metrics_port is not None:  # on that port, /metrics alone
+        app.add_middleware(MetricsPortMiddleware, port=config.metrics_port, prefix=config.api_prefix)
     if fleet is not None:
         app.add_middleware(LeaseMiddleware)  # outermost: a lease ends as the response's last byte goes out
     return app

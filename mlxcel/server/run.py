@@ -63,6 +63,14 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
         return 1
     try:
         sockets = open_listeners(config.hosts, config.port, config.reuse_port)
+        if config.metrics_port is not None:  # --metrics-port: the TCP addresses again, on that port
+            tcp_hosts = [host for host in config.hosts if not host.endswith(".sock")] or ["127.0.0.1"]
+            try:
+                sockets += open_listeners(tcp_hosts, config.metrics_port, config.reuse_port)
+            except ListenError:
+                for sock in sockets:
+                    sock.close()
+                raise
     except ListenError as exc:
         print(f"mlxcel: error: {exc}", file=sys.stderr)
         state.close()

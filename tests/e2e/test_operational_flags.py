@@ -2,7 +2,10 @@
 writes each completion's prompt to a file; -lv/--log-verbosity drops the lines above
 its level; --reuse-port lets another socket bind the port; --check-tensors finds a
 model's invalid weights while it loads; --offline never downloads; --usage prints the
-help and --completion-bash a completion script that bash can source."""
+help and --completion-bash a completion script that bash can source; --metrics-port serves
+/metrics alone on a port of its own. The spec's routes for models llama.cpp cannot run
+(image generation, structured decisions) answer 501 naming what they need, and
+--image-model is refused in one line."""
 
 from __future__ import annotations
 
@@ -12,10 +15,11 @@ import socket
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from tests.fixtures.rerank_model import write_rerank_model
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +107,42 @@ def test_usage_and_bash_completion():
     lines = check.stdout.splitlines()
     assert check.returncode == 0 and lines[:2] == ["--sleep-idle-seconds", "serve"], (check.stdout, check.stderr)
     assert int(lines[2]) > 3  # -m completes file names
+
+
+def test_metrics_port_serves_metrics_alone_with_the_api_s_key():
+    metrics_port = free_port()
+    proc = ServerProcess("-c", "512", "-np", "1", "--metrics-port", str(metrics_port), "--api-key", "sekrit")
+    key = {"Authorization": "Bearer sekrit"}
+    try:
+        proc.wait_ready()
+        with httpx.Client(base_url=f"http://127.0.0.1:{metrics_port}", timeout=30) as side, proc.client() as api:
+            api.post("/completion", json={"prompt": "Hi", "n_predict": 2}, headers=key)
+            scraped = side.get("/metrics", headers=key)
+            keyless = side.get("/metrics")
+            elsewhere = [side.get("/health", headers=key), side.get("/v1/models", headers=key),
+                         side.post("/v1/chat/completions", headers=key, json={"messages": []})]
+            main = api.get("/metrics", headers=key)
+    finally:
+        proc.stop()
+    assert scraped.status_code == 200 and "llamacpp:tokens_predicted_total" in scraped.text
+    assert keyless.status_code == 401
+    assert [r.status_code for r in elsewhere] == [404, 404, 404]
+    assert main.status_code == 200  # --metrics-port turns /metrics on where the API is too
+
+
+@pytest.mark.parametrize("path, needle", [
+    ("/v1/images/generations", "--image-model"), ("/images/edits", "--image-model"),
+    ("/v1/systemone", "DiffusionGemma"), ("/systemone", "DiffusionGemma"),
+])
+def test_routes_for_models_llama_cpp_cannot_run_answer_501_naming_them(http, path, needle):
+    answer = http.post(path, json={"prompt": "a cat"})
+    assert answer.status_code == 501
+    error = answer.json()["error"]
+    assert error["code"] == "not_implemented" and needle in error["message"]
+
+
+@pytest.mark.parametrize("args, env", [(["--image-model", "sd.gguf"], None), ([], {"MLXCEL_IMAGE_MODEL": "sd.gguf"})])
+def test_image_model_is_refused_in_one_line(args, env):
+    result = _serve(*args, env=env, timeout=60)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "image generation needs a diffusion checkpoint" in lines[0]

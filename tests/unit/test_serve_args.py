@@ -378,3 +378,13 @@ def test_the_encoders_load_as_the_chat_model_does(argv, mode):
     config = parse_serve_args(["--embedding-model", "smollm2-135m-instruct", *argv])
     assert config.model_load_mode == mode
     assert embedding_runtime_config(config, Path("/m.gguf"), "mean").load_mode == mode
+
+
+def test_metrics_port_turns_metrics_on_and_must_stand_apart():
+    config = parse_serve_args(["--metrics-port", "9100"])
+    assert config.metrics and config.metrics_port == 9100
+    assert not parse_serve_args([]).metrics and parse_serve_args([]).metrics_port is None
+    with pytest.raises(UsageError, match="must differ from --port"):
+        parse_serve_args(["--port", "9100", "--metrics-port", "9100"])
+    with pytest.raises(UsageError, match="replicas serves its metrics"):
+        parse_serve_args(["--metrics-port", "9100", "--replicas", "2"])
