@@ -21,6 +21,7 @@ from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
 from mlxcel.turn.embedding_jobs import embedding_runtime_config, require_running, run_embedding_job
 from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, InvalidRequest, ServerBusy
+from mlxcel.turn.worker_sleep import SleepingWorker
 
 log = logging.getLogger("mlxcel.server")
 
@@ -42,7 +43,9 @@ class EmbeddingInputs:
         return sum(map(len, self.tokens))
 
 
-class EmbeddingHost:
+class EmbeddingHost(SleepingWorker):
+    kind = "embedding"
+
     def __init__(self, config: ServerConfig, model: str, model_id: str) -> None:
         self.config = config
         self.model = model
@@ -54,9 +57,7 @@ class EmbeddingHost:
         self.created = int(time.time())
         self.ready = False
         self.error: str | None = None
-        self.sleeping = False  # --sleep-idle-seconds: freed until a request wakes it
-        self.asleep: dict = {}  # while sleeping: what the routes that do not wake it answer
-        self._on_failure: Callable[[str], None] = lambda _message: None
+        self._init_sleep()
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -107,36 +108,8 @@ class EmbeddingHost:
         if self.engine is not None:
             self.engine.stop()
 
-    # -- sleeping (--sleep-idle-seconds, server/idle_sleep.py) ------------------------------
-
-    @property
-    def outstanding(self) -> int:
-        return self.engine.queue_depth if self.engine is not None else 0
-
-    def mark_sleeping(self) -> None:
-        """On the event loop, before sleep() runs on a thread: routes answer as asleep from now."""
-        self.sleeping = True
-
-    def sleep(self) -> None:
-        """Free the model (weights, context, buffers) until wake(); no job in the engine."""
-        engine, runtime = self.engine, self.runtime
-        self.sleeping = True
+    def _unready(self) -> None:  # SleepingWorker
         self.ready = False
-        self.engine = self.runtime = None
-        self.tokenizer = None  # its vocabulary was the model's
-        if engine is not None:
-            engine.stop()
-        if runtime is not None and (engine is None or not engine.alive):
-            runtime.close()
-        log.info("embedding model %s is asleep: its memory is freed until a request needs it", self.model_id)
-
-    def wake(self) -> bool:
-        """Load the model again after sleep() (on the calling thread): True once ready;
-        a model that cannot be loaded again ends the server, as at start."""
-        log.info("embedding model %s is waking", self.model_id)
-        self._load(self._on_failure)
-        self.sleeping, self.asleep = False, {}
-        return self.ready
 
     # -- inputs -------------------------------------------------------------------------------
 
