@@ -195,6 +195,7 @@ class ServerConfig:
     reasoning_budget_message: str = ""  # --reasoning-budget-message: put before the forced end of thinking
     tool_call_parser: str | None = None  # None: detected from the chat template
     cache_ram_mib: int = 8192  # host prompt cache: -1 no limit, 0 off
+    cache_reuse: int = 0  # --cache-reuse: shortest cached run moved into place past the prefix (0: off)
     cache_max_entries: int = 1024
     cache_ttl_seconds: float = 3600.0
     spec_type: str = "ngram-simple"  # ngram-simple (prompt lookup) | none | draft (--model-draft)

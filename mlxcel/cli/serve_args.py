@@ -295,6 +295,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "most tokens one slot may hold (0: no cap); with -c unset the KV pool is -np times this"),
     (("-cram", "--cache-ram"), "cache_ram", _ranged(int, -1), 8192, "LLAMA_ARG_CACHE_RAM",
      "host-RAM prompt cache size in MiB (-1: no limit, 0: off)"),
+    (("--cache-reuse",), "cache_reuse", _ranged(int, 0), 0, "LLAMA_ARG_CACHE_REUSE",
+     "shortest run of cached tokens past the shared prefix moved to where the prompt has it (KV shifting, as "
+     "llama-server's; 0: off). Keys are re-rotated, so output may differ slightly from a fresh prefill"),
     (("--cache-max-entries",), "cache_max_entries", _ranged(int, 1), 1024, "MLXCEL_CACHE_MAX_ENTRIES",
      "most entries in the host-RAM prompt cache"),
     (("--cache-ttl",), "cache_ttl", _ranged(float, 0.0), 3600.0, "MLXCEL_CACHE_TTL_SECS",
@@ -894,6 +897,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         reasoning_budget_message=args.reasoning_budget_message,
         tool_call_parser=_tool_call_parser(args.tool_call_parser),
         cache_ram_mib=args.cache_ram,
+        cache_reuse=args.cache_reuse,
         cache_max_entries=args.cache_max_entries,
         cache_ttl_seconds=args.cache_ttl,
         spec_type=_spec_choice(args, ignored),

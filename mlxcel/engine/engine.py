@@ -84,6 +84,7 @@ class EngineConfig:
     queue_cap: int = 64  # requests waiting for a slot, beyond those running
     prefill_chunk: int = 256  # prompt tokens per step while other slots decode
     cache_prompt: bool = True  # reuse a slot's previous tokens as a prompt prefix
+    cache_reuse: int = 0  # --cache-reuse: shortest run past the prefix moved into place (0: off)
     context_shift: bool = False  # at the slot context's end, drop old tokens and go on (else stop there)
     host_cache: HostPromptCache | None = None  # KV states saved beyond the slots
     lookup_ngram: int = 0  # prompt-lookup speculation: n-gram size (0: off)
@@ -140,7 +141,7 @@ class Engine:
             config.masker(tokenizer.n_vocab, len(self.slots)) if config.masker is not None else None)
         self._pending_masks = None  # (slots, future) of this step's structured-output masks
         self._admitting: GenerationRequest | None = None  # popped from the queue, not yet in a slot
-        self._memory = SlotMemory(runtime, config.host_cache)
+        self._memory = SlotMemory(runtime, config.host_cache, config.cache_reuse)
         # most tokens drafted per round; 0 without speculation
         if config.drafter is not None:
             draft_cap = config.draft_max
@@ -480,7 +481,8 @@ class Engine:
                 raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []
             self._memory.clear_idle(slot, self.slots)  # a unified pool: before a restore needs the room
-            self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy, lora)
+            self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy, lora,
+                               chunks=not request.media)
             if request.media:  # never keep part of a non-causal media span
                 self._memory.cut(slot, request.media.safe_prefix(slot.n_past))
             sampler = self.config.sampler(

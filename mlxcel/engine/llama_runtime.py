@@ -329,6 +329,14 @@ class LlamaRuntime:
         llama_cpp.llama_memory_seq_add(self.memory, seq_id, n_keep + n_discard, -1, -n_discard)
         return True
 
+    def move_seq(self, seq_id: int, start: int, end: int, to: int) -> bool:
+        """Move positions [start, end) down to `to`, dropping [to, start) first (llama.cpp
+        re-rotates the moved keys at the next decode)."""
+        if to < start and not llama_cpp.llama_memory_seq_rm(self.memory, seq_id, to, start):
+            return False
+        llama_cpp.llama_memory_seq_add(self.memory, seq_id, start, end, to - start)
+        return True
+
     def seq_clear(self, seq_id: int) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
 

@@ -2,11 +2,15 @@
 already shares with the prompt, or a longer one copied from a slot that is busy with
 another request, or restored from the host-RAM prompt cache, after saving there what
 the slot is about to lose. Idle slots are saved ahead of time while the engine has
-nothing else to do, so admissions rarely wait for that copy."""
+nothing else to do, so admissions rarely wait for that copy. With --cache-reuse N, as
+llama-server's, runs of N or more tokens the slot holds past the shared prefix are
+moved to where the prompt has them (a chat whose oldest turns were dropped)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+import numpy as np
 
 from mlxcel.engine.llama_runtime import LlamaRuntime
 from mlxcel.engine.lora_sets import LoraScales, cache_salt
@@ -15,24 +19,65 @@ from mlxcel.engine.slots import Slot, common_prefix_length
 
 MIN_DONATION_BLOCKS = 2  # smaller prefixes are cheaper to prefill than to restore
 MIN_GAIN = BLOCK_SIZE  # a copy or restore must save at least this many prompt tokens
+MAX_CHUNK_PROBES = 4096  # --cache-reuse: most places one admission compares (each a run's worth of tokens)
 
 
 class SlotMemory:
-    def __init__(self, runtime: LlamaRuntime, host_cache: HostPromptCache | None) -> None:
+    def __init__(self, runtime: LlamaRuntime, host_cache: HostPromptCache | None, chunk_reuse: int = 0) -> None:
+        """`chunk_reuse`: --cache-reuse, the shortest run moved into place (0: off)."""
         self.runtime = runtime
         self.host_cache = host_cache
+        self.chunk_reuse = chunk_reuse
 
     def admit(self, slot: Slot, prompt: list[int], n_common: int, reuse: bool, busy: Iterable[Slot] = (),
-              lora: LoraScales = ()) -> None:
+              lora: LoraScales = (), chunks: bool = True) -> None:
         """Leave in the slot's sequence only a reusable prefix of `prompt`, to be run
         under the LoRA scales `lora` (`n_common` is 0 unless the slot's were the same);
         afterwards `slot.cached_tokens` is exactly what the sequence holds. `busy` are
-        the slots serving other requests, whose prefixes may be copied."""
+        the slots serving other requests, whose prefixes may be copied. `chunks`: runs
+        past the prefix may be moved into place (not for a prompt with media)."""
         slot.cache_tier = "slot" if n_common else "miss"
+        same_scales = slot.lora == lora
         if reuse:
             n_common = self._take_longer_prefix(slot, prompt, n_common, busy, lora)
+            if self.chunk_reuse > 0 and chunks and same_scales:
+                n_common = self._reuse_chunks(slot, prompt, n_common)
         slot.lora = lora
         self._cut(slot, prompt, n_common)
+
+    def _reuse_chunks(self, slot: Slot, prompt: list[int], n_past: int) -> int:
+        """Past the first `n_past` tokens, each run of at least `chunk_reuse` tokens the
+        slot holds that the prompt has next is moved down to the prompt's position, the
+        cells skipped over dropped (llama-server's --cache-reuse). The new shared prefix:
+        `slot.cached_tokens` holds it, and the sequence holds it first (what is left past
+        it, the caller cuts). At most MAX_CHUNK_PROBES places are compared, so a prompt
+        built to match everywhere costs a bounded look, not a quadratic one."""
+        held = np.asarray(slot.cached_tokens, dtype=np.int64)
+        wanted = np.asarray(prompt, dtype=np.int64)
+        end_p = len(prompt) - 1  # the last prompt token is always decoded again, for its logits
+        n_min, head_c, head_p, probes = self.chunk_reuse, n_past, n_past, MAX_CHUNK_PROBES
+        if len(held) < n_min:
+            return n_past
+        windows = np.lib.stride_tricks.sliding_window_view(held, n_min)  # a view: window i is held[i:i + n_min]
+        kept = list(slot.cached_tokens[:n_past])
+        while head_p + n_min <= end_p and head_c + n_min <= len(held) and probes > 0:
+            hits = head_c + np.flatnonzero(held[head_c:len(held) - n_min + 1] == wanted[head_p])[:probes]
+            probes -= len(hits)
+            whole = np.flatnonzero((windows[hits] == wanted[head_p:head_p + n_min]).all(axis=1)) if len(hits) else hits
+            if not len(whole):
+                break  # no run of the prompt's next tokens further on: the rest is prefilled
+            start = int(hits[whole[0]])
+            span = min(len(held) - start, end_p - head_p)
+            differ = np.flatnonzero(held[start:start + span] != wanted[head_p:head_p + span])
+            n = int(differ[0]) if differ.size else span
+            if not self.runtime.move_seq(slot.id, start, start + n, head_p):
+                return self._forget(slot)
+            kept += slot.cached_tokens[start:start + n]
+            head_c, head_p = start + n, head_p + n
+        if head_p > n_past:
+            slot.cached_tokens = kept
+            slot.cache_tier = "slot"
+        return head_p
 
     def clear_idle(self, slot: Slot, slots: Iterable[Slot]) -> None:
         """In a unified KV pool, as llama-server does there: before `slot` takes a new

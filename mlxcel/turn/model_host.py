@@ -219,6 +219,10 @@ class ModelHost:
             if cfg.context_shift and not runtime.can_shift:  # as llama-server: off, with a warning
                 log.warning("context shift is not supported by this model's memory: it is disabled")
                 cfg = self.config = dataclasses.replace(cfg, context_shift=False)
+            if cfg.cache_reuse and (not runtime.can_shift or projector is not None):  # as llama-server
+                log.warning("--cache-reuse is not supported %s: it is disabled",
+                            "with a multimodal projector" if projector is not None else "by this model's memory")
+                cfg = self.config = dataclasses.replace(cfg, cache_reuse=0)
             costs = None
             if drafter is not None or lookup_ngram:
                 costs = self._measure_decode_costs(runtime, drafter is not None)
@@ -229,6 +233,7 @@ class ModelHost:
                     queue_cap=cfg.queue_cap,
                     prefill_chunk=cfg.prefill_chunk,
                     cache_prompt=cfg.cache_prompt,
+                    cache_reuse=cfg.cache_reuse,
                     context_shift=cfg.context_shift,
                     host_cache=self.host_cache,
                     lookup_ngram=lookup_ngram,

@@ -63,7 +63,7 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
     binary = os.path.join(os.path.dirname(sys.executable), "mlxcel-server")
     process = subprocess.Popen(
         [binary, "-m", str(fifo), "--port", str(port), "--jinja", "-fa", "on", "-ctk", "q8_0", "--no-kv-offload",
-         "--cache-reuse", "256", "-cb", "-dt", "0.1"],
+         "--cache-reuse", "256", "--threads-http", "4", "-cb", "-dt", "0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -92,9 +92,9 @@ def test_server_entry_point_and_llama_server_flags(tmp_path):
             process.kill()
     warnings = [line for line in output.splitlines() if "ignored llama-server flags" in line]
     assert len(warnings) == 1
-    for flag in ("--no-kv-offload", "--cache-reuse", "-cb"):
+    for flag in ("--no-kv-offload", "--threads-http", "-cb"):
         assert flag in warnings[0]
-    assert "--jinja" not in warnings[0]  # implemented (the default), so not named
+    assert "--jinja" not in warnings[0] and "--cache-reuse" not in warnings[0]  # implemented, so not named
     assert "-dt (deprecated in llama-server too" in warnings[0]  # as llama-server says of it
     assert "-fa" not in warnings[0].split(":")[-1].split()
     assert "could not load the model" in output

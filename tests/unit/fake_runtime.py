@@ -36,6 +36,9 @@ HOLD_TIMEOUT_S = 5.0  # a held decode waits this long for a test to let it throu
 Model = Callable[[list[int]], int]
 
 
+GAP = -1  # a position move_seq left empty
+
+
 def successor(history: list[int]) -> int:
     """The next token is the last one plus one: a prompt ending in 10 yields 11, 12, ..."""
     return (history[-1] + 1) % N_VOCAB
@@ -170,6 +173,16 @@ class FakeRuntime:
             return False
         del memory[n_keep : n_keep + n_discard]
         self.shifts.append((seq_id, n_keep, n_discard))
+        return True
+
+    def move_seq(self, seq_id: int, start: int, end: int, to: int) -> bool:
+        """As llama.cpp's seq_rm [to, start) then seq_add [start, end) by to - start: the
+        cells past `end` keep their positions (GAP fills the room left behind)."""
+        memory = self.memory[seq_id]
+        if not 0 <= to <= start <= end <= len(memory):
+            self.violations.append(f"move_seq({seq_id}, {start}, {end}, {to}) outside {len(memory)} positions")
+            return False
+        self.memory[seq_id] = memory[:to] + memory[start:end] + [GAP] * (start - to) + memory[end:]
         return True
 
     def seq_clear(self, seq_id: int) -> None:

@@ -43,9 +43,9 @@ def test_bad_values_raise_usage_error(argv):
 
 def test_unimplemented_tuning_flags_are_split_off():
     kept, ignored = split_llama_server_flags(
-        ["-cb", "-c", "512", "-ctk", "q8_0", "--cache-reuse=0", "--poll", "50", "-fa", "on",
+        ["-cb", "-c", "512", "-ctk", "q8_0", "--threads-http=4", "--poll", "50", "-fa", "on",
          "--no-such-thing"])
-    assert ignored == ["-cb", "--cache-reuse", "--poll"]
+    assert ignored == ["-cb", "--threads-http", "--poll"]
     assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
 
 

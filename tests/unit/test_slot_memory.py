@@ -4,6 +4,8 @@ host cache), and what it saves before that memory is overwritten."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from mlxcel.engine.prompt_cache import BLOCK_SIZE, HostPromptCache
@@ -186,3 +188,53 @@ def test_a_reset_clears_what_idle_slots_had_not_saved_yet_but_not_what_came_afte
     assert cache.lookup(list(range(100, 140))) is None
     assert cache.lookup(list(range(200, 240)))[1] == 32
     assert runtime.memory[before.id] == list(range(100, 140))  # the slot itself keeps its prefix
+
+
+# --cache-reuse: runs past the prefix moved into place (llama-server's chunk reuse)
+
+def _chunks(n: int, first: int) -> list[int]:
+    return list(range(first, first + n))
+
+
+def test_runs_past_the_prefix_are_moved_to_where_the_prompt_has_them():
+    runtime = FakeRuntime(n_parallel=1, n_ctx_seq=1024)
+    system, old, a, skipped, b = _chunks(20, 1), _chunks(30, 100), _chunks(25, 200), _chunks(10, 300), _chunks(40, 400)
+    slot = holding(runtime, SlotTable(1).slots[0], system + old + a + skipped + b)
+    prompt = system + a + b + [999, 998]
+    SlotMemory(runtime, None, chunk_reuse=8).admit(slot, prompt, n_common=20, reuse=True)
+    assert slot.cached_tokens == runtime.memory[0] == system + a + b  # moved twice, the rest cut
+    assert runtime.violations == [] and slot.cache_tier == "slot"
+
+
+def test_short_runs_other_scales_and_media_are_not_moved():
+    system, old, a = _chunks(20, 1), _chunks(30, 100), _chunks(6, 200)
+    cases = [  # (least run, the admission's arguments, what the slot keeps)
+        (8, {"n_common": 20}, system),  # a is shorter than the least run
+        (4, {"n_common": 20, "chunks": False}, system),  # a prompt with media
+        (4, {"n_common": 0, "lora": (1.0,)}, []),  # computed under other LoRA scales
+    ]
+    for least, kwargs, kept in cases:
+        runtime = FakeRuntime(n_parallel=1)
+        slot = holding(runtime, SlotTable(1).slots[0], system + old + a)
+        SlotMemory(runtime, None, chunk_reuse=least).admit(slot, system + a + [999], reuse=True, **kwargs)
+        assert slot.cached_tokens == runtime.memory[0] == kept, (least, kwargs)
+
+
+def test_the_last_prompt_token_is_always_decoded_again():
+    runtime = FakeRuntime(n_parallel=1)
+    system, old, a = _chunks(20, 1), _chunks(30, 100), _chunks(12, 200)
+    slot = holding(runtime, SlotTable(1).slots[0], system + old + a)
+    SlotMemory(runtime, None, chunk_reuse=4).admit(slot, system + a, n_common=20, reuse=True)
+    assert slot.cached_tokens == runtime.memory[0] == system + a[:-1]
+
+
+def test_a_prompt_built_to_match_everywhere_is_looked_at_boundedly():
+    """Thousands of places start like the prompt's next run and none go on: the look
+    is bounded (MAX_CHUNK_PROBES places), not quadratic, and moves nothing."""
+    runtime = FakeRuntime(n_parallel=1, n_ctx_seq=40000)
+    held = [5] + ([1] * 15 + [2]) * 2000
+    slot = holding(runtime, SlotTable(1).slots[0], held)
+    started = time.perf_counter()
+    SlotMemory(runtime, None, chunk_reuse=16).admit(slot, [5] + [1] * 16 + [3] * 100, n_common=1, reuse=True)
+    assert time.perf_counter() - started < 5
+    assert slot.cached_tokens == runtime.memory[0] == [5]
