@@ -481,8 +481,9 @@ class Engine:
                 raise ValueError("this engine has no structured-output masker")
             busy = [s for s in self.slots if s.request is not None] if reuse else []
             self._memory.clear_idle(slot, self.slots)  # a unified pool: before a restore needs the room
+            chunk_reuse = self.config.cache_reuse if request.cache_reuse is None else request.cache_reuse
             self._memory.admit(slot, request.prompt_tokens, n_common if reuse else 0, reuse, busy, lora,
-                               chunks=not request.media)
+                               chunks=not request.media and self.runtime.can_shift, chunk_reuse=chunk_reuse)
             if request.media:  # never keep part of a non-causal media span
                 self._memory.cut(slot, request.media.safe_prefix(slot.n_past))
             sampler = self.config.sampler(

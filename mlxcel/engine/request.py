@@ -155,6 +155,7 @@ class GenerationRequest:
     t_max_predict_ms: float = 0.0  # llama-server's time stop at a newline (0: off)
     priority: Priority = Priority.NORMAL
     cache_prompt: bool = True
+    cache_reuse: int | None = None  # llama-server's n_cache_reuse: least run moved into place (None: the server's)
     lora: tuple[float, ...] | None = None  # a scale per loaded LoRA adapter; None: the server's at admission
     logprobs: int | None = None  # None: off; k: the chosen token's logprob and the k most likely
     post_sampling_probs: bool = False  # with logprobs: probabilities after the sampler chain instead

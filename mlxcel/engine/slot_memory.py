@@ -30,23 +30,25 @@ class SlotMemory:
         self.chunk_reuse = chunk_reuse
 
     def admit(self, slot: Slot, prompt: list[int], n_common: int, reuse: bool, busy: Iterable[Slot] = (),
-              lora: LoraScales = (), chunks: bool = True) -> None:
+              lora: LoraScales = (), chunks: bool = True, chunk_reuse: int | None = None) -> None:
         """Leave in the slot's sequence only a reusable prefix of `prompt`, to be run
         under the LoRA scales `lora` (`n_common` is 0 unless the slot's were the same);
         afterwards `slot.cached_tokens` is exactly what the sequence holds. `busy` are
         the slots serving other requests, whose prefixes may be copied. `chunks`: runs
-        past the prefix may be moved into place (not for a prompt with media)."""
+        past the prefix may be moved into place (not for a prompt with media, nor where
+        the memory cannot shift); `chunk_reuse`: the request's least run (None: the server's)."""
         slot.cache_tier = "slot" if n_common else "miss"
         same_scales = slot.lora == lora
         if reuse:
             n_common = self._take_longer_prefix(slot, prompt, n_common, busy, lora)
-            if self.chunk_reuse > 0 and chunks and same_scales:
-                n_common = self._reuse_chunks(slot, prompt, n_common)
+            least = self.chunk_reuse if chunk_reuse is None else chunk_reuse
+            if least > 0 and chunks and same_scales:
+                n_common = self._reuse_chunks(slot, prompt, n_common, least)
         slot.lora = lora
         self._cut(slot, prompt, n_common)
 
-    def _reuse_chunks(self, slot: Slot, prompt: list[int], n_past: int) -> int:
-        """Past the first `n_past` tokens, each run of at least `chunk_reuse` tokens the
+    def _reuse_chunks(self, slot: Slot, prompt: list[int], n_past: int, n_min: int) -> int:
+        """Past the first `n_past` tokens, each run of at least `n_min` tokens the
         slot holds that the prompt has next is moved down to the prompt's position, the
         cells skipped over dropped (llama-server's --cache-reuse). The new shared prefix:
         `slot.cached_tokens` holds it, and the sequence holds it first (what is left past
@@ -55,7 +57,7 @@ class SlotMemory:
         held = np.asarray(slot.cached_tokens, dtype=np.int64)
         wanted = np.asarray(prompt, dtype=np.int64)
         end_p = len(prompt) - 1  # the last prompt token is always decoded again, for its logits
-        n_min, head_c, head_p, probes = self.chunk_reuse, n_past, n_past, MAX_CHUNK_PROBES
+        head_c, head_p, probes = n_past, n_past, MAX_CHUNK_PROBES
         if len(held) < n_min:
             return n_past
         windows = np.lib.stride_tricks.sliding_window_view(held, n_min)  # a view: window i is held[i:i + n_min]

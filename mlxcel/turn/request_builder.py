@@ -181,6 +181,7 @@ def build_requests(
                 t_max_predict_ms=float(fields.t_max_predict_ms or 0),
                 priority=context.priority,
                 cache_prompt=True if cache_prompt is None else cache_prompt,
+                cache_reuse=fields.n_cache_reuse,
                 lora=lora,
                 logprobs=shaping.logprobs,
                 post_sampling_probs=shaping.post_sampling_probs,

@@ -56,6 +56,7 @@ class SamplingFields(BaseModel):
     stop: str | list[str] | None = None
     ignore_eos: StrictBool = False
     cache_prompt: StrictBool | None = None
+    n_cache_reuse: int | None = Field(default=None, ge=0, le=INT32_MAX)  # --cache-reuse for this request
     # context shift (--context-shift): prompt tokens kept (-1: all) and tokens dropped per shift (0: half)
     n_keep: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     n_discard: int | None = Field(default=None, ge=0, le=INT32_MAX)

@@ -24,21 +24,21 @@ def _ask(client, prompt: str, **extra) -> dict:
     return answer.json()
 
 
-def _sequence(proc) -> tuple[int, int, dict, dict]:
+def _sequence(proc, **per_request) -> tuple[int, int, dict, dict]:
     with proc.client() as client:
         n_system = len(client.post("/tokenize", json={"content": SYSTEM}).json()["tokens"])
         n_kept = len(client.post("/tokenize", json={"content": KEPT, "add_special": False}).json()["tokens"])
         _ask(client, SYSTEM + DROPPED + " " + KEPT + " Question one?")
-        reused = _ask(client, SYSTEM + KEPT + " Question two?")
+        reused = _ask(client, SYSTEM + KEPT + " Question two?", **per_request)
         fresh = _ask(client, SYSTEM + KEPT + " Question two?", cache_prompt=False)
     return n_system, n_kept, reused, fresh
 
 
-def _mlxcel(*flags: str) -> tuple[tuple[int, int, dict, dict], list[str]]:
+def _mlxcel(*flags: str, **per_request) -> tuple[tuple[int, int, dict, dict], list[str]]:
     proc = ServerProcess("-c", "2048", "-np", "1", "--spec-type", "none", *flags)
     try:
         proc.wait_ready()
-        return _sequence(proc), same_attention(proc)
+        return _sequence(proc, **per_request), same_attention(proc)
     finally:
         proc.stop()
 
@@ -66,3 +66,17 @@ def test_without_the_flag_only_the_prefix_is_reused():
     (n_system, _, reused, fresh), _ = _mlxcel()
     assert reused["timings"]["cache_n"] < n_system + 8
     assert reused["content"] == fresh["content"]
+
+
+def test_a_request_sets_its_own_least_run():
+    """llama-server's n_cache_reuse field: a request turns chunk reuse on (or off) for itself."""
+    (n_system, n_kept, asked, _), _ = _mlxcel(n_cache_reuse=16)
+    assert asked["timings"]["cache_n"] >= n_system + n_kept - 8
+    (n_system, _, declined, _), _ = _mlxcel("--cache-reuse", "16", n_cache_reuse=0)
+    assert declined["timings"]["cache_n"] < n_system + 8
+
+
+@pytest.mark.parametrize("value", [-1, 2**31, 1.5, "many", [16], None])
+def test_bad_n_cache_reuse_values_are_400s(http, value):
+    answer = http.post("/completion", json={"prompt": "Hi", "n_predict": 1, "n_cache_reuse": value})
+    assert answer.status_code == (200 if value is None else 400), answer.text

@@ -102,6 +102,7 @@ class FakeRuntime:
         self.vocab = object()  # opaque: only handed to the sampler factory
         self.model = model
         self.loras: list = []  # no LoRA adapters
+        self.can_shift = True  # positions can be moved (context shift, --cache-reuse)
         self.memory: dict[int, list[int]] = {seq: [] for seq in range(n_parallel)}
         self.batches: list[DecodedBatch] = []  # every batch decode was asked for, refused ones too
         self.last: DecodedBatch | None = None  # the last batch decoded successfully
