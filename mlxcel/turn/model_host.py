@@ -121,6 +121,7 @@ class ModelHost:
         self.asleep: dict = {}  # while SLEEPING: what the routes that do not wake it answer (server/idle_sleep.py)
         self._carried_stats = None  # the engine's counters across a sleep (EngineStats)
         self._carried_lora: list[float] | None = None  # POST /lora-adapters' scales across a sleep
+        self._waking = False  # loading again after a sleep: still described as asleep until ready
 
     def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
         """Load on a background thread. `on_failure` is told, once, when loading fails
@@ -375,7 +376,9 @@ class ModelHost:
 
     @property
     def sleeping(self) -> bool:
-        return self.state is HostState.SLEEPING
+        """Asleep, or waking: /health and /props answer as before it slept until it is ready
+        (llama-server's sleeping flag also holds until its reload is done)."""
+        return self.state is HostState.SLEEPING or self._waking
 
     @property
     def outstanding(self) -> int:
@@ -405,9 +408,13 @@ class ModelHost:
         """Load the model again after sleep() (on the calling thread): True once ready.
         A model that cannot be loaded again fails the host, and the server exits, as
         llama-server aborts then."""
+        self._waking = True
         self.state = HostState.LOADING
         log.info("model %s is waking", self.model_id)
-        self._load(self._on_failure)
+        try:
+            self._load(self._on_failure)
+        finally:
+            self._waking = False
         self.asleep = {}
         return self.state is HostState.READY
 

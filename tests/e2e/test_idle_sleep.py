@@ -99,13 +99,30 @@ def test_requests_wake_it_once_and_answer_as_before(sleepy):
                 return {"content": "".join(json.loads(p[6:])["content"] for p in pieces)}
             return client.post("/completion", json=PROMPT).json()
 
-        with ThreadPoolExecutor(4) as pool:
-            answers = list(pool.map(ask, range(4)))
+        health: list[str] = []
+        done = threading.Event()
+
+        def watch_health() -> None:  # a load balancer's probe, all through the wake
+            with sleepy.client(timeout=5) as prober:
+                while not done.is_set():
+                    health.append(prober.get("/health").json()["status"])
+                    time.sleep(0.02)
+
+        prober = threading.Thread(target=watch_health)
+        prober.start()
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                answers = list(pool.map(ask, range(4)))
+        finally:
+            done.set()
+            prober.join()
         props = client.get("/props").json()
         after = _counter(client, "llamacpp:tokens_predicted_total")
     assert [a["content"] for a in answers] == [before["content"]] * 4
     assert sleepy.log().count("is waking") == wakes + 1
     assert props["is_sleeping"] is False
+    # never "loading model" while it wakes; "no slot available" while the four fill both slots, as llama-server
+    assert health and set(health) <= {"ok", "no slot available"}, health
     assert after >= predicted + 4 * before["tokens_predicted"]  # counted on from before the sleep
 
 
