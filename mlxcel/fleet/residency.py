@@ -275,13 +275,15 @@ class Fleet:
             self.events.status(resident.id, "unloaded", **extra)
 
     def unload(self, model_id: str | None) -> list[str]:
-        """POST /unload: the named model (ModelBusy while it streams), or every idle one."""
+        """POST /unload: the named model (ModelBusy while it streams), or every idle one.
+        A sleeping model holds nothing already; unloading it ends its sleep, so a request
+        no longer loads it without autoload (llama-server stops its sleeping child)."""
         with self._lock:
             if model_id is not None:
                 entry = self.entry(model_id)
                 resident = self.residents.get(entry.id)
                 if resident is None:
-                    return []
+                    return [entry.id] if self._end_sleep(entry.id) else []
                 if resident.busy:
                     raise ModelBusy(f"model `{entry.id}` is serving {max(resident.in_flight, resident.leases)} "
                                     "request(s); unload it once they finish", code="model_busy")
@@ -290,9 +292,18 @@ class Fleet:
                 chosen = [r for r in self.residents.values() if not r.busy]
             for resident in chosen:
                 self._forget(resident)
+            asleep = [name for name in sorted(self.sleeping) if model_id is None and self._end_sleep(name)]
         for resident in chosen:
             resident.host.close()
-        return [r.id for r in chosen]
+        return [r.id for r in chosen] + asleep
+
+    def _end_sleep(self, model_id: str) -> bool:
+        """The sleeping model `model_id` is unloaded from now (False if it was not asleep)."""
+        if model_id not in self.sleeping or model_id in self.residents:
+            return False
+        self.sleeping.discard(model_id)
+        self.events.status(model_id, "unloaded", exit_code=0)
+        return True
 
     def load(self, model_id: str) -> Resident:
         """POST /models/load: the model's resident copy, its load started if it had none

@@ -218,6 +218,12 @@ def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
             wait(client, "sleeping")
             woken = client.post("/v1/chat/completions", json=body)
             awake = status(client)
+            wait(client, "sleeping")
+            # unloading a sleeping model ends its sleep: without autoload, no request loads it again
+            unloaded = client.post("/models/unload", json={"model": "alpha"})
+            after_unload = status(client)
+            again = client.post("/models/unload", json={"model": "alpha"})
+            refused_after = client.post("/v1/chat/completions", json=body)
     finally:
         proc.stop()
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "model_not_loaded"
@@ -225,6 +231,10 @@ def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
     assert woken.status_code == 200, woken.text
     assert woken.json()["choices"][0]["message"]["content"]
     assert awake == "loaded"
+    assert unloaded.status_code == 200 and unloaded.json() == {"success": True}
+    assert after_unload == "unloaded"
+    assert again.status_code == 400 and again.json()["error"]["message"] == "model is not running"
+    assert refused_after.status_code == 400 and refused_after.json()["error"]["code"] == "model_not_loaded"
 
 
 def _embedding_server():
