@@ -41,7 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlxcel.engine.compute_gate import COMPUTE_GATE, gate_by_default
-from mlxcel.engine.engine import Engine, EngineConfig
+from mlxcel.engine.engine import Engine
+from mlxcel.engine.engine_config import EngineConfig
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.request import FinishEvent, GenerationRequest, TokenEvent
 from mlxcel.engine.sampling import SamplingParams

@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 
 from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
-from mlxcel.engine.engine import EngineStoppedError, QueueFullError
+from mlxcel.engine.engine_control import EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.request import Priority
 

@@ -3,31 +3,28 @@
 step() = admit waiting requests into idle slots, build one batch holding the next
 token of every decoding slot plus a chunk of pending prompt, decode it, then sample
 and emit a token for every slot whose logits came out.
+
+What other threads call (submit, cancel, slot actions, LoRA scales, stop) is
+EngineControl's (engine_control.py): it reaches this thread as inbox commands.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass
 
 from mlxcel.engine import held_wakeups
 from mlxcel.engine.batch import TokenBatch
-from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
-from mlxcel.engine.constraints import ConstraintMasker, MaskerFactory
+from mlxcel.engine.constraints import ConstraintMasker
 from mlxcel.engine.draft_choice import DraftChooser
-from mlxcel.engine.draft_model import DraftModel
-from mlxcel.engine.draft_policy import DecodeCosts
 from mlxcel.engine.draft_tracker import SlotAcceptance
+from mlxcel.engine.engine_config import EngineConfig
+from mlxcel.engine.engine_control import Cancel, EndReasoning, EngineControl, EngineStoppedError, Stop, Submit
 from mlxcel.engine.faults import (
     INJECTED_COMPUTE_FAILURE,
     INJECTED_NO_ROOM,
     REQUEST_LEVEL_CODES,
-    EngineFailedError,
     Fault,
     InjectedFault,
     injection_enabled,
@@ -40,11 +37,8 @@ from mlxcel.engine.lora_sets import LoraChange, LoraSets
 from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
-from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, Timings, TokenEvent
-from mlxcel.engine.sampling import SamplerChain
-from mlxcel.engine.slot_files import SlotAction, SlotFileError
 from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
 from mlxcel.engine.snapshot import PUBLISH_INTERVAL_S, EngineSnapshot, take_snapshot
@@ -64,65 +58,13 @@ IDLE_SAVE_DELAY_S = 0.05  # idle this long before slots are saved to the host ca
 BURST_WAIT_S = 0.002
 BURST_MAX_S = 0.02
 PRIME_TOKENS_PER_STEP = 2048  # prompt tokens accepted into a prefilling slot's sampler a step (~2.5 ms)
-SLOT_ACTIONS_MAX = 16  # slot saves / restores / erases waiting at once (for busy slots)
-
-
-class QueueFullError(RuntimeError):
-    """The prefill queue is at its cap."""
-
-
-class EngineStoppedError(RuntimeError):
-    pass
 
 
 class ContextFailed(Exception):
     """llama_decode failed in a way no split of the batch explains."""
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    queue_cap: int = 64  # requests waiting for a slot, beyond those running
-    prefill_chunk: int = 256  # prompt tokens per step while other slots decode
-    cache_prompt: bool = True  # reuse a slot's previous tokens as a prompt prefix
-    cache_reuse: int = 0  # --cache-reuse: shortest run past the prefix moved into place (0: off)
-    context_shift: bool = False  # at the slot context's end, drop old tokens and go on (else stop there)
-    host_cache: HostPromptCache | None = None  # KV states saved beyond the slots
-    lookup_ngram: int = 0  # prompt-lookup speculation: n-gram size (0: off)
-    drafter: DraftModel | None = None  # draft-model speculation (--model-draft)
-    draft_max: int = 16  # most tokens a draft model drafts per verify round
-    lookup_max: int = 48  # most tokens prompt lookup drafts per verify round
-    draft_min: int = 2  # fewer drafted tokens than this are not worth a round
-    decode_costs: DecodeCosts | None = None  # measured batch costs; speculation sizes drafts by them
-    on_failure: Callable[[str], None] | None = None  # told once when the engine itself fails
-    masker: MaskerFactory | None = None  # builds the structured-output masker; None: no constrained requests
-    sampler: Callable[..., SamplerChain] = SamplerChain  # builds a slot's sampler (SamplerChain's arguments)
-    gate: ComputeGate = COMPUTE_GATE  # the engines of one process take turns computing through it
-
-
-@dataclass
-class _Submit:
-    request: GenerationRequest
-
-
-@dataclass
-class _Cancel:
-    request_id: int
-    reason: FinishReason = FinishReason.CANCELLED
-    error: str | None = None
-    shed: bool = False  # the memory governor ended it (an ERROR finish, marked shed)
-
-
-class _Stop:
-    pass
-
-
-@dataclass
-class _EndReasoning:
-    request_id: int
-    done: Future
-
-
-class Engine:
+class Engine(EngineControl):
     def __init__(self, runtime: LlamaRuntime, tokenizer: Tokenizer, config: EngineConfig,
                  stats: EngineStats | None = None) -> None:
         """`stats`: the counters to go on from (an engine made again after the model slept)."""
@@ -136,6 +78,7 @@ class Engine:
         self.slots = SlotTable(runtime.config.n_parallel, contiguous=split and config.host_cache is not None)
         self.waiting = PrefillQueue()
         self.stats = stats if stats is not None else EngineStats()
+        super().__init__()
         self._batch = TokenBatch(runtime.n_batch)
         self._masker: ConstraintMasker | None = (
             config.masker(tokenizer.n_vocab, len(self.slots)) if config.masker is not None else None)
@@ -155,112 +98,10 @@ class Engine:
             sizes_drafts_together=config.decode_costs is not None,
             shift_context=self._shift_context if config.context_shift else None,
             request_failed=lambda slot, phase, exc: self._request_failed(slot.request, phase, exc))
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._admission = threading.Lock()
-        self._outstanding = 0  # submitted and not yet finished
-        self._slot_actions_open = 0  # submitted and not yet answered (under _admission)
         self._idle_work = IdleWork(self.slots, runtime, self.n_ctx_slot, tokenizer.n_vocab)
         self._lora = LoraSets(runtime)
-        self._thread = threading.Thread(target=self._run, name="mlxcel-engine", daemon=True)
-        self._stopped = False
         self._injecting = injection_enabled()  # tests only: honour GenerationRequest.fault
-        self.failure: str | None = None  # why the engine failed, once it has
         self.snapshot: EngineSnapshot = take_snapshot(self.slots, 0, self.stats)  # what HTTP readers see
-
-    # -- called from other threads ----------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
-
-    @property
-    def outstanding(self) -> int:
-        """Requests submitted and not yet finished (queued or in a slot)."""
-        return self._outstanding
-
-    @property
-    def has_room(self) -> bool:
-        """Whether a request submitted now would be admitted (not past the queue cap)."""
-        return self._outstanding < len(self.slots) + self.config.queue_cap
-
-    def submit(self, request: GenerationRequest) -> None:
-        """Queue a request, or raise at once: QueueFullError when the queue is at its
-        cap, EngineFailedError once the engine has failed, EngineStoppedError while it
-        shuts down."""
-        with self._admission:
-            if self.failure is not None:
-                raise EngineFailedError(self.failure)
-            if self._stopped:
-                raise EngineStoppedError("the engine is shutting down")
-            if not self.has_room:
-                self.stats.rejected_queue_full += 1
-                raise QueueFullError("the prefill queue is full")
-            self._outstanding += 1
-            # inside the lock: once the engine stops, nothing reaches its inbox unseen
-            self._inbox.put(_Submit(request))
-
-    def cancel(self, request_id: int) -> None:
-        self._inbox.put(_Cancel(request_id))
-
-    def slot_action(self, action: SlotAction) -> Future:
-        """Queue a slot save, restore or erase (slot_files.py); its `done` future is
-        answered once the slot is idle and the action ran."""
-        with self._admission:
-            if self.failure is not None or self._stopped:
-                action.done.set_exception(SlotFileError("the server is shutting down", client_error=False))
-                return action.done
-            if self._slot_actions_open >= SLOT_ACTIONS_MAX:
-                action.done.set_exception(SlotFileError(f"{SLOT_ACTIONS_MAX} slot actions are already waiting",
-                                                        client_error=False))
-                return action.done
-            self._slot_actions_open += 1
-            self._inbox.put(action)
-        action.done.add_done_callback(self._slot_action_answered)
-        return action.done
-
-    def set_lora_scales(self, scales: list[float]) -> Future:
-        """Change the server's LoRA scales, those of every request admitted after the
-        answer (None) that names none; requests running now keep theirs."""
-        change = LoraChange(list(scales), Future())
-        with self._admission:
-            if self.failure is not None or self._stopped:
-                change.done.set_exception(EngineStoppedError("the engine is shutting down"))
-                return change.done
-            self._inbox.put(change)
-        return change.done
-
-    def end_reasoning(self, request_id: int) -> Future:
-        """Force the end of the request's reasoning block now (its budget's close marker,
-        as when a thinking budget runs out): True when it was reasoning under an armed
-        budget, False otherwise (not reasoning, finished, or no budget)."""
-        command = _EndReasoning(request_id, Future())
-        with self._admission:  # once the engine stops, nothing reaches its inbox unseen
-            if self.failure is not None or self._stopped:
-                command.done.set_result(False)
-            else:
-                self._inbox.put(command)
-        return command.done
-
-    def _slot_action_answered(self, _future: Future) -> None:
-        with self._admission:
-            self._slot_actions_open -= 1
-
-    def shed(self, request_id: int, message: str) -> None:
-        """End the request to free memory (the governor's red band): it finishes with
-        an ERROR marked `shed` (the APIs answer server_overloaded_shed, finish_reason
-        shed) with `message` as its error, wherever it is."""
-        self._inbox.put(_Cancel(request_id, FinishReason.ERROR, message, shed=True))
-
-    def stop(self, timeout: float = 5.0) -> None:
-        with self._admission:
-            self._stopped = True
-        self._inbox.put(_Stop())
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive() and self.failure is None
-
 
     # -- the engine thread ------------------------------------------------------------
 
@@ -323,10 +164,7 @@ class Engine:
     def _shut_down(self, failure: str | None) -> None:
         """Stop taking requests and finish every one still held: with the failure
         (which the server answers 503) or as shut down."""
-        with self._admission:
-            self._stopped = True
-            if failure is not None:
-                self.failure = failure
+        self._close_admission(failure)
         if failure is not None:
             log.error("engine failed, no request will be served: %s", failure)
         try:
@@ -339,11 +177,11 @@ class Engine:
                 command = self._inbox.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(command, _Submit):
+            if isinstance(command, Submit):
                 self.waiting.push(command.request)
             elif isinstance(command, LoraChange):
                 command.done.set_exception(EngineStoppedError(failure or "the server is shutting down"))
-            elif isinstance(command, _EndReasoning):
+            elif isinstance(command, EndReasoning):
                 command.done.set_result(False)
             else:
                 self._idle_work.take(command)
@@ -382,16 +220,16 @@ class Engine:
             return True
         queued = False
         while True:
-            if isinstance(command, _Stop):
+            if isinstance(command, Stop):
                 return False
-            if isinstance(command, _Submit):
+            if isinstance(command, Submit):
                 self.waiting.push(command.request)
                 queued = True
-            elif isinstance(command, _Cancel):
+            elif isinstance(command, Cancel):
                 self._cancel(command.request_id, command.reason, command.error, command.shed)
             elif isinstance(command, LoraChange):
                 self._lora.change(command)
-            elif isinstance(command, _EndReasoning):
+            elif isinstance(command, EndReasoning):
                 command.done.set_result(self._end_reasoning(command.request_id))
             else:
                 self._idle_work.take(command)
@@ -890,8 +728,7 @@ class Engine:
         self, request: GenerationRequest, reason: FinishReason, error: str | None = None, engine_failed: bool = False,
         shed: bool = False,
     ) -> None:
-        with self._admission:
-            self._outstanding -= 1
+        self._finished_one()
         self._publish()
         request.emit(
             FinishEvent(
@@ -907,8 +744,7 @@ class Engine:
         )
 
     def _record(self, request: GenerationRequest, reason: FinishReason, n_generated: int, now: float) -> None:
-        with self._admission:
-            self._outstanding -= 1
+        self._finished_one()
         self.stats.sequences_completed += 1
         if reason in (FinishReason.STOP, FinishReason.LENGTH):
             self.stats.requests_completed += 1

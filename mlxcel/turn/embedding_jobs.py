@@ -11,7 +11,7 @@ import numpy as np
 from mlxcel.config import ServerConfig
 from mlxcel.engine.embedding_engine import EmbeddingEngine, EmbeddingJob
 from mlxcel.engine.embedding_runtime import EmbeddingRuntimeConfig
-from mlxcel.engine.engine import EngineStoppedError, QueueFullError
+from mlxcel.engine.engine_control import EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.llama_runtime import FLASH_ATTN_TYPES
 from mlxcel.engine.request import Priority

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from mlxcel.engine.drain import retry_after_s
-from mlxcel.engine.engine import Engine, EngineStoppedError, QueueFullError
+from mlxcel.engine.engine import Engine
+from mlxcel.engine.engine_control import EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, PromptProgressEvent, TokenEvent
 from mlxcel.turn.errors import EngineUnavailable, ServerBusy

@@ -19,7 +19,8 @@ from mlxcel.engine.control_vectors import ControlVectors
 from mlxcel.engine.cost_cache import cost_file, load_costs, save_costs
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import DecodeCosts
-from mlxcel.engine.engine import Engine, EngineConfig
+from mlxcel.engine.engine import Engine
+from mlxcel.engine.engine_config import EngineConfig
 from mlxcel.engine.host_memory import MemoryProbeError, read_host_memory
 from mlxcel.engine.llama_runtime import FLASH_ATTN_TYPES, LlamaRuntime, RuntimeConfig
 from mlxcel.engine.lora import apply_scales

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from mlxcel.engine.compute_gate import ComputeGate
-from mlxcel.engine.engine import Engine, EngineConfig
+from mlxcel.engine.engine import Engine
+from mlxcel.engine.engine_config import EngineConfig
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, TokenEvent
 from mlxcel.engine.sampling import SamplingParams

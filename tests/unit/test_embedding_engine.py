@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mlxcel.engine.embedding_engine import EmbeddingEngine, EmbeddingJob
-from mlxcel.engine.engine import QueueFullError
+from mlxcel.engine.engine_control import QueueFullError
 from mlxcel.engine.request import Priority
 
 

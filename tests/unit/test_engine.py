@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from mlxcel.engine.engine import Engine, EngineConfig, EngineStoppedError, QueueFullError
+from mlxcel.engine.engine import Engine
+from mlxcel.engine.engine_config import EngineConfig
+from mlxcel.engine.engine_control import EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import FAULT_INJECTION_ENV, EngineFailedError, Fault
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.request import FinishReason, GenerationRequest, Priority

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from mlxcel.config import ServerConfig
-from mlxcel.engine.snapshot import EngineSnapshot
-from mlxcel.engine.engine import QueueFullError
+from mlxcel.engine.engine_control import QueueFullError
 from mlxcel.engine.faults import EngineFailedError, Fault
 from mlxcel.engine.request import FinishEvent, FinishReason, Priority, Timings, TokenEvent
+from mlxcel.engine.snapshot import EngineSnapshot
 from mlxcel.http.errors import as_api_error
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import (

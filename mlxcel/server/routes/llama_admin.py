@@ -9,7 +9,7 @@ import os
 
 from fastapi import APIRouter, Request
 
-from mlxcel.engine.engine import EngineStoppedError
+from mlxcel.engine.engine_control import EngineStoppedError
 from mlxcel.engine.lora import LoraError, requested_scales
 from mlxcel.engine.slot_files import SlotAction, SlotFileError, valid_filename
 from mlxcel.http.errors import invalid_request, not_supported, server_error
