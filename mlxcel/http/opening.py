@@ -43,13 +43,16 @@ def opening(
     ignored: Collection[str] = (),
     notes: Callable[[Model], list[str]] = lambda _body: [],
     api: str | None = None,
+    vocabulary_only: bool = False,
 ) -> Callable[[Request], Opened[Model]]:
     """The dependency for a route taking `model`: ids are `id_prefix` + 32 hex digits;
     with `honored`, every other field of the body (and each of `ignored`) is named in
     one warning line, with the route's `notes` about the body. With many models
     (--config) the body's `model` picks the model, loaded if needed, and its profile's
     defaults fill what the body leaves out, named by `api` (chat, completions,
-    anthropic, responses, native)."""
+    anthropic, responses, native). `vocabulary_only`: the route needs only a vocabulary,
+    so a server with no generating model (--embedding, --reranking) serves it with its
+    model's (the route's vocabulary_of)."""
 
     async def open_request(request: Request) -> Opened[Model]:
         if request.app.state.fleet is not None:
@@ -59,7 +62,7 @@ def opening(
             host: ModelHost = request.app.state.host
             data, body = await read_model(request, model)
             model_id = host.model_id
-        if host is not None:  # None: a dry run of a model that is not loaded
+        if host is not None and not (vocabulary_only and host.absent):  # None: a dry run of a model not loaded
             host.require_ready()
         context = request_context(request, f"{id_prefix}{uuid.uuid4().hex}")
         if honored is not None:

@@ -66,6 +66,30 @@ def test_generation_routes_answer_as_llama_server_does_in_embedding_mode(client)
         assert r.json()["error"]["message"] == "the current context does not support logits computation. skipping"
 
 
+def test_slots_and_adapters_answer_that_nothing_generates(client):
+    """Monitors poll /slots and /lora-adapters: with no generating model both are empty
+    lists, not the generation routes' error."""
+    assert client.get("/slots").json() == []
+    assert client.get("/lora-adapters").json() == []
+    assert client.post("/lora-adapters", json=[]).json() == {"success": True}
+    bad = client.post("/lora-adapters", json=[{"id": 0, "scale": 1}])
+    assert bad.status_code == 400 and "no LoRA adapter is loaded" in bad.json()["error"]["message"]
+
+
+def test_tokenize_and_detokenize_use_the_served_model_s_vocabulary(client):
+    """RAG clients count and cut chunks with /tokenize: llama-server tokenizes with the
+    model it serves, an embedding model too."""
+    tokens = client.post("/tokenize", json={"content": "hello world"}).json()["tokens"]
+    assert tokens == [7592, 2088]  # MiniLM's WordPiece ids, without [CLS]/[SEP] (add_special false)
+    assert client.post("/tokenize", json={"content": "hello world", "add_special": True}).json()["tokens"] == \
+        [101, 7592, 2088, 102]
+    pieces = client.post("/tokenize", json={"content": "hello", "with_pieces": True}).json()["tokens"]
+    assert pieces == [{"id": 7592, "piece": " hello"}]  # llama.cpp writes a WordPiece word start with its space
+    assert client.post("/detokenize", json={"tokens": tokens}).json()["content"].strip() == "hello world"
+    bad = client.post("/detokenize", json={"tokens": [30522]})
+    assert bad.status_code == 500 and "out of vocabulary range (vocab_size 30522)" in bad.json()["error"]["message"]
+
+
 def test_health_models_and_props_describe_the_embedding_model(client):
     health = client.get("/health")
     assert health.status_code == 200 and health.json()["status"] == "ok"

@@ -20,7 +20,8 @@ DOCS = ["a dog in the park", "the sun in the sky", "dogs ran"]
 @pytest.fixture(scope="module")
 def only(tmp_path_factory):
     path = write_rerank_model(tmp_path_factory.mktemp("xenc") / "xenc.gguf")
-    proc = ServerProcess("--reranking", "--queue-cap", "0", "-a", "my-reranker", model=str(path))
+    proc = ServerProcess("--reranking", "--queue-cap", "0", "-a", "my-reranker",
+                         "--slot-save-path", str(tmp_path_factory.mktemp("slots")), model=str(path))
     try:
         yield proc.wait_ready()
     finally:
@@ -48,6 +49,19 @@ def test_generation_routes_answer_as_llama_server_does_in_reranking_mode(client)
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 500, r.text
     assert r.json()["error"]["message"] == "the current context does not support logits computation. skipping"
+
+
+def test_slot_routes_say_there_are_no_generation_slots(client):
+    assert client.get("/slots").json() == []
+    for action in ("save", "erase"):
+        r = client.post(f"/slots/0?action={action}", json={"filename": "a.bin"})
+        assert r.status_code == 400 and "no generation slots" in r.json()["error"]["message"], r.text
+
+
+def test_tokenize_uses_the_reranker_s_vocabulary(client):
+    tokens = client.post("/tokenize", json={"content": QUERY}).json()["tokens"]
+    assert tokens and all(isinstance(t, int) for t in tokens)
+    assert client.post("/detokenize", json={"tokens": tokens}).json()["content"].strip() == QUERY
 
 
 def test_health_models_and_props_describe_the_reranker(client):

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from mlxcel.api.native.answer import CompletionAnswer, NativeStreamOptions, selected_fields
 from mlxcel.api.native.wire import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
 from mlxcel.engine.request import FinishReason, PromptProgressEvent, TokenEvent
+from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.http.errors import as_api_error, invalid_request, server_error
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
@@ -26,8 +27,8 @@ from mlxcel.turn.structured_output import compile_grammar, with_server_grammar
 
 router = APIRouter()
 COMPLETION = opening(NativeCompletionRequest, "cmpl-", api="native")
-TOKENIZE = opening(TokenizeRequest, "tok-")
-DETOKENIZE = opening(DetokenizeRequest, "tok-")
+TOKENIZE = opening(TokenizeRequest, "tok-", vocabulary_only=True)
+DETOKENIZE = opening(DetokenizeRequest, "tok-", vocabulary_only=True)
 
 
 @router.post("/completion")
@@ -107,9 +108,19 @@ async def _stream(group: GenerationGroup, answer: CompletionAnswer, options: Nat
         yield sse_data(answer.final_body(index, event.text, result, group.requests[index]))
 
 
+def vocabulary_of(request: Request, opened: Opened) -> Tokenizer:
+    """The chat model's tokenizer; with --embedding or --reranking (no chat model), the
+    served model's, as llama-server tokenizes with whatever model it serves."""
+    if not opened.host.absent:
+        return opened.host.tokenizer
+    worker = request.app.state.embedding_host or request.app.state.rerank
+    worker.require_ready()
+    return worker.tokenizer
+
+
 @router.post("/tokenize")
-async def tokenize(opened: Opened[TokenizeRequest] = Depends(TOKENIZE)):
-    body, tokenizer = opened.body, opened.host.tokenizer
+async def tokenize(request: Request, opened: Opened[TokenizeRequest] = Depends(TOKENIZE)):
+    body, tokenizer = opened.body, vocabulary_of(request, opened)
     # tokenizing and rendering a long text's answer are CPU work: off the event loop
     return await asyncio.to_thread(_tokenize_response, tokenizer, body)
 
@@ -130,8 +141,8 @@ def _tokenize_response(tokenizer, body: TokenizeRequest) -> JSONResponse:
 
 
 @router.post("/detokenize")
-async def detokenize(opened: Opened[DetokenizeRequest] = Depends(DETOKENIZE)):
-    body, tokenizer = opened.body, opened.host.tokenizer
+async def detokenize(request: Request, opened: Opened[DetokenizeRequest] = Depends(DETOKENIZE)):
+    body, tokenizer = opened.body, vocabulary_of(request, opened)
     bad = tokenizer.first_out_of_range(body.tokens)
     if bad is not None:
         raise server_error(f"token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")

@@ -325,6 +325,8 @@ async def slots(request: Request):
     host = host_of(request)
     if not host.config.slots_endpoint:
         raise not_supported("This server does not support the slots endpoint; start it with --slots")
+    if host.absent:  # --embedding / --reranking: no model generates, so there are no generation slots
+        return []
     host.require_ready()
     rows = []
     for slot in host.engine.snapshot.slots:

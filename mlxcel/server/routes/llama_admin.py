@@ -31,6 +31,8 @@ async def slot_action(id_slot: str, request: Request) -> dict:
         slot_id = int(id_slot)
     except ValueError:
         raise invalid_request("Invalid slot ID") from None
+    if host.absent:
+        raise invalid_request("Invalid slot ID: this server has no generation slots (--embedding / --reranking)")
     kind = request.query_params.get("action", "")
     if kind not in ("save", "restore", "erase"):
         raise invalid_request("Invalid action")
@@ -72,6 +74,8 @@ async def change_props(request: Request) -> dict:
 async def lora_adapters(request: Request) -> list:
     """The adapters --lora / --lora-scaled loaded, with the scales they run with."""
     host = host_of(request)
+    if host.absent:  # --embedding / --reranking: no generating model, so no adapter
+        return []
     host.require_ready()
     return [{"id": i, "path": a.path, "scale": a.scale, "task_name": a.task_name, "prompt_prefix": a.prompt_prefix}
             for i, a in enumerate(host.runtime.loras)]
@@ -87,11 +91,14 @@ async def set_lora_adapters(request: Request) -> dict:
     body = await read_small_json(request)
     if not isinstance(body, list):
         raise invalid_request("expected a list of {id, scale} objects")
-    host.require_ready()
+    if not host.absent:
+        host.require_ready()
     try:
-        scales = requested_scales(host.runtime.loras, body)
+        scales = requested_scales(host.runtime.loras if not host.absent else [], body)
     except LoraError as exc:
         raise invalid_request(str(exc)) from None
+    if host.absent:  # nothing to scale (an empty list asks for nothing)
+        return {"success": True}
     try:
         await asyncio.wrap_future(host.engine.set_lora_scales(scales))
     except (EngineStoppedError, ValueError) as exc:  # the server stops
