@@ -141,6 +141,14 @@ def test_routes_for_models_llama_cpp_cannot_run_answer_501_naming_them(http, pat
     assert error["code"] == "not_implemented" and needle in error["message"]
 
 
+def test_the_web_ui_s_cors_proxy_is_disabled_as_in_llama_server(http):
+    for answer in (http.get("/cors-proxy", params={"url": "http://example.com"}),
+                   http.post("/cors-proxy", json={"url": "http://example.com"})):
+        assert answer.status_code == 403
+        assert answer.json()["error"] == {"message": "this feature is disabled", "type": "feature_disabled",
+                                          "code": None}
+
+
 @pytest.mark.parametrize("args, env", [(["--image-model", "sd.gguf"], None), ([], {"MLXCEL_IMAGE_MODEL": "sd.gguf"})])
 def test_image_model_is_refused_in_one_line(args, env):
     result = _serve(*args, env=env, timeout=60)
