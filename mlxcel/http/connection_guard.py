@@ -58,13 +58,19 @@ def _timed_out(what: str, seconds: float) -> bytes:
 class GuardedConnection(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds above. Head bytes are counted while a
     head is being read (from a message's first byte to the end of its headers); a read
-    that ends a head is not counted, so a body that arrives with its head never is."""
+    that ends a head is not counted, so a body that arrives with its head never is. A
+    head that begins in the read that ended the message before it (a pipelined request)
+    counts only its parsed URL and headers from that read: the rest of the read was the
+    earlier message's (at most one read's worth of a partial header goes uncounted)."""
 
     timeout_s = DEFAULT_TIMEOUT_S
     head_timeout_s = min(DEFAULT_TIMEOUT_S, HEAD_TIMEOUT_CAP_S)
 
     _in_head = False
     _head_bytes = 0
+    _head_items = 0  # bytes of the URL and headers parsed so far in this head
+    _completed_in_read = False  # a message ended in the read being parsed
+    _pipelined = False  # this head began in the read that ended the message before it
     _in_body = False
     _last_read = 0.0
     _unsent = 0
@@ -80,9 +86,18 @@ class GuardedConnection(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._head_bytes = True, 0
+        self._in_head, self._head_bytes, self._head_items = True, 0, 0
+        self._pipelined = self._completed_in_read
         if self._head_timer is None:  # a later request on a kept-alive connection
             self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_expired)
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._head_items += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._head_items += len(name) + len(value) + 4  # ": " and CRLF
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -93,17 +108,22 @@ class GuardedConnection(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._in_body = False
+        self._completed_in_read = True
         self._body_timer = _cancel(self._body_timer)
         super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
+        self._completed_in_read = False
         super().data_received(data)
         if self.transport.is_closing():
             return
         if self._in_body:
             self._last_read = self.loop.time()
         if self._in_head:
-            self._head_bytes += len(data)
+            if self._pipelined:  # the read began with the message before this one
+                self._head_bytes, self._pipelined = self._head_items, False
+            else:
+                self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse(TOO_LARGE)
 

@@ -101,3 +101,53 @@ def test_a_head_under_the_bound_and_a_large_body_are_served(server, http):
             body = head.partition(b"\r\n\r\n")[2]
             while len(body) < length:
                 body += sock.recv(65536)
+
+
+def _responses(sock: socket.socket, count: int) -> list[int]:
+    """The statuses of the next `count` responses on a kept-alive connection."""
+    statuses, buffer = [], b""
+    while len(statuses) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after {statuses}"
+            buffer += chunk
+        head, _, buffer = buffer.partition(b"\r\n\r\n")
+        statuses.append(int(head.split(b" ", 2)[1]))
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        while len(buffer) < length:
+            buffer += sock.recv(65536)
+        buffer = buffer[length:]
+    return statuses
+
+
+def test_a_pipelined_request_behind_a_large_body_is_served(server):
+    """A client may send its next request before the first is answered (HTTP/1.1
+    pipelining): the bytes of the first one's body that arrive in the same read as the
+    second's head are not the second's head."""
+    body = json.dumps({"content": "word " * 16_000}).encode()  # 80 KB: more than a head may be
+    first = (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    second = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with _connect(server) as sock:
+        # the first request and the start of the second's head in one write, the rest later
+        sock.sendall(first + second[:20])
+        time.sleep(0.3)
+        sock.sendall(second[20:] + second)
+        assert _responses(sock, 3) == [200, 200, 200]
+
+
+def test_an_endless_header_pipelined_behind_a_request_is_still_a_431(server, http):
+    with _connect(server) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nX-Filler: "
+                     + b"a" * 4096)  # the second head begins in the read that ends the first request
+        sent = 0
+        while sent <= MAX_HEAD_BYTES:
+            sock.sendall(b"a" * 4096)
+            sent += 4096
+            time.sleep(0.0005)
+        raw = _read_all(sock)
+    first, _, rest = raw.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200"), raw[:200]
+    _assert_431(rest[rest.index(b"HTTP/1.1 "):])
+    assert http.get("/health").status_code == 200
