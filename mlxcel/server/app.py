@@ -174,7 +174,7 @@ def create_app(
     if sleeper is not None:
         app.state.sleeper = sleeper
         app.add_middleware(IdleSleepMiddleware, sleeper=sleeper, routes=lambda: app.router.routes,
-                           describing=vertex_health)
+                           describing=vertex_health, modelless=unserved.PATHS)
     if config.static_path:
         app.add_middleware(StaticFilesMiddleware, folder=config.static_path)
     if vertex is not None:  # Google Cloud Vertex AI's container contract (AIP_MODE=PREDICTION)

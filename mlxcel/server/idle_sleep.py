@@ -121,13 +121,18 @@ class IdleSleepMiddleware:
     """Counts the requests that need the model, waking it for each while it sleeps."""
 
     def __init__(self, app: ASGIApp, sleeper: IdleSleep, routes: Callable[[], list],
-                 describing: frozenset[str] = frozenset()) -> None:
-        """`describing`: more paths that only describe the server (Vertex AI's health route)."""
+                 describing: frozenset[str] = frozenset(), modelless: frozenset[str] = frozenset()) -> None:
+        """`describing`: more paths that only describe the server (Vertex AI's health route);
+        `modelless`: paths answered without a model, whatever the method (the routes of
+        features mlxcel does not serve)."""
         self.app, self.sleeper, self._routes = app, sleeper, routes
         self._describing = DESCRIBING | describing
+        self._modelless = modelless
 
     def _needs_model(self, scope: Scope) -> bool:
         path = scope["path"]
+        if path in self._modelless or path.rstrip("/") in self._modelless:
+            return False
         if scope["method"] in ("GET", "HEAD") and (path in self._describing or path.rstrip("/") in self._describing):
             return False
         return any(route.matches(scope)[0] is Match.FULL for route in self._routes())

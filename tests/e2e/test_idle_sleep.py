@@ -71,6 +71,7 @@ def test_an_idle_model_sleeps_and_the_describing_routes_do_not_wake_it(sleepy):
         models = client.get("/v1/models").json()["data"][0]
         asleep_predicted = _counter(client, "llamacpp:tokens_predicted_total")
         unknown = client.get("/no/such/route")
+        unserved = [client.post(path, json={}).status_code for path in ("/cors-proxy", "/v1/images/generations")]
         still = client.get("/props").json()
         asleep_rss = _rss_mib(sleepy.process.pid)
     assert awake_props["is_sleeping"] is False
@@ -80,6 +81,7 @@ def test_an_idle_model_sleeps_and_the_describing_routes_do_not_wake_it(sleepy):
     assert models["meta"]["n_vocab"] > 0 and models["meta"]["n_ctx"] == 512
     assert asleep_predicted == predicted >= before["tokens_predicted"]
     assert unknown.status_code == 404
+    assert unserved == [403, 501]  # answered without the model: a scanner wakes nothing
     assert still["is_sleeping"] is True
     assert awake_rss - asleep_rss > 50, (awake_rss, asleep_rss)  # the weights' pages and the buffers are gone
     assert sleepy.log().count("is waking") == wakes

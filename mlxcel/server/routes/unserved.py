@@ -13,6 +13,8 @@ from mlxcel.http.errors import APIError
 from mlxcel.turn.errors import NotSupported
 
 router = APIRouter()
+PATHS = frozenset({"/v1/images/generations", "/images/generations", "/v1/images/edits", "/images/edits",
+                   "/v1/systemone", "/systemone", "/cors-proxy"})  # answered without a model: none wakes one
 
 IMAGES = ("image generation is not available: it needs --image-model, a diffusion checkpoint that llama.cpp "
           "(mlxcel's engine) cannot run")
