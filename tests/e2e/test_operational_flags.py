@@ -141,6 +141,20 @@ def test_routes_for_models_llama_cpp_cannot_run_answer_501_naming_them(http, pat
     assert error["code"] == "not_implemented" and needle in error["message"]
 
 
+def test_realtime_voice_chat_answers_501_to_a_request_and_to_a_websocket_handshake(server, http):
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    plain = http.get("/v1/realtime")
+    assert plain.status_code == 501 and "Nemotron VoiceChat" in plain.json()["error"]["message"]
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"ws://127.0.0.1:{server.port}/v1/realtime?model=x", open_timeout=30)
+    response = refused.value.response
+    assert response.status_code == 501
+    assert json.loads(response.body)["error"] == plain.json()["error"]
+    assert http.get("/health").status_code == 200
+
+
 def test_the_web_ui_s_cors_proxy_is_disabled_as_in_llama_server(http):
     for answer in (http.get("/cors-proxy", params={"url": "http://example.com"}),
                    http.post("/cors-proxy", json={"url": "http://example.com"})):
