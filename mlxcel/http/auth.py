@@ -67,28 +67,37 @@ class APIKeyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or path in self._open_paths:
+        if (scope["type"] not in ("http", "websocket") or scope.get("method") == "OPTIONS"
+                or path in self._open_paths):
             await self.app(scope, receive, send)
             return
         # every presented key is compared
         accepted = [key for key in presented_keys(scope["headers"]) if self._accepts(key)]
         if not accepted:
-            await self._reject(send, _error(path))
+            if scope["type"] == "websocket":
+                await self._reject_handshake(scope, send, _error(path))
+            else:
+                await self._reject(send, _error(path))
             return
         scope["state"] = {**(scope.get("state") or {}), KEY_ID: key_id(accepted[0])}
         await self.app(scope, receive, send)
 
     @staticmethod
-    async def _reject(send: Send, body: bytes) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json; charset=utf-8"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
+    def _headers(body: bytes) -> list[tuple[bytes, bytes]]:
+        return [(b"content-type", b"application/json; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()), (b"www-authenticate", b"Bearer")]
+
+    @classmethod
+    async def _reject(cls, send: Send, body: bytes) -> None:
+        await send({"type": "http.response.start", "status": 401, "headers": cls._headers(body)})
         await send({"type": "http.response.body", "body": body})
+
+    @classmethod
+    async def _reject_handshake(cls, scope: Scope, send: Send, body: bytes) -> None:
+        """A WebSocket handshake without a key: the same 401 where the server can answer
+        a handshake with a response (ASGI's denial extension), else a policy close."""
+        if "websocket.http.response" in (scope.get("extensions") or {}):
+            await send({"type": "websocket.http.response.start", "status": 401, "headers": cls._headers(body)})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1008})

@@ -63,3 +63,17 @@ def test_slots_endpoint_can_be_disabled(secured):
         response = client.get("/slots", headers={"Authorization": f"Bearer {KEY}"})
     assert response.status_code == 501
     assert response.json()["error"]["type"] == "not_supported_error"
+
+
+def test_a_websocket_handshake_needs_the_key_too(secured):
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    url = f"ws://127.0.0.1:{secured.port}/v1/realtime"
+    with pytest.raises(InvalidStatus) as keyless:
+        connect(url, open_timeout=30)
+    assert keyless.value.response.status_code == 401
+    assert b"Invalid API Key" in keyless.value.response.body
+    with pytest.raises(InvalidStatus) as keyed:  # past the key: the route's own refusal
+        connect(url, open_timeout=30, additional_headers={"Authorization": f"Bearer {KEY}"})
+    assert keyed.value.response.status_code == 501
