@@ -292,7 +292,7 @@ class Fleet:
                 chosen = [r for r in self.residents.values() if not r.busy]
             for resident in chosen:
                 self._forget(resident)
-            asleep = [name for name in sorted(self.sleeping) if model_id is None and self._end_sleep(name)]
+            asleep = [name for name in sorted(self.sleeping) if self._end_sleep(name)] if model_id is None else []
         for resident in chosen:
             resident.host.close()
         return [r.id for r in chosen] + asleep

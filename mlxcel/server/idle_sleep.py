@@ -130,10 +130,8 @@ class IdleSleepMiddleware:
         self._modelless = modelless
 
     def _needs_model(self, scope: Scope) -> bool:
-        path = scope["path"]
-        if path in self._modelless or path.rstrip("/") in self._modelless:
-            return False
-        if scope["method"] in ("GET", "HEAD") and (path in self._describing or path.rstrip("/") in self._describing):
+        path = scope["path"].rstrip("/") or "/"
+        if path in self._modelless or (scope["method"] in ("GET", "HEAD") and path in self._describing):
             return False
         return any(route.matches(scope)[0] is Match.FULL for route in self._routes())
 

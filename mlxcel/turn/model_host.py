@@ -350,6 +350,14 @@ class ModelHost:
     def failed(self) -> bool:
         return self.state is HostState.FAILED
 
+    def adapters(self) -> list:
+        """The LoRA adapters it serves, once ready (none with --embedding / --reranking,
+        where no model generates)."""
+        if self.absent:
+            return []
+        self.require_ready()
+        return self.runtime.loras
+
     def require_ready(self) -> tuple[Engine, Tokenizer]:
         if self.state is HostState.FAILED:
             raise EngineUnavailable(self.error or "the model failed")

@@ -73,12 +73,8 @@ async def change_props(request: Request) -> dict:
 @router.get("/lora-adapters")
 async def lora_adapters(request: Request) -> list:
     """The adapters --lora / --lora-scaled loaded, with the scales they run with."""
-    host = host_of(request)
-    if host.absent:  # --embedding / --reranking: no generating model, so no adapter
-        return []
-    host.require_ready()
     return [{"id": i, "path": a.path, "scale": a.scale, "task_name": a.task_name, "prompt_prefix": a.prompt_prefix}
-            for i, a in enumerate(host.runtime.loras)]
+            for i, a in enumerate(host_of(request).adapters())]
 
 
 @router.post("/lora-adapters")
@@ -91,13 +87,11 @@ async def set_lora_adapters(request: Request) -> dict:
     body = await read_small_json(request)
     if not isinstance(body, list):
         raise invalid_request("expected a list of {id, scale} objects")
-    if not host.absent:
-        host.require_ready()
     try:
-        scales = requested_scales(host.runtime.loras if not host.absent else [], body)
+        scales = requested_scales(host.adapters(), body)
     except LoraError as exc:
         raise invalid_request(str(exc)) from None
-    if host.absent:  # nothing to scale (an empty list asks for nothing)
+    if host.absent:  # no model generates: an empty list was all it could ask
         return {"success": True}
     try:
         await asyncio.wrap_future(host.engine.set_lora_scales(scales))
