@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mlxcel.config import ServerConfig
+from mlxcel.engine.page_calls import trim_heap
 from mlxcel.fleet.addressing import default_name, resolve_name
 from mlxcel.fleet.entries import FleetConfig, ModelEntry
 from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred, ModelNotLoaded
@@ -295,6 +296,8 @@ class Fleet:
             asleep = [name for name in sorted(self.sleeping) if self._end_sleep(name)] if model_id is None else []
         for resident in chosen:
             resident.host.close()
+        if chosen:
+            trim_heap()
         return [r.id for r in chosen] + asleep
 
     def _end_sleep(self, model_id: str) -> bool:
@@ -358,6 +361,8 @@ class Fleet:
             log.info("%s is asleep: idle for %.0fs (--sleep-idle-seconds)", resident.id, now - resident.last_used)
             resident.host.close()
         self.close_retired()
+        if expired or slept:
+            trim_heap()
         return [r.id for r in expired]
 
     # -- reload and lifecycle -----------------------------------------------------------
