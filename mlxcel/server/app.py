@@ -36,7 +36,7 @@ from mlxcel.http.metrics_port import MetricsPortMiddleware
 from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.http.stream_sessions import StreamSessions
 from mlxcel.observability import metrics
-from mlxcel.server.idle_sleep import IdleSleep, IdleSleepMiddleware, watching
+from mlxcel.server.idle_sleep import IdleSleep, IdleSleepMiddleware, SleepPlan, watching
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams, unserved
 from mlxcel.server.routes.vertex import add_vertex_routes
 from mlxcel.server.startup_gc import settle_startup_objects
@@ -47,35 +47,38 @@ from mlxcel.state.url import open_state
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.live_completions import LiveCompletions
 from mlxcel.turn.model_host import ModelHost
-from mlxcel.turn.rerank_host import rerank_host_for
+from mlxcel.turn.rerank_host import RerankHost, rerank_host_for
 
 log = logging.getLogger("mlxcel.server")
 
 
-def idle_sleeper(config: ServerConfig, host: ModelHost | None, embedding: EmbeddingHost | None,
-                 reranker, stt_host, tts_host, responses_state: ResponsesState) -> IdleSleep | None:
+def idle_sleepers(config: ServerConfig, host: ModelHost | None, embedding: EmbeddingHost | None,
+                  reranker: RerankHost | None, stt_host: SttHost | None, tts_host: SpeechHost | None,
+                  responses_state: ResponsesState) -> SleepPlan | None:
     """--sleep-idle-seconds: the served model sleeps when idle (the chat model, or with --embedding
-    or --reranking that model); a model served beside the chat model stays loaded (said at start)."""
+    or --reranking that model), and each model served beside it (embedding, reranker, speech)
+    sleeps on its own, idle when its routes are."""
     if host is None or config.sleep_idle_seconds <= 0:
         return None  # with many models the fleet puts each to sleep (Fleet.expire_idle)
+    idle_s = config.sleep_idle_seconds
+    beside = [(embedding, embeddings.router, lambda: info.beside_asleep_answers(embedding)),
+              (reranker, rerank.router, lambda: rerank_listing.beside_asleep_answers(reranker)),
+              (stt_host, transcriptions.router, dict), (tts_host, speech_routes.router, dict)]
     if not host.absent:
-        target, describe = host, lambda: info.asleep_answers(host, embedding, reranker)
-        beside = [("embedding", embedding), ("rerank", reranker)]
+        main = IdleSleep(host, idle_s, describe=lambda: info.asleep_answers(host, embedding, reranker),
+                         held=lambda: len(responses_state.jobs) > 0)  # background responses
     elif config.embedding_only and embedding is not None:
-        target, describe = embedding, lambda: info.embedding_asleep_answers(embedding)
-        beside = [("rerank", reranker)]
+        main = IdleSleep(embedding, idle_s, describe=lambda: info.embedding_asleep_answers(embedding))
     elif reranker is not None:
-        target, describe = reranker, lambda: rerank_listing.asleep_answers(reranker, __version__)
-        beside = [("embedding", embedding)]
+        main = IdleSleep(reranker, idle_s, describe=lambda: rerank_listing.asleep_answers(reranker, __version__))
     else:
         return None
-    awake = [name for name, service in [*beside, ("speech-to-text", stt_host), ("text-to-speech", tts_host)]
-             if service is not None]
-    if awake:
-        log.warning("--sleep-idle-seconds: the %s model%s beside %s stay%s loaded while it sleeps", ", ".join(awake),
-                    "s" if len(awake) > 1 else "", target.model_id, "" if len(awake) > 1 else "s")
-    return IdleSleep(target, config.sleep_idle_seconds, describe=describe,
-                     held=lambda: len(responses_state.jobs) > 0)  # background responses
+    plan = SleepPlan(main)
+    for service, router, describe in beside:
+        if service is not None and service is not main.host:
+            sleeper = IdleSleep(service, idle_s, describe=describe)
+            plan.beside.update(dict.fromkeys((route.path for route in router.routes), sleeper))
+    return plan
 
 
 def create_app(
@@ -99,7 +102,7 @@ def create_app(
     stt_host = SttHost(config, config.stt_model) if config.stt_model else None
     tts_host = SpeechHost(config, config.tts_model) if config.tts_model else None
     monitor = ServerMonitor(config, host, fleet)
-    sleeper = idle_sleeper(config, host, embedding_host, reranker, stt_host, tts_host, responses_state)
+    sleepers = idle_sleepers(config, host, embedding_host, reranker, stt_host, tts_host, responses_state)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -117,7 +120,7 @@ def create_app(
         governor = asyncio.get_running_loop().create_task(monitor.run())
         job_watch = asyncio.get_running_loop().create_task(responses_state.watch())
         settle_startup_objects()
-        async with watching(sleeper):
+        async with watching(sleepers):
             yield
         app.state.stream_sessions.close()  # readers of resumable streams end
         governor.cancel()
@@ -171,9 +174,9 @@ def create_app(
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, sleep
     vertex = config.vertex
     vertex_health = frozenset({vertex.health_route} if vertex is not None and vertex.health_route else ())
-    if sleeper is not None:
-        app.state.sleeper = sleeper
-        app.add_middleware(IdleSleepMiddleware, sleeper=sleeper, routes=lambda: app.router.routes,
+    if sleepers is not None:
+        app.state.sleepers = sleepers
+        app.add_middleware(IdleSleepMiddleware, plan=sleepers, routes=lambda: app.router.routes,
                            describing=vertex_health, modelless=unserved.PATHS)
     if config.static_path:
         app.add_middleware(StaticFilesMiddleware, folder=config.static_path)

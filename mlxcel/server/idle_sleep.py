@@ -1,7 +1,10 @@
 """--sleep-idle-seconds N: the model sleeps after N seconds without a request, as
 llama-server's does. Asleep, it holds no weights, KV cache, compute buffers or host
 prompt cache (ModelHost.sleep); the next request that needs it loads it again and
-waits for that (ModelHost.wake), however many arrive together.
+waits for that (ModelHost.wake), however many arrive together. An embedding model or
+a reranker served beside the chat model sleeps on its own clock, counted by the
+requests to its routes (SleepPlan), so embedding traffic keeps the chat model from
+nothing and the other way round.
 
 What counts as a request is what llama-server counts: any request to a route, except
 the ones that only describe the server (`GET /health`, `/props`, `/models`, `/metrics`
@@ -18,10 +21,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mlxcel.engine.page_calls import trim_heap
 
 log = logging.getLogger("mlxcel.server")
 
@@ -98,8 +104,12 @@ class IdleSleep:
             self.host.asleep = self._describe()
             self.host.mark_sleeping()  # the describing routes answer host.asleep from now
             self.sleeps += 1
-            await asyncio.to_thread(self.host.sleep)
+            await asyncio.to_thread(self._sleep_host)
         return True
+
+    def _sleep_host(self) -> None:
+        self.host.sleep()
+        trim_heap()  # what the model's objects held goes back to the kernel, not to malloc's free lists
 
     def _due(self, now: float | None) -> bool:
         now = time.monotonic() if now is None else now
@@ -114,48 +124,70 @@ class IdleSleep:
             try:
                 await self.sleep_if_idle()
             except Exception:  # noqa: BLE001 - a failed sleep leaves the model awake; try again later
-                log.exception("the model could not be put to sleep")
+                log.exception("model %s could not be put to sleep", self.host.model_id)
+
+
+@dataclass
+class SleepPlan:
+    """Which model sleeps for which requests: `main` (the chat model, or the model of an
+    --embedding or --reranking server) for every route that needs a model, except the
+    paths in `beside`, each served by a model of its own that sleeps alone."""
+
+    main: IdleSleep
+    beside: dict[str, IdleSleep] = field(default_factory=dict)
+
+    @property
+    def sleepers(self) -> list[IdleSleep]:
+        return [self.main, *dict.fromkeys(self.beside.values())]
+
+    def for_path(self, path: str) -> IdleSleep:
+        return self.beside.get(path, self.main)
 
 
 class IdleSleepMiddleware:
-    """Counts the requests that need the model, waking it for each while it sleeps."""
+    """Counts the requests that need a model, waking it for each while it sleeps."""
 
-    def __init__(self, app: ASGIApp, sleeper: IdleSleep, routes: Callable[[], list],
+    def __init__(self, app: ASGIApp, plan: SleepPlan, routes: Callable[[], list],
                  describing: frozenset[str] = frozenset(), modelless: frozenset[str] = frozenset()) -> None:
         """`describing`: more paths that only describe the server (Vertex AI's health route);
         `modelless`: paths answered without a model, whatever the method (the routes of
         features mlxcel does not serve)."""
-        self.app, self.sleeper, self._routes = app, sleeper, routes
+        self.app, self.plan, self._routes = app, plan, routes
         self._describing = DESCRIBING | describing
         self._modelless = modelless
 
-    def _needs_model(self, scope: Scope) -> bool:
+    def _sleeper_for(self, scope: Scope) -> IdleSleep | None:
+        """The sleeper of the model this request needs; None where it needs none."""
         path = scope["path"].rstrip("/") or "/"
         if path in self._modelless or (scope["method"] in ("GET", "HEAD") and path in self._describing):
-            return False
-        return any(route.matches(scope)[0] is Match.FULL for route in self._routes())
+            return None
+        if not any(route.matches(scope)[0] is Match.FULL for route in self._routes()):
+            return None
+        return self.plan.for_path(path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self._needs_model(scope):
+        sleeper = self._sleeper_for(scope) if scope["type"] == "http" else None
+        if sleeper is None:
             await self.app(scope, receive, send)
             return
         try:
-            await self.sleeper.opened()  # counts the request before its first await
+            await sleeper.opened()  # counts the request before its first await
             await self.app(scope, receive, send)
         finally:
-            self.sleeper.closed()
+            sleeper.closed()
 
 
 @contextlib.asynccontextmanager
-async def watching(sleeper: IdleSleep | None):
-    """Run the sleeper's watch for the server's life (nothing without one)."""
-    if sleeper is None:
-        yield
-        return
-    task = asyncio.get_running_loop().create_task(sleeper.watch(), name="idle-sleep")
+async def watching(plan: SleepPlan | None):
+    """Run each sleeper's watch for the server's life (nothing without a plan)."""
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(sleeper.watch(), name=f"idle-sleep-{sleeper.host.model_id}")
+             for sleeper in (plan.sleepers if plan is not None else [])]
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -19,6 +19,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.models.catalog import CATALOG
 from mlxcel.speech.errors import AudioTimedOut
 from mlxcel.speech.priority import lower_thread_priority
+from mlxcel.speech.speech_sleep import SleepingSpeech
 from mlxcel.speech.stt_worker import TranscriptionJob, WhisperWorker
 from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions
 from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy
@@ -38,7 +39,9 @@ def whisper_threads(config: ServerConfig) -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-class SttHost:
+class SttHost(SleepingSpeech):
+    kind = "speech-to-text"
+
     def __init__(self, config: ServerConfig, model: str) -> None:
         self.config = config
         self.model = model
@@ -48,8 +51,10 @@ class SttHost:
         self.multilingual = True
         self.ready = False
         self.error: str | None = None
+        self._init_sleep()
 
     def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
+        self._on_failure = on_failure
         thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-stt-loader", daemon=True)
         thread.start()
         return thread
@@ -88,6 +93,16 @@ class SttHost:
         if not self.ready:
             raise ServerBusy("Loading model")
         return self.worker
+
+    @property
+    def outstanding(self) -> int:
+        worker = self.worker
+        return 0 if worker is None else worker.waiting + worker.busy
+
+    def _release(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.stop()  # the model goes with it
 
     def shutdown(self) -> None:
         if self.worker is not None:

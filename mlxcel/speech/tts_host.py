@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mlxcel.config import ServerConfig
+from mlxcel.speech.speech_sleep import SleepingSpeech
 from mlxcel.speech.tts_encode import AudioFormat, encoder_for
 from mlxcel.speech.tts_voice import PiperSpeaker, SpeechSettings, locate_voice
 from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy, TimedOut
@@ -63,7 +64,9 @@ class SpeechJob:
         self.cancelled.set()
 
 
-class SpeechHost:
+class SpeechHost(SleepingSpeech):
+    kind = "text-to-speech"
+
     def __init__(self, config: ServerConfig, model: str) -> None:
         self.config = config
         self.model = model
@@ -76,10 +79,12 @@ class SpeechHost:
         self._running: SpeechJob | None = None
         self._stopping = False
         self._worker: threading.Thread | None = None
+        self._init_sleep()
 
     # -- loading ----------------------------------------------------------------------------
 
     def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
+        self._on_failure = on_failure
         thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-tts-loader", daemon=True)
         thread.start()
         return thread
@@ -107,6 +112,21 @@ class SpeechHost:
         if not self.ready:
             raise ServerBusy("Loading model")
         return self.speaker
+
+    @property
+    def outstanding(self) -> int:
+        with self._wake:
+            return len(self._waiting) + (self._running is not None)
+
+    def _release(self) -> None:
+        """Stop the worker (nothing waits or runs) and drop the voice; a later load starts both again."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
+        if self._worker is not None:
+            self._worker.join(timeout=5)
+        with self._wake:
+            self._worker, self.speaker, self._stopping = None, None, False
 
     def shutdown(self) -> None:
         with self._wake:

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import pytest
 
 from mlxcel.models.catalog import CATALOG
@@ -277,3 +278,126 @@ def test_an_embedding_or_reranking_server_sleeps_and_wakes_with_the_same_answers
     assert all(answer(r) == answer(before) for r in after)
     assert props["is_sleeping"] is False
     assert log.count("is waking") == 1
+
+
+def _props_until(client: httpx.Client, done, between=lambda: None, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while not done(props := client.get("/props").json()):
+        assert time.monotonic() < deadline, props
+        between()
+        time.sleep(0.2)
+    return props
+
+
+def test_models_beside_the_chat_model_sleep_on_their_own_clocks(tmp_path):
+    """--embedding-model and --rerank-model beside the chat model: each sleeps when its own
+    routes are idle. Embedding traffic keeps the embedding model awake and nothing else;
+    a request to one wakes that one alone, and every model answers as before its sleep."""
+    from tests.e2e.test_embeddings import EMBEDDING_MODEL
+    from tests.fixtures.rerank_model import write_rerank_model
+    xenc = write_rerank_model(tmp_path / "xenc.gguf")
+    proc = ServerProcess("-c", "1024", "-np", "1", "--embedding-model", EMBEDDING_MODEL, "--rerank-model", str(xenc),
+                         "--sleep-idle-seconds", "1")
+    embed = {"input": ["a dog runs in the park", "the sun"]}
+    rank = {"query": "where is the dog", "documents": ["a dog in the park", "the sun"]}
+
+    def vectors(client: httpx.Client) -> list:
+        answer = client.post("/v1/embeddings", json=embed)
+        assert answer.status_code == 200, answer.text
+        return [row["embedding"] for row in answer.json()["data"]]
+
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            first_vectors, first_ranks = vectors(client), client.post("/v1/rerank", json=rank).json()["results"]
+            awake_models = client.get("/v1/models").json()
+            # embeddings every 0.2 s: the chat model and the reranker fall asleep, the embedding model does not
+            chat_asleep = _props_until(client, lambda p: p["is_sleeping"] and p["rerank"]["is_sleeping"],
+                                       between=lambda: vectors(client))
+            all_asleep = _props_until(client, lambda p: p["embedding_model"]["is_sleeping"])
+            health, models = client.get("/health"), client.get("/v1/models").json()
+            vectors_after = vectors(client)
+            after_embedding = client.get("/props").json()
+            ranks_after = client.post("/v1/rerank", json=rank).json()["results"]
+            after_rerank = client.get("/props").json()
+            chat = client.post("/completion", json=PROMPT)
+            after_chat = client.get("/props").json()
+        log = proc.log()
+    finally:
+        proc.stop()
+    assert chat_asleep["embedding_model"]["is_sleeping"] is False
+    assert all_asleep["is_sleeping"] is True and all_asleep["rerank"]["is_sleeping"] is True
+    assert all_asleep["embedding_model"]["n_embd"] == 384  # as read before it slept
+    assert health.status_code == 200 and health.json()["is_sleeping"] is True
+    assert health.json()["model"] == awake_models["data"][0]["id"]  # the chat model's health, not a worker's
+    assert models["data"][1:] == awake_models["data"][1:]  # the embedding model and reranker, as before they slept
+    assert models["data"][0]["meta"] == awake_models["data"][0]["meta"]
+    assert np.allclose(vectors_after, first_vectors, atol=1e-5)
+    assert after_embedding["is_sleeping"] is True and after_embedding["rerank"]["is_sleeping"] is True
+    assert after_embedding["embedding_model"]["is_sleeping"] is False
+    assert [(r["index"], r["relevance_score"]) for r in ranks_after] == \
+        [(r["index"], pytest.approx(r["relevance_score"], abs=1e-5)) for r in first_ranks]
+    assert after_rerank["is_sleeping"] is True and after_rerank["rerank"]["is_sleeping"] is False
+    assert chat.status_code == 200 and after_chat["is_sleeping"] is False
+    waking = [line for line in log.splitlines() if "is waking" in line]
+    assert sum("embedding model" in line for line in waking) == 1
+    assert sum("rerank model" in line for line in waking) == 1
+    assert len(waking) == 3, waking  # and the chat model once
+
+
+def test_speech_models_sleep_on_their_own_and_a_request_wakes_one(tmp_path):
+    """--stt-model and --tts-model beside the chat model: each frees its model when its routes
+    are idle; a transcription wakes the Whisper model alone, a speech request the voice alone,
+    and the same audio is heard as the same words across the sleep."""
+    from tests.audio_clips import SENTENCES, word_error_rate
+    proc = ServerProcess("-c", "1024", "-np", "1", "--stt-model", "whisper-tiny.en", "--tts-model", "piper-joe",
+                         "--sleep-idle-seconds", "1")
+
+    def speak(client: httpx.Client) -> bytes:
+        answer = client.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy", "input": SENTENCES[0]})
+        assert answer.status_code == 200, answer.text
+        return answer.content
+
+    def hear(client: httpx.Client, audio: bytes) -> str:
+        answer = client.post("/v1/audio/transcriptions", files={"file": ("speech.wav", audio)},
+                             data={"model": "whisper-1"})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["text"]
+
+    def asleep(*kinds: str) -> None:
+        deadline = time.monotonic() + 60
+        while not all("is asleep" in (_last(proc.log(), f"{kind} model ") or "") for kind in kinds):
+            assert time.monotonic() < deadline, proc.log()[-2000:]
+            time.sleep(0.2)
+
+    try:
+        proc.wait_ready()
+        with proc.client(timeout=300) as client:
+            audio = speak(client)
+            heard = hear(client, audio)
+            asleep("speech-to-text", "text-to-speech")
+            _wait_sleeping(client, True)
+            health = client.get("/health")
+            mark = len(proc.log())
+            heard_after = hear(client, audio)
+            chat_after_hearing = client.get("/props").json()["is_sleeping"]
+            hearing_log, mark = proc.log()[mark:], len(proc.log())
+            spoken_after = speak(client)
+            chat_after_speaking = client.get("/props").json()["is_sleeping"]
+            speaking_log = proc.log()[mark:]
+            heard_spoken = hear(client, spoken_after)
+    finally:
+        proc.stop()
+    assert health.status_code == 200 and health.json()["is_sleeping"] is True
+    assert heard_after == heard and word_error_rate(SENTENCES[0], heard) <= 0.2, heard
+    assert chat_after_hearing is True and chat_after_speaking is True  # the chat model slept on
+    assert word_error_rate(SENTENCES[0], heard_spoken) <= 0.2, heard_spoken
+    woken = [[line.split(" is waking")[0].split()[-3] for line in part.splitlines() if "is waking" in line]
+             for part in (hearing_log, speaking_log)]
+    assert woken == [["speech-to-text"], ["text-to-speech"]], (hearing_log, speaking_log)
+
+
+def _last(log: str, needle: str) -> str | None:
+    """The last log line naming `needle`."""
+    lines = [line for line in log.splitlines() if needle in line]
+    return lines[-1] if lines else None

@@ -84,3 +84,25 @@ def test_past_the_queue_cap_requests_get_503(only):
         statuses = [r.status_code for r in pool.map(post, range(12))]
     assert 200 in statuses and 503 in statuses
     assert set(statuses) <= {200, 503}
+
+
+def test_with_an_embedding_model_beside_the_reranker_still_describes_and_tokenizes(only, tmp_path):
+    """`--reranking` with `--embedding-model`: /health, /props and /tokenize are the served
+    reranker's (they were the embedding model's), and /v1/embeddings embeds beside it."""
+    from tests.e2e.test_embeddings import EMBEDDING_MODEL
+    path = write_rerank_model(tmp_path / "xenc.gguf")
+    proc = ServerProcess("--reranking", "-a", "my-reranker", "--embedding-model", EMBEDDING_MODEL, model=str(path))
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            health, props = client.get("/health"), client.get("/props").json()
+            tokens = client.post("/tokenize", json={"content": QUERY}).json()["tokens"]
+            embedded = client.post("/v1/embeddings", json={"input": QUERY})
+    finally:
+        proc.stop()
+    with only.client() as client:
+        served_tokens = client.post("/tokenize", json={"content": QUERY}).json()["tokens"]
+    assert health.status_code == 200 and health.json()["model"] == "my-reranker"
+    assert props["model_alias"] == "my-reranker"
+    assert tokens == served_tokens
+    assert embedded.status_code == 200 and len(embedded.json()["data"][0]["embedding"]) == 384

@@ -8,7 +8,7 @@ import contextlib
 import threading
 import time
 
-from mlxcel.server.idle_sleep import IdleSleep
+from mlxcel.server.idle_sleep import IdleSleep, SleepPlan
 
 
 class Host:
@@ -134,25 +134,50 @@ def test_the_flag_is_parsed_not_skipped_as_tuning():
     assert kept == ["--sleep-idle-seconds", "30"] and ignored == ["--poll"]
 
 
-def test_which_requests_need_the_model():
+def test_which_requests_need_the_model_and_which_model():
     """Describing reads (Vertex AI's health route among them), unknown paths and wrong
-    methods wake nothing; a route that serves the model does."""
+    methods wake nothing; a route that serves the model does, and a route of a model
+    served beside it (an embedding model) wakes that model alone."""
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    from mlxcel.server.idle_sleep import IdleSleepMiddleware
+    from mlxcel.server.idle_sleep import IdleSleepMiddleware, SleepPlan
 
     def answer(request):
         return PlainTextResponse("")
 
     routes = [Route(path, answer, methods=["GET"]) for path in ("/props", "/ping", "/slots/{id}")]
-    routes.append(Route("/v1/chat/completions", answer, methods=["POST"]))
-    middleware = IdleSleepMiddleware(None, _sleeper(Host()), lambda: routes, describing=frozenset({"/ping"}))
+    routes += [Route(path, answer, methods=["POST"]) for path in ("/v1/chat/completions", "/v1/embeddings")]
+    main, embedding = _sleeper(Host()), _sleeper(Host())
+    plan = SleepPlan(main, {"/v1/embeddings": embedding})
+    middleware = IdleSleepMiddleware(None, plan, lambda: routes, describing=frozenset({"/ping"}))
 
-    def needs(method: str, path: str) -> bool:
-        return middleware._needs_model({"type": "http", "method": method, "path": path, "root_path": ""})
+    def sleeper(method: str, path: str):
+        return middleware._sleeper_for({"type": "http", "method": method, "path": path, "root_path": ""})
 
-    assert needs("POST", "/v1/chat/completions") and needs("GET", "/slots/3")
-    assert not any(needs(m, p) for m, p in [("GET", "/props"), ("HEAD", "/props/"), ("GET", "/ping"),
-                                            ("GET", "/no/such/route"), ("GET", "/v1/chat/completions"),
-                                            ("GET", "/health"), ("GET", "/")])
+    assert sleeper("POST", "/v1/chat/completions") is main and sleeper("GET", "/slots/3") is main
+    assert sleeper("POST", "/v1/embeddings") is embedding
+    assert not any(sleeper(m, p) for m, p in [("GET", "/props"), ("HEAD", "/props/"), ("GET", "/ping"),
+                                              ("GET", "/no/such/route"), ("GET", "/v1/chat/completions"),
+                                              ("GET", "/v1/embeddings"), ("GET", "/health"), ("GET", "/")])
+    assert plan.sleepers == [main, embedding]
+
+
+def test_each_sleeper_of_a_plan_keeps_its_own_clock():
+    """An embedding request opens the embedding model's sleeper only: the chat model
+    goes on idling and sleeps on time while the embedding model is kept awake."""
+    async def main():
+        chat, embedding = Host(), Host()
+        plan = SleepPlan(_sleeper(chat), {"/v1/embeddings": _sleeper(embedding)})
+        start = plan.main.last_request
+        beside = plan.for_path("/v1/embeddings")
+        beside.last_request = start
+        await beside.opened()
+        assert plan.main.open_requests == 0 and beside.open_requests == 1
+        assert await plan.main.sleep_if_idle(start + 6)
+        assert not await beside.sleep_if_idle(start + 6)  # its request is open
+        beside.closed()
+        assert await beside.sleep_if_idle(beside.last_request + 6)
+        return chat.calls, embedding.calls
+
+    assert asyncio.run(main()) == (["sleep"], ["sleep"])

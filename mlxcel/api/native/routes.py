@@ -113,7 +113,8 @@ def vocabulary_of(request: Request, opened: Opened) -> Tokenizer:
     served model's, as llama-server tokenizes with whatever model it serves."""
     if not opened.host.absent:
         return opened.host.tokenizer
-    worker = request.app.state.embedding_host or request.app.state.rerank
+    state = request.app.state
+    worker = state.embedding_host if opened.host.config.embedding_only else state.rerank
     worker.require_ready()
     return worker.tokenizer
 

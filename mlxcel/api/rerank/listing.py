@@ -28,6 +28,11 @@ def asleep_answers(host: RerankHost, version: str) -> dict:
     return {"props": rerank_only_props(host, version), "meta": meta(host)}
 
 
+def beside_asleep_answers(host: RerankHost) -> dict:
+    """What /props and /v1/models say of a reranker beside the chat model while it sleeps."""
+    return {"props": props_entry(host), "meta": meta(host)}
+
+
 def props_entry(host: RerankHost) -> dict:
     return {"model": host.model_id, "model_path": str(host.model_path or host.source), "ready": host.ready,
             "scoring": host.scoring.value if host.scoring is not None else None,

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -47,27 +49,23 @@ async def health(request: Request):
         return readiness(request)
     if request.app.state.fleet is not None:  # 003: liveness only
         return JSONResponse({"status": "healthy", "pid": os.getpid()})
-    host = host_of(request)
-    embedding = _embedding_host(request)
-    if embedding is not None:
-        if embedding.error is not None:
-            return JSONResponse({"status": "error", "error": embedding.error}, status_code=503)
-        if embedding.sleeping:
-            return _asleep_health(embedding)
-        if not embedding.ready:
+    host, embedding, reranker = host_of(request), _embedding_host(request), _rerank_host(request)
+    served = _served_worker(host, embedding, reranker)
+    for worker in (embedding, reranker):
+        if worker is None:
+            continue
+        if worker.error is not None:
+            return JSONResponse({"status": "error", "error": worker.error}, status_code=503)
+        if worker.sleeping:  # one beside the chat model sleeps on its own: the server stays healthy
+            if worker is served:
+                return _asleep_health(worker)
+            continue
+        if not worker.ready:
             return JSONResponse({"status": "loading model"}, status_code=503)
-        if host.absent:
-            return _embedding_health(embedding)
-    reranker = _rerank_host(request)
-    if reranker is not None:
-        if reranker.error is not None:
-            return JSONResponse({"status": "error", "error": reranker.error}, status_code=503)
-        if reranker.sleeping:
-            return _asleep_health(reranker)
-        if not reranker.ready:
-            return JSONResponse({"status": "loading model"}, status_code=503)
-        if host.absent:
-            return JSONResponse(rerank_listing.health(reranker), status_code=200 if reranker.engine.alive else 503)
+    if served is embedding and served is not None:
+        return _embedding_health(embedding)
+    if served is reranker and served is not None:
+        return JSONResponse(rerank_listing.health(reranker), status_code=200 if reranker.engine.alive else 503)
     tts = getattr(request.app.state, "tts_host", None)  # the speech voice loads beside the chat model
     if tts is not None and tts.error is not None:
         return JSONResponse({"status": "error", "error": tts.error}, status_code=503)
@@ -75,7 +73,7 @@ async def health(request: Request):
         return JSONResponse({"status": "error", "error": host.error}, status_code=503)
     if host.sleeping:
         return _asleep_health(host, tool_call_parser=host.health_tool_call_parser)
-    if not host.ready or (tts is not None and not tts.ready):
+    if not host.ready or (tts is not None and not tts.ready and not tts.sleeping):
         return JSONResponse({"status": "loading model"}, status_code=503)
     snapshot = host.engine.snapshot
     stats = snapshot.stats
@@ -118,6 +116,14 @@ def _rerank_host(request: Request) -> RerankHost | None:
 
 def _embedding_host(request: Request) -> EmbeddingHost | None:
     return getattr(request.app.state, "embedding_host", None)
+
+
+def _served_worker(host: ModelHost, embedding: EmbeddingHost | None,
+                   reranker: RerankHost | None) -> EmbeddingHost | RerankHost | None:
+    """The model a server started with --embedding or --reranking serves (None beside a chat model)."""
+    if not host.absent:
+        return None
+    return embedding if host.config.embedding_only else reranker
 
 
 def _embedding_health(embedding: EmbeddingHost) -> JSONResponse:
@@ -238,22 +244,40 @@ def _modalities(host: ModelHost) -> dict[str, bool]:
 
 @router.get("/props")
 async def props(request: Request):
-    host, embedding = host_of(request), _embedding_host(request)
-    if embedding is not None and host.absent:  # --embedding: only the embedding model's figures
-        if embedding.sleeping and "props" in embedding.asleep:
-            return {**embedding.asleep["props"], "is_sleeping": True}
-        embedding.require_ready()
-        return _embedding_only_props(embedding)
-    reranker = _rerank_host(request)
-    if reranker is not None and host.absent:  # --reranking: only the reranker's figures
-        if reranker.sleeping and "props" in reranker.asleep:
-            return {**reranker.asleep["props"], "is_sleeping": True}
-        reranker.require_ready()
+    host, embedding, reranker = host_of(request), _embedding_host(request), _rerank_host(request)
+    served = _served_worker(host, embedding, reranker)
+    if served is not None:  # --embedding or --reranking: only that model's figures
+        if served.sleeping and "props" in served.asleep:
+            return {**served.asleep["props"], "is_sleeping": True}
+        served.require_ready()
+        if served is embedding:
+            return _embedding_only_props(embedding)
         return rerank_listing.rerank_only_props(reranker, __version__)
     if host.sleeping and "props" in host.asleep:  # as read just before it slept (idle_sleep.py)
-        return {**host.asleep["props"], "is_sleeping": True}
+        return {**host.asleep["props"], **beside_props(embedding, reranker), "is_sleeping": True}
     host.require_ready()
     return chat_props(host, embedding, reranker)
+
+
+def beside_props(embedding: EmbeddingHost | None, reranker: RerankHost | None) -> dict:
+    """/props's entries of the models served beside the chat model, each asleep or awake on its own."""
+    entries = {}
+    if embedding is not None and (embedding.ready or embedding.sleeping):
+        entries["embedding_model"] = _beside_entry(embedding, _embedding_props)
+    if reranker is not None:
+        entries["rerank"] = _beside_entry(reranker, rerank_listing.props_entry)
+    return entries
+
+
+def _beside_entry(worker: EmbeddingHost | RerankHost, awake: Callable[[Any], dict]) -> dict:
+    if worker.sleeping and "props" in worker.asleep:  # as read just before it slept
+        return {**worker.asleep["props"], "is_sleeping": True}
+    return {**awake(worker), "is_sleeping": False}
+
+
+def beside_asleep_answers(embedding: EmbeddingHost) -> dict:
+    """What /props and /v1/models say of an embedding model beside the chat model while it sleeps."""
+    return {"props": _embedding_props(embedding), "meta": _embedding_meta(embedding)}
 
 
 def asleep_answers(host: ModelHost, embedding: EmbeddingHost | None, reranker: RerankHost | None) -> dict:
@@ -306,8 +330,7 @@ def chat_props(host: ModelHost, embedding: EmbeddingHost | None, reranker: Reran
         "cors_proxy_enabled": False,
         "media_marker": MEDIA_MARKER,  # where /completion's multimodal_data goes in a prompt
         "ui_settings": {},
-        **({"embedding_model": _embedding_props(embedding)} if embedding is not None and embedding.ready else {}),
-        **({"rerank": rerank_listing.props_entry(reranker)} if reranker is not None else {}),
+        **beside_props(embedding, reranker),
     }
 
 
