@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from mlxcel.cli.serve_args import UsageError, split_llama_server_flags
+from mlxcel.cli.serve_args import split_llama_server_flags
+from mlxcel.cli.usage import UsageError
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.config_file import load_fleet_config
 from mlxcel.fleet.entries import FleetConfig

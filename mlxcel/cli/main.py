@@ -7,7 +7,8 @@ import os
 import sys
 
 from mlxcel import __version__
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 
 
 def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:

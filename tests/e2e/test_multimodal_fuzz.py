@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.e2e.fuzz_client import checked_problems
 from tests.projector_gguf import png_bytes, write_vision_projector
 from tests.server_process import ServerProcess
-from tests.unit.media_samples import gif_bytes, image_bytes, png_header, wav_bytes, tone
+from tests.unit.media_samples import gif_bytes, image_bytes, png_header, tone, wav_bytes
 
 PNG = png_bytes(24, 16)
 PAYLOADS = [PNG, PNG[: len(PNG) // 2], gif_bytes(), image_bytes("JPEG"), image_bytes("WEBP"), png_header(70_000, 70_000),

@@ -6,8 +6,7 @@ import llama_cpp
 import pytest
 
 from mlxcel.engine import attention_choice
-from mlxcel.engine.attention_choice import (KernelTimes, choose, decide, plain_scores_bytes, probe_needed,
-                                             typical_depth)
+from mlxcel.engine.attention_choice import KernelTimes, choose, decide, plain_scores_bytes, probe_needed, typical_depth
 from mlxcel.engine.core_share import Contended
 
 # the shape measured on a 2-core Zen 3 with SmolLM2-135M: flash's decode step grows

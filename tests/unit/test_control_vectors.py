@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 from mlxcel.engine.control_vectors import ControlVectorError, ControlVectors, combined_directions
 from mlxcel.engine.llama_runtime import ModelLoadError
 from tests.fixtures.control_vector import N_EMBD, write_control_vector

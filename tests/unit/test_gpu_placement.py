@@ -8,7 +8,8 @@ import ctypes
 import llama_cpp
 import pytest
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 from mlxcel.engine.llama_runtime import RuntimeConfig, model_params
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import llama_cpp
 import pytest
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 from mlxcel.engine.kv_overrides import KvOverride, parse_kv_override
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.models.catalog import CATALOG

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 from mlxcel.engine.lora import LoraAdapter, LoraError, requested_scales
 from mlxcel.turn.errors import InvalidRequest
 from mlxcel.turn.request_builder import request_lora

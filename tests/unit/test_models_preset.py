@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 from mlxcel.fleet.errors import ConfigError
 from mlxcel.fleet.models_preset import models_preset_fleet
 

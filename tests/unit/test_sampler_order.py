@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 from mlxcel.engine.sampler_order import DEFAULT_ORDER, parse_sampler_order
 from mlxcel.engine.sampling import SamplerChain, SamplingParams
 from tests.unit.token_data import TokenDataArray

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args, split_llama_server_flags
+from mlxcel.cli.serve_args import parse_serve_args, split_llama_server_flags
+from mlxcel.cli.usage import UsageError
 
 
 def test_llama_server_names_and_defaults(tmp_path):
@@ -61,7 +62,7 @@ def test_every_llama_server_flag_is_implemented_refused_or_tuning():
     is implemented, refused with a reason, or a pure tuning flag named in a warning."""
     from mlxcel.cli.flag_policy import REFUSED
     from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
-    from mlxcel.cli.serve_args import implemented_flags
+    from mlxcel.cli.serve_options import implemented_flags
 
     assert sorted(REFUSED.keys() & implemented_flags()) == []  # implemented flags are not refused
     kept, warned = split_llama_server_flags([f for f in LLAMA_SERVER_FLAGS if f not in REFUSED])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import trustme
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 
 
 @pytest.fixture(scope="module")

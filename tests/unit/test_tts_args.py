@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlxcel.cli.serve_args import UsageError, parse_serve_args
+from mlxcel.cli.serve_args import parse_serve_args
+from mlxcel.cli.usage import UsageError
 
 
 def test_tts_flags(tmp_path):

@@ -1,0 +1,135 @@
+"""The files and directories a serve command line names, checked at start: models,
+adapters, control vectors, key files, templates, and the folders it writes to (made if
+missing), so a missing or unwritable path fails the start in one line."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+from mlxcel.cli.usage import UsageError
+from mlxcel.engine.control_vectors import ControlVectors
+from mlxcel.models.catalog import CATALOG
+
+
+def prompts_dir(text: str | None) -> str | None:
+    """--log-prompts-dir: made now, so a path that cannot be a directory fails the start in one line."""
+    if not text:
+        return None
+    path = Path(text).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--log-prompts-dir: cannot make {path}: {exc.strerror or exc}") from None
+    return str(path)
+
+
+def _scaled_files(flag: str, plain: list[str] | None, scaled: list[str] | None) -> list[tuple[str, float]]:
+    """FNAME[,...] at scale 1 and FNAME:SCALE[,...], in order, each file checked to exist."""
+    files = [(part.strip(), 1.0) for value in plain or () for part in value.split(",") if part.strip()]
+    for value in scaled or ():
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            path, sep, scale = part.rpartition(":")
+            try:
+                number = float(scale)
+            except ValueError:
+                number = math.nan
+            if not sep or not path or not math.isfinite(number):
+                raise UsageError(f"{flag}-scaled {part}: the format is FNAME:SCALE with a finite scale")
+            files.append((path, number))
+    for path, _ in files:
+        if not Path(path).expanduser().is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+    return [(str(Path(path).expanduser().resolve()), scale) for path, scale in files]
+
+
+def control_vectors(args: argparse.Namespace) -> ControlVectors:
+    files = _scaled_files("--control-vector", args.control_vector, args.control_vector_scaled)
+    start, end = args.control_vector_layer_range or (0, 0)
+    if args.control_vector_layer_range is not None and not 0 < start <= end:
+        raise UsageError(f"--control-vector-layer-range {start} {end}: 1 <= START <= END")
+    return ControlVectors(tuple(files), start, end)
+
+
+def lora_adapters(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
+    """(path, scale) of each --lora (scale 1) and --lora-scaled FNAME:SCALE, in order;
+    every scale 0 with --lora-init-without-apply (POST /lora-adapters sets them)."""
+    adapters = _scaled_files("--lora", args.lora, args.lora_scaled)
+    if args.lora_init_without_apply:
+        adapters = [(path, 0.0) for path, _ in adapters]
+    return tuple(adapters)
+
+
+def static_path(text: str | None) -> str | None:
+    if text is None:
+        return None
+    path = Path(text).expanduser().resolve()
+    if not path.is_dir():
+        raise UsageError(f"--path {text}: no such directory")
+    return str(path)
+
+
+def slot_save_path(text: str | None) -> str | None:
+    """The slot files' directory, made if missing; a start that cannot write there fails."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError("--slot-save-path: the path is empty")
+    path = Path(text).expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--slot-save-path: cannot create {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--slot-save-path: {path} is not a writable directory")
+    return str(path)
+
+
+def read_api_keys(args: argparse.Namespace) -> list[str]:
+    """The configured keys; a key setting that yields no key fails the start (fail
+    closed: an empty --api-key must not silently open the server)."""
+    keys: list[str] = []
+    if args.api_key is not None:
+        keys = [k.strip() for k in args.api_key.split(",") if k.strip()]
+        if not keys:
+            raise UsageError("--api-key: the key is empty (omit --api-key to serve without keys)")
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise UsageError(f"--api-key-file: cannot read {args.api_key_file}: {reason}") from None
+        file_keys = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+        if not file_keys:
+            raise UsageError(f"--api-key-file: {args.api_key_file} holds no key")
+        keys += file_keys
+    return keys
+
+
+def check_model(model: str, flag: str = "--model") -> None:
+    if model in CATALOG:
+        return
+    path = Path(model).expanduser()
+    if not path.exists() or path.is_dir():
+        raise UsageError(f"{flag}: {model} is neither a file nor a catalog name ({', '.join(CATALOG)})")
+
+
+def check_audio_model(model: str, flag: str) -> None:
+    kind = flag[2:5]
+    if model in CATALOG:
+        if CATALOG[model].kind != kind:
+            names = ", ".join(n for n, e in CATALOG.items() if e.kind == kind)
+            raise UsageError(f"{flag}: {model} is a {CATALOG[model].kind} model, not an {kind} model ({names})")
+        return
+    if not Path(model).expanduser().exists():
+        names = ", ".join(n for n, e in CATALOG.items() if e.kind == kind)
+        raise UsageError(f"{flag}: {model} is neither a folder, a file nor a catalog name ({names})")
+
+
+def chat_template_setting(args: argparse.Namespace) -> str | None:
+    source = args.chat_template_file or args.chat_template
+    if args.chat_template_file and not Path(args.chat_template_file).is_file():
+        raise UsageError(f"--chat-template-file: no such file: {args.chat_template_file}")
+    return source
