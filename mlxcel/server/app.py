@@ -176,8 +176,11 @@ def create_app(
     vertex_health = frozenset({vertex.health_route} if vertex is not None and vertex.health_route else ())
     if sleepers is not None:
         app.state.sleepers = sleepers
+        # Vertex AI's predict route needs no model of its own: each instance goes through this
+        # middleware again, waking the model its route needs (and only that one)
+        predict = frozenset({vertex.predict_route} if vertex is not None else ())
         app.add_middleware(IdleSleepMiddleware, plan=sleepers, routes=lambda: app.router.routes,
-                           describing=vertex_health, modelless=unserved.PATHS)
+                           describing=vertex_health, modelless=unserved.PATHS | predict)
     if config.static_path:
         app.add_middleware(StaticFilesMiddleware, folder=config.static_path)
     if vertex is not None:  # Google Cloud Vertex AI's container contract (AIP_MODE=PREDICTION)

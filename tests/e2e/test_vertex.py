@@ -7,6 +7,7 @@ order, every failure an error object in its place."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -82,3 +83,28 @@ def test_a_bad_predict_body_is_a_400(vertex, body, message):
     with vertex.client(headers={**KEY, "content-type": "application/json"}) as client:
         answer = client.post("/predict", content=body)
     assert answer.status_code == 400 and message in answer.json()["error"]["message"], answer.text
+
+
+def test_a_predict_request_wakes_only_the_models_its_instances_need():
+    """With --sleep-idle-seconds and an embedding model beside the chat model, an embeddings
+    instance wakes the embedding model alone: the predict route itself needs no model."""
+    from tests.e2e.test_embeddings import EMBEDDING_MODEL
+    port = free_port()
+    proc = ServerProcess("-c", "1024", "-np", "1", "--embedding-model", EMBEDDING_MODEL, "--sleep-idle-seconds", "1",
+                         env={"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port), "AIP_PREDICT_ROUTE": "/predict"})
+    proc.port, proc.base_url = port, f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            deadline = time.monotonic() + 60
+            while not ((props := client.get("/props").json())["is_sleeping"]
+                       and props["embedding_model"]["is_sleeping"]):
+                assert time.monotonic() < deadline, props
+                time.sleep(0.2)
+            answer = client.post("/predict", json={"instances": [{"@requestFormat": "/v1/embeddings", "input": "a dog"}]})
+            after = client.get("/props").json()
+    finally:
+        proc.stop()
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["predictions"][0]["data"][0]["embedding"]) == 384
+    assert after["is_sleeping"] is True and after["embedding_model"]["is_sleeping"] is False
