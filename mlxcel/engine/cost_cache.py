@@ -5,6 +5,7 @@ take on the machine as it is now) and the attention kernel chosen for `-fa auto`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -18,6 +19,11 @@ import llama_cpp
 from mlxcel.engine.weight_buffers import cpuinfo
 
 log = logging.getLogger("mlxcel.engine")
+
+# files kept in one directory: each model file, its settings (-c, -np, -t, ...) and the host
+# make a key, so a home that serves many models, or a test suite writing models to temporary
+# paths, would otherwise add files without end; the least recently used go first
+MAX_FILES = 256
 
 
 @functools.cache
@@ -47,12 +53,17 @@ def cost_file(directory: Path, model: Path, settings: dict) -> Path:
 
 
 def load_json(path: Path) -> dict | None:
-    """The object saved at `path`, or None when there is none or it is unreadable."""
+    """The object saved at `path`, or None when there is none or it is unreadable. A file
+    read is marked used (its modification time), so pruning keeps it."""
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return raw if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    with contextlib.suppress(OSError):  # a read-only home still reads
+        os.utime(path)
+    return raw
 
 
 def save_json(path: Path, data: dict, what: str) -> None:
@@ -64,6 +75,40 @@ def save_json(path: Path, data: dict, what: str) -> None:
         temp.replace(path)
     except OSError as exc:
         log.warning("could not save the %s to %s: %s", what, path, exc)
+        return
+    prune(path.parent)
+
+
+def prune(directory: Path, keep: int | None = None) -> int:
+    """Remove all but the `keep` (MAX_FILES) most recently used files of `directory`, and
+    temporary files a crashed save left: how many went."""
+    keep = MAX_FILES if keep is None else keep
+    aged = []
+    for entry in directory.glob("*.json"):
+        with contextlib.suppress(OSError):  # another server may prune at the same time
+            aged.append((entry.stat().st_mtime_ns, entry))
+    aged.sort()
+    doomed = [entry for _, entry in aged[:max(0, len(aged) - keep)]]
+    doomed += [temp for temp in directory.glob("*.tmp") if not _pid_alive(temp)]
+    removed = 0
+    for entry in doomed:
+        with contextlib.suppress(OSError):
+            entry.unlink()
+            removed += 1
+    return removed
+
+
+def _pid_alive(temp: Path) -> bool:
+    """Whether the process that writes `temp` (NAME.PID.tmp) still runs."""
+    try:
+        os.kill(int(temp.suffixes[-2][1:]), 0)
+    except (IndexError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def load_costs(path: Path) -> dict[int, float] | None:

@@ -34,3 +34,34 @@ def test_a_curve_measured_on_another_machine_is_not_read_back(tmp_path, monkeypa
     assert "cores" in cost_cache.host_fingerprint()
     monkeypatch.setattr(cost_cache, "host_fingerprint", lambda: "another CPU | 2 cores | AMX_INT8 = 1")
     assert cost_file(tmp_path / "costs", model, {"threads": 2}) != here
+
+
+def test_a_directory_keeps_the_most_recently_used_files_only(tmp_path):
+    """Every model and setting adds a file; past MAX_FILES the least recently used go, a
+    file read counts as used, and a temporary file a dead writer left is removed."""
+    import os
+
+    from mlxcel.engine import cost_cache
+
+    keep = 8
+    for i in range(keep + 4):
+        path = tmp_path / f"{i:02d}.json"
+        path.write_text("{}")
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))  # 00 the oldest
+    assert cost_cache.load_json(tmp_path / "01.json") == {}  # read now: the newest
+    (tmp_path / "05.999999999.tmp").write_text("{")  # no such process
+    (tmp_path / f"06.{os.getpid()}.tmp").write_text("{")  # a save under way
+    removed = cost_cache.prune(tmp_path, keep=keep)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert removed == 5
+    assert names == sorted(["01.json", *(f"{i:02d}.json" for i in range(5, 12)), f"06.{os.getpid()}.tmp"])
+
+
+def test_saving_prunes_its_directory(tmp_path, monkeypatch):
+    from mlxcel.engine import cost_cache
+
+    monkeypatch.setattr(cost_cache, "MAX_FILES", 3)
+    for i in range(6):
+        cost_cache.save_costs(tmp_path / f"{i}.json", {1: 0.01 * (i + 1)})
+    assert len(list(tmp_path.glob("*.json"))) == 3
+    assert cost_cache.load_costs(tmp_path / "5.json") == {1: 0.06}
