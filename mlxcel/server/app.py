@@ -58,13 +58,15 @@ def idle_sleepers(config: ServerConfig, host: ModelHost | None, embedding: Embed
     """--sleep-idle-seconds: the served model sleeps when idle (the chat model, or with --embedding
     or --reranking that model), and each model served beside it (embedding, reranker, speech)
     sleeps on its own, idle when its routes are."""
-    if host is None or config.sleep_idle_seconds <= 0:
-        return None  # with many models the fleet puts each to sleep (Fleet.expire_idle)
+    if config.sleep_idle_seconds <= 0:
+        return None
     idle_s = config.sleep_idle_seconds
     beside = [(embedding, embeddings.router, lambda: info.beside_asleep_answers(embedding)),
               (reranker, rerank.router, lambda: rerank_listing.beside_asleep_answers(reranker)),
               (stt_host, transcriptions.router, dict), (tts_host, speech_routes.router, dict)]
-    if not host.absent:
+    if host is None:
+        main = None  # many chat models: the fleet puts each to sleep (Fleet.expire_idle)
+    elif not host.absent:
         main = IdleSleep(host, idle_s, describe=lambda: info.asleep_answers(host, embedding, reranker),
                          held=lambda: len(responses_state.jobs) > 0)  # background responses
     elif config.embedding_only and embedding is not None:
@@ -75,10 +77,10 @@ def idle_sleepers(config: ServerConfig, host: ModelHost | None, embedding: Embed
         return None
     plan = SleepPlan(main)
     for service, router, describe in beside:
-        if service is not None and service is not main.host:
+        if service is not None and (main is None or service is not main.host):
             sleeper = IdleSleep(service, idle_s, describe=describe)
             plan.beside.update(dict.fromkeys((route.path for route in router.routes), sleeper))
-    return plan
+    return plan if plan.sleepers else None
 
 
 def create_app(

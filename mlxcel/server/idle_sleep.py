@@ -131,16 +131,18 @@ class IdleSleep:
 class SleepPlan:
     """Which model sleeps for which requests: `main` (the chat model, or the model of an
     --embedding or --reranking server) for every route that needs a model, except the
-    paths in `beside`, each served by a model of its own that sleeps alone."""
+    paths in `beside`, each served by a model of its own that sleeps alone. With many
+    chat models (--config, --models-dir) the fleet puts them to sleep and there is no
+    `main`: only the models beside them sleep here."""
 
-    main: IdleSleep
+    main: IdleSleep | None
     beside: dict[str, IdleSleep] = field(default_factory=dict)
 
     @property
     def sleepers(self) -> list[IdleSleep]:
-        return [self.main, *dict.fromkeys(self.beside.values())]
+        return [*([self.main] if self.main is not None else []), *dict.fromkeys(self.beside.values())]
 
-    def for_path(self, path: str) -> IdleSleep:
+    def for_path(self, path: str) -> IdleSleep | None:
         return self.beside.get(path, self.main)
 
 
@@ -160,6 +162,8 @@ class IdleSleepMiddleware:
         """The sleeper of the model this request needs; None where it needs none."""
         path = scope["path"].rstrip("/") or "/"
         if path in self._modelless or (scope["method"] in ("GET", "HEAD") and path in self._describing):
+            return None
+        if self.plan.main is None and path not in self.plan.beside:  # the fleet's models wake themselves
             return None
         if not any(route.matches(scope)[0] is Match.FULL for route in self._routes()):
             return None

@@ -197,8 +197,9 @@ def test_bad_idle_times_fail_in_one_line(value):
 def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
     for name in ("alpha", "beta"):
         (tmp_path / f"{name}.gguf").symlink_to(model_path(CATALOG["smollm2-135m-instruct"]))
+    from tests.e2e.test_embeddings import EMBEDDING_MODEL
     proc = ServerProcess("-c", "512", "-np", "1", "--models-dir", str(tmp_path), "--no-models-autoload",
-                         "--sleep-idle-seconds", "1", model=None)
+                         "--sleep-idle-seconds", "1", "--embedding-model", EMBEDDING_MODEL, model=None)
     body = {"model": "alpha", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
     def status(client) -> str:
@@ -227,8 +228,17 @@ def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
             after_unload = status(client)
             again = client.post("/models/unload", json={"model": "alpha"})
             refused_after = client.post("/v1/chat/completions", json=body)
+            # the embedding model beside the fleet sleeps on its own, and its route wakes it
+            deadline = time.monotonic() + 60
+            while "is asleep" not in (_last(proc.log(), "embedding model ") or ""):
+                assert time.monotonic() < deadline, proc.log()[-2000:]
+                time.sleep(0.1)
+            embedded = client.post("/v1/embeddings", json={"input": "a dog"})
+            embedding_wakes = sum("embedding model" in line and "is waking" in line for line in proc.log().splitlines())
     finally:
         proc.stop()
+    assert embedded.status_code == 200, embedded.text
+    assert embedding_wakes == 1
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "model_not_loaded"
     assert loaded.status_code == 200
     assert woken.status_code == 200, woken.text
