@@ -181,3 +181,23 @@ def test_each_sleeper_of_a_plan_keeps_its_own_clock():
         return chat.calls, embedding.calls
 
     assert asyncio.run(main()) == (["sleep"], ["sleep"])
+
+
+def test_a_plan_without_a_main_model_counts_only_the_routes_beside():
+    """Router mode: the fleet wakes its own models, so a chat request opens no sleeper here."""
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from mlxcel.server.idle_sleep import IdleSleepMiddleware
+
+    routes = [Route(path, lambda r: PlainTextResponse(""), methods=["POST"])
+              for path in ("/v1/chat/completions", "/v1/embeddings")]
+    embedding = _sleeper(Host())
+    plan = SleepPlan(None, {"/v1/embeddings": embedding})
+    middleware = IdleSleepMiddleware(None, plan, lambda: routes)
+
+    def sleeper(path: str):
+        return middleware._sleeper_for({"type": "http", "method": "POST", "path": path, "root_path": ""})
+
+    assert sleeper("/v1/chat/completions") is None and sleeper("/v1/embeddings") is embedding
+    assert plan.sleepers == [embedding]
