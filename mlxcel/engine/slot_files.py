@@ -7,7 +7,10 @@ busy slot waits until its request ends, as llama-server defers it."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
+import shutil
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from mlxcel.engine.slots import Slot
 # marker holds a plain token list (older llama-server versions).
 PACKED_MARKER = -1
 PACKED_VERSION = 1
+DISK_RESERVE = 256 * 2**20  # a save never leaves its filesystem with less free
 
 
 class SlotFileError(Exception):
@@ -89,12 +93,31 @@ def unpack(packed: list[int]) -> list[int]:
 
 
 def save(runtime: LlamaRuntime, slot_id: int, tokens: list[int], path: str) -> SlotActionResult:
+    """Write the file whole or not at all: into a temporary file beside it, renamed over
+    `path` once complete, so a failed save (a full disk) leaves no truncated file and an
+    earlier file of that name intact. A save that would leave its filesystem with less
+    than DISK_RESERVE free is refused before anything is written."""
     started = time.perf_counter()
     packed = pack(tokens)
+    needed = llama_cpp.llama_state_seq_get_size(runtime.ctx, slot_id) + 4 * len(packed) + 64
+    directory = os.path.dirname(path) or "."
+    free = shutil.disk_usage(directory).free
+    if free - needed < DISK_RESERVE:
+        raise SlotFileError(f"Unable to save slot: the file needs {needed / 2**20:.1f} MiB and its disk has "
+                            f"{free / 2**20:.0f} MiB free ({DISK_RESERVE // 2**20} MiB are kept free)",
+                            client_error=False)
+    partial = f"{path}.{os.getpid()}.partial"
     array = (llama_cpp.llama_token * len(packed))(*packed)
-    written = llama_cpp.llama_state_seq_save_file(runtime.ctx, path.encode(), slot_id, array, len(packed))
-    if written == 0:
-        raise SlotFileError("Unable to save slot", client_error=False)
+    try:
+        written = llama_cpp.llama_state_seq_save_file(runtime.ctx, partial.encode(), slot_id, array, len(packed))
+        if written == 0:
+            raise SlotFileError("Unable to save slot", client_error=False)
+        os.replace(partial, path)
+    except OSError as exc:
+        raise SlotFileError(f"Unable to save slot: {exc.strerror or exc}", client_error=False) from None
+    finally:
+        with contextlib.suppress(OSError):  # gone once renamed
+            os.unlink(partial)
     return SlotActionResult(len(tokens), written, (time.perf_counter() - started) * 1e3)
 
 
