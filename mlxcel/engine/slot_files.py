@@ -106,7 +106,7 @@ def save(runtime: LlamaRuntime, slot_id: int, tokens: list[int], path: str) -> S
         raise SlotFileError(f"Unable to save slot: the file needs {needed / 2**20:.1f} MiB and its disk has "
                             f"{free / 2**20:.0f} MiB free ({DISK_RESERVE // 2**20} MiB are kept free)",
                             client_error=False)
-    partial = f"{path}.{os.getpid()}.partial"
+    partial = os.path.join(directory, f".slot{slot_id}.{os.getpid()}.partial")  # short: a long name still fits
     array = (llama_cpp.llama_token * len(packed))(*packed)
     try:
         written = llama_cpp.llama_state_seq_save_file(runtime.ctx, partial.encode(), slot_id, array, len(packed))
