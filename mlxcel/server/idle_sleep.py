@@ -1,10 +1,10 @@
 """--sleep-idle-seconds N: the model sleeps after N seconds without a request, as
 llama-server's does. Asleep, it holds no weights, KV cache, compute buffers or host
 prompt cache (ModelHost.sleep); the next request that needs it loads it again and
-waits for that (ModelHost.wake), however many arrive together. An embedding model or
-a reranker served beside the chat model sleeps on its own clock, counted by the
-requests to its routes (SleepPlan), so embedding traffic keeps the chat model from
-nothing and the other way round.
+waits for that (ModelHost.wake), however many arrive together. Each model served
+beside the chat model (an embedding model, a reranker, Whisper, a piper voice) sleeps
+on its own clock, counted by the requests to its own routes (SleepPlan): embedding
+traffic does not keep the chat model awake, nor chat traffic the embedding model.
 
 What counts as a request is what llama-server counts: any request to a route, except
 the ones that only describe the server (`GET /health`, `/props`, `/models`, `/metrics`
