@@ -52,9 +52,18 @@ from mlxcel.turn.rerank_host import RerankHost, rerank_host_for
 log = logging.getLogger("mlxcel.server")
 
 
-def idle_sleepers(config: ServerConfig, host: ModelHost | None, embedding: EmbeddingHost | None,
-                  reranker: RerankHost | None, stt_host: SttHost | None, tts_host: SpeechHost | None,
-                  responses_state: ResponsesState) -> SleepPlan | None:
+def served_worker(host: ModelHost | None, embedding: EmbeddingHost | None,
+                  reranker: RerankHost | None) -> EmbeddingHost | RerankHost | None:
+    """The model a server started with --embedding or --reranking serves; None where a chat
+    model (or a fleet of them) is served and these models, if any, stand beside it."""
+    if host is None or not host.absent:
+        return None
+    return embedding if host.config.embedding_only else reranker
+
+
+def idle_sleepers(config: ServerConfig, host: ModelHost | None, served: EmbeddingHost | RerankHost | None,
+                  embedding: EmbeddingHost | None, reranker: RerankHost | None, stt_host: SttHost | None,
+                  tts_host: SpeechHost | None, responses_state: ResponsesState) -> SleepPlan | None:
     """--sleep-idle-seconds: the served model sleeps when idle (the chat model, or with --embedding
     or --reranking that model), and each model served beside it (embedding, reranker, speech)
     sleeps on its own, idle when its routes are."""
@@ -66,15 +75,13 @@ def idle_sleepers(config: ServerConfig, host: ModelHost | None, embedding: Embed
               (stt_host, transcriptions.router, dict), (tts_host, speech_routes.router, dict)]
     if host is None:
         main = None  # many chat models: the fleet puts each to sleep (Fleet.expire_idle)
-    elif not host.absent:
+    elif served is None:
         main = IdleSleep(host, idle_s, describe=lambda: info.asleep_answers(host, embedding, reranker),
                          held=lambda: len(responses_state.jobs) > 0)  # background responses
-    elif config.embedding_only and embedding is not None:
+    elif served is embedding:
         main = IdleSleep(embedding, idle_s, describe=lambda: info.embedding_asleep_answers(embedding))
-    elif reranker is not None:
-        main = IdleSleep(reranker, idle_s, describe=lambda: rerank_listing.asleep_answers(reranker, __version__))
     else:
-        return None
+        main = IdleSleep(reranker, idle_s, describe=lambda: rerank_listing.asleep_answers(reranker, __version__))
     plan = SleepPlan(main)
     for service, router, describe in beside:
         if service is not None and (main is None or service is not main.host):
@@ -104,7 +111,8 @@ def create_app(
     stt_host = SttHost(config, config.stt_model) if config.stt_model else None
     tts_host = SpeechHost(config, config.tts_model) if config.tts_model else None
     monitor = ServerMonitor(config, host, fleet)
-    sleepers = idle_sleepers(config, host, embedding_host, reranker, stt_host, tts_host, responses_state)
+    served = served_worker(host, embedding_host, reranker)
+    sleepers = idle_sleepers(config, host, served, embedding_host, reranker, stt_host, tts_host, responses_state)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -148,6 +156,7 @@ def create_app(
     app.state.live_completions = LiveCompletions()  # chat completions running now, for /v1/chat/completions/control
     app.state.stream_sessions = StreamSessions()  # resumable streams (X-Conversation-Id), for /v1/stream
     app.state.rerank = reranker
+    app.state.served_worker = served  # with --embedding or --reranking: the model served
     app.state.stt_host = stt_host  # None without --stt-model: the audio routes answer 501
     app.state.tts_host = tts_host
     app.state.responses = responses_state

@@ -19,10 +19,10 @@ from mlxcel.config import ServerConfig
 from mlxcel.models.catalog import CATALOG
 from mlxcel.speech.errors import AudioTimedOut
 from mlxcel.speech.priority import lower_thread_priority
-from mlxcel.speech.speech_sleep import SleepingSpeech
 from mlxcel.speech.stt_worker import TranscriptionJob, WhisperWorker
 from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions
 from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy
+from mlxcel.turn.worker_sleep import SleepingModel
 
 log = logging.getLogger("mlxcel.server")
 
@@ -39,7 +39,7 @@ def whisper_threads(config: ServerConfig) -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-class SttHost(SleepingSpeech):
+class SttHost(SleepingModel):
     kind = "speech-to-text"
 
     def __init__(self, config: ServerConfig, model: str) -> None:
@@ -98,6 +98,14 @@ class SttHost(SleepingSpeech):
     def outstanding(self) -> int:
         worker = self.worker
         return 0 if worker is None else worker.waiting + worker.busy
+
+    def _unready(self) -> None:  # SleepingModel
+        self.ready = False
+
+    def _reload(self) -> None:
+        """On a loader thread of its own, as at start: the loader lowers its thread's
+        priority, which a pool thread must not keep."""
+        self.start_loading(self._on_failure).join()
 
     def _release(self) -> None:
         worker, self.worker = self.worker, None

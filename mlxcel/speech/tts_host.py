@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from mlxcel.config import ServerConfig
-from mlxcel.speech.speech_sleep import SleepingSpeech
 from mlxcel.speech.tts_encode import AudioFormat, encoder_for
 from mlxcel.speech.tts_voice import PiperSpeaker, SpeechSettings, locate_voice
 from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy, TimedOut
+from mlxcel.turn.worker_sleep import SleepingModel
 
 log = logging.getLogger("mlxcel.server")
 
@@ -64,7 +64,7 @@ class SpeechJob:
         self.cancelled.set()
 
 
-class SpeechHost(SleepingSpeech):
+class SpeechHost(SleepingModel):
     kind = "text-to-speech"
 
     def __init__(self, config: ServerConfig, model: str) -> None:
@@ -117,6 +117,14 @@ class SpeechHost(SleepingSpeech):
     def outstanding(self) -> int:
         with self._wake:
             return len(self._waiting) + (self._running is not None)
+
+    def _unready(self) -> None:  # SleepingModel
+        self.ready = False
+
+    def _reload(self) -> None:
+        """On a loader thread of its own, as at start: the loader lowers its thread's
+        priority, which a pool thread must not keep."""
+        self.start_loading(self._on_failure).join()
 
     def _release(self) -> None:
         """Stop the worker (nothing waits or runs) and drop the voice; a later load starts both again."""

@@ -1,6 +1,7 @@
-"""--sleep-idle-seconds for an encoder worker (the embedding or rerank model of a server
-started with --embedding or --reranking; server/idle_sleep.py decides when): its model,
-context and buffers are freed until a request needs them again."""
+"""--sleep-idle-seconds for the models other than the chat model (server/idle_sleep.py
+decides when): an embedding model or reranker (served by --embedding / --reranking, or
+beside the chat model), Whisper and a piper voice. Asleep, the model and whatever runs
+it are freed until a request needs them again."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from collections.abc import Callable
 log = logging.getLogger("mlxcel.server")
 
 
-class SleepingWorker:
-    """Mixed into EmbeddingHost and RerankHost, which hold `engine`, `runtime`,
-    `tokenizer`, `model_id` and `_load(on_failure)`, and say how they stop being ready."""
+class SleepingModel:
+    """Mixed into a host holding `model_id` and `ready`, which says how it stops being
+    ready (`_unready`), what it frees (`_release`) and how it loads again (`_reload`);
+    its start_loading sets `_on_failure`."""
 
     kind = "encoder"  # for the log lines
 
@@ -24,31 +26,48 @@ class SleepingWorker:
     def _unready(self) -> None:
         raise NotImplementedError
 
-    @property
-    def outstanding(self) -> int:
-        return self.engine.queue_depth if self.engine is not None else 0
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def _reload(self) -> None:
+        raise NotImplementedError
 
     def mark_sleeping(self) -> None:
         """On the event loop, before sleep() runs on a thread: routes answer as asleep from now."""
         self.sleeping = True
 
     def sleep(self) -> None:
-        """Free the model (weights, context, buffers) until wake(); no job in the engine."""
-        engine, runtime = self.engine, self.runtime
+        """Free the model until wake(); nothing of it waits or runs (idle_sleep.py)."""
         self.sleeping = True
         self._unready()
+        self._release()
+        log.info("%s model %s is asleep: its memory is freed until a request needs it", self.kind, self.model_id)
+
+    def wake(self) -> bool:
+        """Load the model again after sleep(): True once ready; a model that cannot be
+        loaded again ends the server, as at start."""
+        log.info("%s model %s is waking", self.kind, self.model_id)
+        self._reload()
+        self.sleeping, self.asleep = False, {}
+        return self.ready
+
+
+class SleepingWorker(SleepingModel):
+    """An encoder host (EmbeddingHost, RerankHost): `engine`, `runtime`, `tokenizer`
+    and `_load(on_failure)`, loaded again on the calling thread."""
+
+    @property
+    def outstanding(self) -> int:
+        return self.engine.queue_depth if self.engine is not None else 0
+
+    def _release(self) -> None:
+        engine, runtime = self.engine, self.runtime
         self.engine = self.runtime = None
         self.tokenizer = None  # its vocabulary was the model's
         if engine is not None:
             engine.stop()
         if runtime is not None and (engine is None or not engine.alive):
             runtime.close()
-        log.info("%s model %s is asleep: its memory is freed until a request needs it", self.kind, self.model_id)
 
-    def wake(self) -> bool:
-        """Load the model again after sleep() (on the calling thread): True once ready;
-        a model that cannot be loaded again ends the server, as at start."""
-        log.info("%s model %s is waking", self.kind, self.model_id)
+    def _reload(self) -> None:
         self._load(self._on_failure)
-        self.sleeping, self.asleep = False, {}
-        return self.ready

@@ -113,8 +113,7 @@ def vocabulary_of(request: Request, opened: Opened) -> Tokenizer:
     served model's, as llama-server tokenizes with whatever model it serves."""
     if not opened.host.absent:
         return opened.host.tokenizer
-    state = request.app.state
-    worker = state.embedding_host if opened.host.config.embedding_only else state.rerank
+    worker = request.app.state.served_worker
     worker.require_ready()
     return worker.tokenizer
 

@@ -50,7 +50,7 @@ async def health(request: Request):
     if request.app.state.fleet is not None:  # 003: liveness only
         return JSONResponse({"status": "healthy", "pid": os.getpid()})
     host, embedding, reranker = host_of(request), _embedding_host(request), _rerank_host(request)
-    served = _served_worker(host, embedding, reranker)
+    served = request.app.state.served_worker
     for worker in (embedding, reranker):
         if worker is None:
             continue
@@ -62,9 +62,9 @@ async def health(request: Request):
             continue
         if not worker.ready:
             return JSONResponse({"status": "loading model"}, status_code=503)
-    if served is embedding and served is not None:
-        return _embedding_health(embedding)
-    if served is reranker and served is not None:
+    if served is not None:  # --embedding or --reranking: that model's health
+        if served is embedding:
+            return _embedding_health(embedding)
         return JSONResponse(rerank_listing.health(reranker), status_code=200 if reranker.engine.alive else 503)
     tts = getattr(request.app.state, "tts_host", None)  # the speech voice loads beside the chat model
     if tts is not None and tts.error is not None:
@@ -116,14 +116,6 @@ def _rerank_host(request: Request) -> RerankHost | None:
 
 def _embedding_host(request: Request) -> EmbeddingHost | None:
     return getattr(request.app.state, "embedding_host", None)
-
-
-def _served_worker(host: ModelHost, embedding: EmbeddingHost | None,
-                   reranker: RerankHost | None) -> EmbeddingHost | RerankHost | None:
-    """The model a server started with --embedding or --reranking serves (None beside a chat model)."""
-    if not host.absent:
-        return None
-    return embedding if host.config.embedding_only else reranker
 
 
 def _embedding_health(embedding: EmbeddingHost) -> JSONResponse:
@@ -245,7 +237,7 @@ def _modalities(host: ModelHost) -> dict[str, bool]:
 @router.get("/props")
 async def props(request: Request):
     host, embedding, reranker = host_of(request), _embedding_host(request), _rerank_host(request)
-    served = _served_worker(host, embedding, reranker)
+    served = request.app.state.served_worker
     if served is not None:  # --embedding or --reranking: only that model's figures
         if served.sleeping and "props" in served.asleep:
             return {**served.asleep["props"], "is_sleeping": True}
