@@ -14,8 +14,13 @@
               plain, rounds alternating between the two servers. Drafting must back
               off where it does not pay: target >= 0.98.
   structured  decode tokens/s with a json_schema against without, on mlxcel.
+  predicted   decode tokens/s through /v1/chat/completions with OpenAI's `prediction`
+              against the same request without one, on each server with its defaults
+              (llama-server ignores the field): the editing task with the original
+              function as the prediction, and a request predicted with the reply an
+              identical earlier request got.
 
-    .venv/bin/python bench/features.py [--only cache,lookup,lookup-free,structured] [--rounds 3]
+    .venv/bin/python bench/features.py [--only cache,lookup,lookup-free,structured,predicted] [--rounds 3]
         [--model GGUF] [--mlxcel-cmd CMD]
 """
 from __future__ import annotations
@@ -67,6 +72,8 @@ def streamed(client: httpx.Client, url: str, body: dict) -> tuple[float, list[fl
                 arrivals.append(time.perf_counter())
             if last:
                 final = chunk
+            elif chunk.get("usage") and not chunk.get("choices"):  # OpenAI's usage chunk, after the finish
+                final = {**final, "usage": chunk["usage"]}
     return (arrivals[0] - sent if arrivals else float("nan")), arrivals, final
 
 
@@ -162,6 +169,44 @@ def lookup_decode(url: str, rounds: int) -> list[float]:
     return samples
 
 
+ORIGINAL = "```python\ndef pipeline(value_0):\n" + FUNCTION + "\n    return value_21\n```"
+EDIT_MESSAGES = [{"role": "user", "content": "Rewrite this function with one change: the label of step 3 becomes "
+                  "'third step'. Return the whole function.\n" + ORIGINAL}]
+
+
+ASK_MESSAGES = [{"role": "user", "content": "Write a Python class for a bank account with deposit, withdraw and "
+                 "balance methods, with docstrings."}]
+
+
+def predicted_decode(url: str, rounds: int) -> dict[str, list[float]]:
+    """Decode tokens/s with and without OpenAI's `prediction`, alternating (the first
+    round warms up), on two tasks: `edit`, the chat edit with the original function as
+    the prediction (editors send it; the prompt holds it too), and `reply`, a request
+    whose prediction is the reply an identical earlier request got (the prompt holds
+    none of it: a client regenerating a known answer)."""
+    out: dict[str, list[float]] = {f"{task}-{kind}": [] for task in ("edit", "reply") for kind in ("predicted", "plain")}
+    with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
+        answer = client.post(f"{url}/v1/chat/completions", json={
+            "messages": ASK_MESSAGES, "max_tokens": 300, "temperature": 0, "cache_prompt": False}).json()
+        predictions = {"edit": (EDIT_MESSAGES, ORIGINAL), "reply": (ASK_MESSAGES,
+                                                                  answer["choices"][0]["message"]["content"])}
+        for r in range(rounds + 1):
+            for name in out:
+                task, kind = name.split("-")
+                messages, prediction = predictions[task]
+                body = {"messages": messages, "max_tokens": 400 if task == "edit" else 300, "temperature": 0,
+                        "cache_prompt": False, "stream": True, "stream_options": {"include_usage": True}}
+                if kind == "predicted":
+                    body["prediction"] = {"type": "content", "content": prediction}
+                _, arrivals, final = streamed(client, f"{url}/v1/chat/completions", body)
+                if r:
+                    out[name].append(decode_rate(arrivals))
+                details = (final.get("usage") or {}).get("completion_tokens_details")
+                if r == rounds and details:
+                    print(f"    last round, {name}: {len(arrivals)} chunks, {details}")
+    return out
+
+
 FREE_TOPICS = ("a lighthouse keeper who finds a map", "the history of bread in three countries",
                "a robot learning to paint", "a winter journey across the mountains")
 
@@ -250,7 +295,7 @@ def alternate(variants: dict[str, list[str]], log_dir: Path, fn, rounds: int) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="cache,lookup,lookup-free,structured")
+    ap.add_argument("--only", default="cache,lookup,lookup-free,structured,predicted")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", type=Path, default=MODEL, help="GGUF file (default SmolLM2-135M-Instruct)")
@@ -296,6 +341,15 @@ def main() -> int:
         rates = run_variant("mlxcel", mlxcel, args.log_dir, structured_decode, args.rounds)
         a, b = med(rates["json_schema"]), med(rates["plain"])
         print(f"structured decode tok/s: json_schema {a:.1f}  plain {b:.1f}  ratio {a / b:.3f} (target >= 0.85)")
+    if "predicted" in only:
+        ours = run_variant("mlxcel", mlxcel, args.log_dir, predicted_decode, args.rounds)
+        theirs = run_variant("llama-server", llama, args.log_dir, predicted_decode, args.rounds)
+        for task in ("edit", "reply"):
+            a, b = med(ours[f"{task}-predicted"]), med(ours[f"{task}-plain"])
+            c, d = med(theirs[f"{task}-predicted"]), med(theirs[f"{task}-plain"])
+            print(f"predicted output, {task}: decode tok/s mlxcel with prediction {a:.1f}  without {b:.1f}  "
+                  f"llama-server with {c:.1f}  without {d:.1f}")
+            print(f"  ratio mlxcel with / without {a / b:.3f}  mlxcel with / llama-server with {a / c:.3f}")
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_plan import DraftOption, SplitBatch, joint_draft_lengths
 from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
-from mlxcel.engine.prompt_lookup import match_class
 from mlxcel.engine.slots import Slot
 
 
@@ -69,15 +68,19 @@ class DraftChooser:
         """Prompt lookup's proposal, drafted as far as it pays. One not drafted is still
         followed against what the slot emits (unless one is followed already), so the
         evidence about undrafted proposals stays fresh at no cost."""
-        proposal = slot.lookup.draft(slot.cached_tokens, limit)
-        if not proposal.tokens:
+        history = slot.cached_tokens
+        expected, proposal = [], None
+        for candidate in (slot.lookup.draft(history, limit), slot.lookup.predicted(history, limit)):
+            if candidate.tokens:  # the one expected to yield more (on a tie, the history's)
+                estimate = slot.acceptance.stats(candidate.kind).expected_accepted(len(candidate.tokens))
+                if proposal is None or estimate[-1] > expected[-1]:
+                    expected, proposal = estimate, candidate
+        if proposal is None:
             return None
-        kind = match_class(proposal.match)
-        expected = slot.acceptance.stats(kind).expected_accepted(len(proposal.tokens))
         k = self._length(expected, batch_tokens, expected_yield)
         if k or not slot.acceptance.following:
-            slot.acceptance.follow(proposal.tokens, kind)
-        return DraftOption(-1, proposal.tokens, expected, k)
+            slot.acceptance.follow(proposal.tokens, proposal.kind)
+        return DraftOption(-1, proposal.tokens, expected, k, predicted=proposal.predicted)
 
     def _length(self, expected: list[float], batch_tokens: int, expected_yield: float) -> int:
         if len(expected) <= self.draft_min:

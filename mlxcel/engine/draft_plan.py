@@ -54,6 +54,7 @@ class DraftOption:
     tokens: list[int]  # the drafts it may verify, in order (a drafter's are already made)
     expected: list[float]  # expected accepted drafts for each length 0..len(tokens)
     length: int  # what the slot's own sizing chose
+    predicted: bool = False  # the tokens come from the request's predicted output
 
 
 class SplitBatch:

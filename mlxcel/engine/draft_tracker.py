@@ -14,8 +14,10 @@ from __future__ import annotations
 from mlxcel.engine.draft_policy import AcceptanceStats
 
 # the prior survival rate of each match-length class (prompt_lookup.match_class): a
-# short match must prove itself on shadows before it is drafted; a long one drafts
-CLASS_PRIORS = (0.6, 0.8, 0.9)
+# short match must prove itself on shadows before it is drafted; a long one drafts;
+# then the request's own prediction: the output continuing along it (PREDICTED), and
+# the output rejoining it after departing from it (REJOINED)
+CLASS_PRIORS = (0.6, 0.8, 0.9, 0.95, 0.8)
 
 
 class SlotAcceptance:

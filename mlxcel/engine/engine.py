@@ -343,7 +343,8 @@ class Engine(EngineControl):
         if request.report_progress:
             self._report_progress(slot)
         if self.config.lookup_ngram > 0:
-            slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min)
+            slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min,
+                                       request.prediction, len(request.prompt_tokens))
         if self._drafts.cap:
             # a draft model has one kind of draft; prompt lookup's differ by how long a match they copy
             slot.acceptance = SlotAcceptance(self._drafts.cap, (0.9,) if self.config.drafter is not None else None)
@@ -545,6 +546,9 @@ class Engine(EngineControl):
         slot.draft_rounds += 1
         slot.draft_n += len(drafts)
         slot.draft_accepted += accepted
+        if slot.drafts_predicted:
+            slot.prediction_accepted += accepted
+            slot.prediction_rejected += len(drafts) - accepted
 
     def _sample(self, slot: Slot) -> int:
         request = slot.request
@@ -679,6 +683,8 @@ class Engine(EngineControl):
             draft_rounds=slot.draft_rounds,
             draft_kind=(("draft-model" if self.config.drafter else "prompt-lookup") if slot.draft_rounds else None),
             cache_tier=slot.cache_tier,
+            prediction_accepted=slot.prediction_accepted,
+            prediction_rejected=slot.prediction_rejected,
         )
         seed = slot.sampler.seed if slot.sampler is not None else None
         truncated = truncated or slot.shifted_keep is not None

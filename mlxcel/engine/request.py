@@ -48,6 +48,10 @@ class Timings:
     cache_tier: str = "miss"
     wait_ms: float = 0.0  # mlxcel: waiting for a slot (queue), before prompt_ms
     restore_ms: float = 0.0  # mlxcel: admission's copy or restore of the reused prefix, before prompt_ms
+    # drafted tokens of the request's predicted output that the output kept, and did not
+    # (OpenAI's accepted_prediction_tokens and rejected_prediction_tokens)
+    prediction_accepted: int = 0
+    prediction_rejected: int = 0
 
     def to_dict(self) -> dict:
         def per_token(ms: float, n: int) -> float:
@@ -167,6 +171,7 @@ class GenerationRequest:
     reasoning_open_at_start: bool = False
     report_progress: bool = False  # emit PromptProgressEvents while prefilling
     constraint: TokenConstraint | None = None  # every token keeps the output valid (structured output)
+    prediction: list[int] = field(default_factory=list)  # the output expected back (drafted from while it holds)
     # positions of prompt_tokens fed from a projector's embeddings (images, audio); they hold stand-in ids
     media: MediaLayout = field(default_factory=lambda: MediaLayout(()))
     fault: Any = None  # mlxcel.engine.faults.Fault: a fault a test injects (never set in service)

@@ -75,6 +75,9 @@ class Slot:
     draft_n: int = 0
     draft_accepted: int = 0
     draft_rounds: int = 0
+    drafts_predicted: bool = False  # this step's drafts come from the request's predicted output
+    prediction_accepted: int = 0  # drafted tokens of the prediction the output kept
+    prediction_rejected: int = 0  # and those it did not
     acceptance: AcceptanceStats | None = None  # how far recent drafts held, when speculating
     shifted_keep: int | None = None  # after a context shift: the prefix whose memory is still exact
     unsaved: bool = False  # holds a finished request's tokens the host cache may not have yet
@@ -113,6 +116,8 @@ class Slot:
         self.lookup = None
         self.drafts, self.draft_indices = [], []
         self.draft_n = self.draft_accepted = self.draft_rounds = 0
+        self.drafts_predicted = False
+        self.prediction_accepted = self.prediction_rejected = 0
         self.acceptance = None
         self.forced_tokens = []
         self.budget = None

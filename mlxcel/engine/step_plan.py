@@ -125,6 +125,7 @@ class StepPlanner:
                 option.index = len(spans)
                 options.append(option)
                 drafts = option.tokens[: option.length]
+                slot.drafts_predicted = option.predicted
                 expected_yield += option.expected[option.length]
             spans.append(Span(slot, [slot.next_token, *drafts], start, prefill=False))
             n_planned += len(drafts)

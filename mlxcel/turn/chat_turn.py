@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mlxcel.chat")
 UNLIMITED_BUDGET = 2**31 - 1  # reasoning tokens: never reached
+PREDICTION_CHARS_PER_TOKEN = 64  # more characters than any token holds: text past this many per slot cell is cut
 
 
 @dataclass
@@ -56,6 +57,7 @@ class ChatTurnSpec:
     reasoning_control: bool = False  # the reasoning may be ended by a control request (engine.end_reasoning)
     ending: PromptEnding = field(default_factory=PromptEnding)  # generation prompt or continuation
     n: int = 1  # choices: independent generations of the same prompt
+    prediction: str | None = None  # the reply the client expects (OpenAI's predicted output)
     report_progress: bool = False  # the stream carries ChatProgress while the prompt prefills
     # llama-server's chat reply to a continued message is the whole message: the text
     # continued, then what was generated (Anthropic's reply is only the new text)
@@ -123,6 +125,7 @@ class RenderedTurn:
         self.prepared = prepared
         self.media = MediaLayout(())  # the prompt's media positions, once projected
         self._projected = prepared.media is None
+        self.prediction: list[int] = []  # the predicted reply's tokens (at most a slot's context of them)
 
     @classmethod
     def render(cls, host: ModelHost, spec: ChatTurnSpec) -> RenderedTurn:
@@ -133,7 +136,13 @@ class RenderedTurn:
         intake = MediaIntake(host.model_id, vision=modalities["vision"], audio=modalities["audio"])
         prepared = prepare_chat(host.template, host.tokenizer, spec.messages, spec.tools, spec.tool_choice,
                                 spec.template_kwargs, spec.ending, intake)
-        return cls(host, spec, prepared)
+        rendered = cls(host, spec, prepared)
+        if spec.prediction:
+            # more than a slot holds can never be drafted; the cut keeps tokenizing bounded too
+            text = spec.prediction[: host.slot_context * PREDICTION_CHARS_PER_TOKEN]
+            tokens = host.tokenizer.encode(text, add_special=False, parse_special=False)
+            rendered.prediction = tokens[: host.slot_context]
+        return rendered
 
     @classmethod
     async def prepare(cls, host: ModelHost, spec: ChatTurnSpec) -> RenderedTurn:
@@ -189,7 +198,7 @@ class RenderedTurn:
 
     def _shaping(self, constraints: list) -> TurnShaping:
         spec, prepared = self.spec, self.prepared
-        shaping = TurnShaping(constraints=constraints, logprobs=spec.logprobs)
+        shaping = TurnShaping(constraints=constraints, logprobs=spec.logprobs, prediction=self.prediction)
         config = self.host.config
         budget = spec.thinking_budget if spec.thinking_budget not in (None, -1) else config.reasoning_budget
         if budget < 0 and spec.reasoning_control:

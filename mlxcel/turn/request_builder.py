@@ -125,6 +125,7 @@ class TurnShaping:
     reasoning_markers: tuple[str, str] = ("", "")
     reasoning_close_tokens: list[int] = field(default_factory=list)
     reasoning_open_at_start: bool = False
+    prediction: list[int] = field(default_factory=list)  # the reply's predicted tokens (drafted from)
 
 
 def request_lora(entries: list[dict] | None, adapters: list) -> tuple[float, ...] | None:
@@ -191,6 +192,7 @@ def build_requests(
                 reasoning_close_tokens=list(shaping.reasoning_close_tokens),
                 reasoning_open_at_start=shaping.reasoning_open_at_start,
                 constraint=shaping.constraints[index] if index < len(shaping.constraints) else None,
+                prediction=list(shaping.prediction),
                 fault=context.fault,
             )
         )

@@ -223,3 +223,88 @@ def test_a_draft_model_drafts_and_leaves_greedy_output_unchanged(smol_plain):
     timings = drafted["timings"]
     assert timings["draft_kind"] == "draft-model"
     assert timings["draft_rounds"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
+
+
+# OpenAI's predicted outputs: a reply that is not in the prompt, predicted by the client
+ASK = [{"role": "user", "content": "Write a short Python function that adds two numbers, with a docstring."}]
+
+
+def _ask(client, **extra):
+    body = {"messages": ASK, "temperature": 0, "max_tokens": 120, "cache_prompt": False, **extra}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _predicted(text):
+    return {"type": "content", "content": text}
+
+
+def test_a_predicted_output_is_drafted_and_leaves_the_reply_unchanged(smol_spec, smol_plain):
+    with smol_plain.client() as client:
+        plain = _ask(client)
+    reply = plain["choices"][0]["message"]["content"]
+    assert "completion_tokens_details" not in plain["usage"]  # no prediction: the usage is as before
+    with smol_spec.client() as client:
+        unpredicted = _ask(client)
+        predicted = _ask(client, prediction=_predicted(reply))
+    assert predicted["usage"]["prompt_tokens"] + predicted["usage"]["completion_tokens"] < 256
+    assert predicted["choices"][0]["message"]["content"] == reply == unpredicted["choices"][0]["message"]["content"]
+    n = predicted["usage"]["completion_tokens"]
+    details = predicted["usage"]["completion_tokens_details"]
+    # every token after the first (sampled from the prompt's logits) can come from the prediction
+    assert details["accepted_prediction_tokens"] >= 0.8 * n, details
+    assert details["rejected_prediction_tokens"] <= 2, details
+    assert predicted["timings"]["draft_n_accepted"] >= details["accepted_prediction_tokens"]
+    # prompt lookup alone finds little of a reply its prompt does not hold
+    assert unpredicted.get("timings", {}).get("draft_n_accepted", 0) < details["accepted_prediction_tokens"] / 2
+
+
+def test_a_prediction_the_reply_departs_from_is_rejoined_after_the_change(smol_spec, smol_plain):
+    with smol_plain.client() as client:
+        reply = _ask(client)["choices"][0]["message"]["content"]
+    words = reply.split(" ")
+    middle = len(words) // 2
+    edited = " ".join(words[:middle] + ["banana"] + words[middle + 1 :])  # one word of the middle changed
+    parts = [{"type": "text", "text": edited[:10]}, {"type": "text", "text": edited[10:]}]
+    with smol_spec.client() as client:
+        answer = _ask(client, prediction={"type": "content", "content": parts})
+        n = answer["usage"]["completion_tokens"]
+        details = answer["usage"]["completion_tokens_details"]
+        streamed = client.post("/v1/chat/completions", json={
+            "messages": ASK, "temperature": 0, "max_tokens": 120, "cache_prompt": False, "stream": True,
+            "stream_options": {"include_usage": True}, "prediction": _predicted(edited)})
+    assert answer["choices"][0]["message"]["content"] == reply
+    assert details["rejected_prediction_tokens"] >= 1  # the changed word was drafted and refused
+    assert details["accepted_prediction_tokens"] >= 0.6 * n, details  # both sides of it held
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines()
+              if line.startswith("data: {")]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == reply
+    assert events[-1]["usage"]["completion_tokens_details"] == details
+
+
+def test_a_prediction_without_speculation_changes_nothing(smol_plain):
+    with smol_plain.client() as client:
+        plain = _ask(client)
+        predicted = _ask(client, prediction=_predicted(plain["choices"][0]["message"]["content"]))
+    assert predicted["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    assert predicted["usage"]["completion_tokens_details"] == {"accepted_prediction_tokens": 0,
+                                                               "rejected_prediction_tokens": 0}
+
+
+@pytest.mark.parametrize("prediction", [
+    {"type": "text", "content": "x"},
+    {"type": "content"},
+    {"type": "content", "content": 5},
+    {"type": "content", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]},
+    {"type": "content", "content": [{"type": "text"}]},
+    "just text",
+])
+def test_a_malformed_prediction_is_a_400(smol_plain, prediction):
+    with smol_plain.client() as client:
+        response = client.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 4,
+                                                             "prediction": prediction})
+        assert response.status_code == 400, response.text
+        assert "prediction" in response.json()["error"]["message"]
+        assert client.get("/health").status_code == 200

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.api.openai.chat_control import live_completions
 from mlxcel.api.openai.chat_stream import StreamOptions, chat_stream, tool_call_json
-from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message
+from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message, prediction_details
 from mlxcel.api.openai.completions_wire import usage_body
 from mlxcel.api.openai.estimate import estimate_for
 from mlxcel.chat.continuation import resolve_ending
@@ -30,7 +30,7 @@ from mlxcel.turn.verbose import verbose_object
 router = APIRouter()
 
 # fields a chat request may carry that change nothing here (named in one warning line)
-IGNORED_FIELDS = {"user", "metadata", "parallel_tool_calls", "service_tier", "store", "prediction", "modalities",
+IGNORED_FIELDS = {"user", "metadata", "parallel_tool_calls", "service_tier", "store", "modalities",
                   "audio", "web_search_options", "function_call", "functions"}
 HONORED_FIELDS = set(ChatCompletionRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt", "dry_run"}
 OPENING = opening(ChatCompletionRequest, "chatcmpl-", HONORED_FIELDS, IGNORED_FIELDS, api="chat")
@@ -75,6 +75,7 @@ def turn_spec(data: dict, body: ChatCompletionRequest, host: ModelHost) -> ChatT
         ending=resolve_ending(messages, body.add_generation_prompt, body.continue_final_message,
                               host.config.prefill_assistant),
         n=body.n,
+        prediction=body.prediction.text() if body.prediction is not None else None,
         report_progress=body.stream and (body.return_progress or body.timings_per_token),
         reply_repeats_continued=True,
     )
@@ -128,6 +129,7 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
         options = StreamOptions(
             completion_id, created, host.model_id,
             include_usage=bool(body.stream_options and body.stream_options.include_usage),
+            predicted=body.prediction is not None,
             timings_per_token=body.timings_per_token, return_progress=body.return_progress,
             logprobs=body.logprobs, verbose=verbose_of if verbose else None,
         )
@@ -154,6 +156,8 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
         })
     first = outcomes[0].finish
     usage = usage_body(first.prompt_tokens, sum(o.finish.completion_tokens for o in outcomes), first.cached_tokens)
+    if body.prediction is not None:
+        usage["completion_tokens_details"] = prediction_details([o.finish for o in outcomes])
     response = chat_body(completion_id, created, host.model_id, choices, usage)
     if verbose:
         response["__verbose"] = verbose_of(outcomes[0], outcomes[0].final.content)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from mlxcel.api.openai.chat_wire import chunk_body
+from mlxcel.api.openai.chat_wire import chunk_body, prediction_details
 from mlxcel.api.openai.completions_wire import usage_body
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.http.sse import sse_data
@@ -49,6 +49,7 @@ class StreamOptions:
     created: int
     model: str
     include_usage: bool = False
+    predicted: bool = False  # the request sent a prediction: usage says how much of it held
     timings_per_token: bool = False
     return_progress: bool = False
     logprobs: bool = False
@@ -111,6 +112,8 @@ async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Call
     if o.include_usage and finishes:
         usage = usage_body(finishes[0].prompt_tokens, sum(f.completion_tokens for f in finishes),
                            finishes[0].cached_tokens)
+        if o.predicted:
+            usage["completion_tokens_details"] = prediction_details(finishes)
         yield sse_data(chunk_body(o.completion_id, o.created, o.model, [], usage))
     yield sse_data("[DONE]")
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mlxcel.api.openai.completions_wire import StreamOptions
+from mlxcel.engine.request import FinishEvent
 from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.sampling_fields import SamplingFields
 
@@ -54,6 +55,31 @@ class ToolDefinition(BaseModel):
     function: FunctionDefinition
 
 
+class PredictionPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class Prediction(BaseModel):
+    """OpenAI's predicted output: text the reply is expected to repeat (an edited file,
+    say), drafted from while the reply follows it."""
+
+    type: Literal["content"]
+    content: str | list[PredictionPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+def prediction_details(finishes: list[FinishEvent]) -> dict:
+    """usage.completion_tokens_details of a request that sent a prediction: the drafted
+    tokens of the prediction that the reply kept and those it did not."""
+    return {
+        "accepted_prediction_tokens": sum(f.timings.prediction_accepted for f in finishes),
+        "rejected_prediction_tokens": sum(f.timings.prediction_rejected for f in finishes),
+    }
+
+
 class ChatCompletionRequest(SamplingFields, GrammarFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -67,6 +93,7 @@ class ChatCompletionRequest(SamplingFields, GrammarFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[ToolDefinition] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    prediction: Prediction | None = None
     parallel_tool_calls: StrictBool | None = None
     response_format: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None

@@ -1,0 +1,41 @@
+"""Which proposal a prompt-lookup slot drafts: the history's or its prediction's,
+whichever its acceptance statistics expect more of."""
+
+from mlxcel.engine.draft_choice import DraftChooser
+from mlxcel.engine.draft_tracker import SlotAcceptance
+from mlxcel.engine.prompt_lookup import REJOINED, PromptLookup
+from mlxcel.engine.request import GenerationRequest
+from mlxcel.engine.slots import Slot, SlotState
+
+HISTORY = [10, 11, 12, 13, 14, 10, 11]  # the tail (10, 11) occurred once, followed by 12, 13, 14
+PREDICTION = [99, 10, 11, 50, 51, 52]  # the output departed at once; its tail is in here too
+
+
+def _slot() -> Slot:
+    request = GenerationRequest(prompt_tokens=HISTORY[:-1], emit=lambda event: None, prediction=PREDICTION)
+    slot = Slot(0, SlotState.DECODE, cached_tokens=list(HISTORY), request=request)
+    slot.lookup = PromptLookup(2, 8, 1, PREDICTION, output_start=len(HISTORY) - 1)
+    slot.acceptance = SlotAcceptance(8)
+    return slot
+
+
+def _chooser() -> DraftChooser:
+    return DraftChooser(None, cap=8, draft_min=1, decode_costs=None, batch_capacity=64, n_ctx_slot=512, n_ubatch=512)
+
+
+def test_a_prediction_is_drafted_until_it_fails_then_the_history_is():
+    slot, chooser = _slot(), _chooser()
+    option = chooser.option(slot, 1, 1.0)
+    # a rejoined prediction (prior 0.8) beats a 2-token match in the history (prior 0.6)
+    assert option.predicted and option.tokens == [50, 51, 52]
+    for _ in range(4):  # the output kept departing from the prediction's proposals
+        slot.acceptance.stats(REJOINED).observe(1, 0)
+    option = chooser.option(slot, 1, 1.0)
+    assert not option.predicted and option.tokens == [12, 13, 14, 10, 11]
+
+
+def test_without_a_prediction_the_history_is_drafted():
+    slot, chooser = _slot(), _chooser()
+    slot.lookup = PromptLookup(2, 8, 1)
+    option = chooser.option(slot, 1, 1.0)
+    assert not option.predicted and option.tokens == [12, 13, 14, 10, 11]
