@@ -27,6 +27,9 @@ MATCH_CLASSES = (8, 16)  # a match shorter than 8 tokens is class 0, shorter tha
 # the classes of a prediction's drafts: the output so far is the prediction's beginning
 # (its next tokens are drafted); the output departed from it and its tail matches it again
 PREDICTED, REJOINED = len(MATCH_CLASSES) + 1, len(MATCH_CLASSES) + 2
+# a prediction's n-grams are indexed this many positions a draft at most, so a long one
+# never holds the engine's step (a 32k-token prediction: ~30 ms at once)
+PREDICTION_INDEX_STEP = 256
 
 
 def match_class(length: int) -> int:
@@ -37,7 +40,7 @@ def match_class(length: int) -> int:
 class Proposal:
     tokens: list[int]
     match: int  # how many tokens of the history's tail matched where they were copied from
-    kind: int = 0  # its acceptance class: match_class(match), or PREDICTED
+    kind: int = 0  # its acceptance class: match_class(match), PREDICTED or REJOINED
     predicted: bool = False  # copied from the request's predicted output
 
 
@@ -87,7 +90,8 @@ class PromptLookup:
         self.output_start = output_start
         self._on_prediction = bool(self.prediction)  # the output so far is the prediction's beginning
         self._checked = 0  # output tokens compared with the prediction so far
-        self._predicted_followers: dict[tuple[int, ...], list[int]] | None = None  # indexed on first use
+        self._predicted_followers: dict[tuple[int, ...], list[int]] = {}
+        self._predicted_indexed = 0  # followers of the prediction's positions below this are indexed
 
     def _sync(self, history: list[int], end: int) -> None:
         """Index the follower of every n-gram whose follower lies below `end`."""
@@ -135,15 +139,16 @@ class PromptLookup:
         limit = min(limit, self.max_draft)
         if not self.prediction or limit < self.min_draft:
             return NO_PROPOSAL
+        n = self.ngram
+        if self._predicted_indexed < len(self.prediction):  # a step's share of the index
+            end = min(len(self.prediction), self._predicted_indexed + PREDICTION_INDEX_STEP)
+            _index(self.prediction, n, self._predicted_followers, self._predicted_indexed, end)
+            self._predicted_indexed = end
         at = self._along_prediction(history)
         if at is not None:
             return self._proposal(self.prediction, at, at, limit, PREDICTED)
-        n = self.ngram
         if len(history) <= n:
             return NO_PROPOSAL
-        if self._predicted_followers is None:
-            self._predicted_followers = {}
-            _index(self.prediction, n, self._predicted_followers, 0, len(self.prediction))
         found = self._predicted_followers.get(tuple(history[-n:]))
         if not found:
             return NO_PROPOSAL

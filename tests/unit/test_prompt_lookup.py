@@ -66,3 +66,18 @@ def test_without_a_prediction_proposals_are_classed_by_their_match():
     proposal = lookup.draft([5, 6, 7, 5], limit=3)
     assert proposal.kind == match_class(proposal.match) and not proposal.predicted
     assert lookup.predicted([5, 6, 7, 5], limit=3).tokens == []
+
+
+def test_a_long_prediction_is_indexed_a_share_at_a_time():
+    """Its n-grams are indexed a bounded share per draft, so a long prediction never
+    holds a step; a match past the indexed part is found once the index reaches it."""
+    from mlxcel.engine import prompt_lookup
+
+    step = prompt_lookup.PREDICTION_INDEX_STEP
+    prediction = list(range(1000, 1000 + 3 * step)) + [7, 8, 9, 10]
+    lookup = PromptLookup(ngram=2, max_draft=2, prediction=prediction, output_start=1)
+    history = [0, 5, 7, 8]  # departed at once; (7, 8) sits past two shares of the index
+    assert lookup.predicted(history, limit=2).tokens == []
+    assert lookup.predicted(history, limit=2).tokens == []
+    assert lookup.predicted(history, limit=2).tokens == []
+    assert lookup.predicted(history, limit=2).tokens == [9, 10]
