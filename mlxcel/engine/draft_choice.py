@@ -56,6 +56,10 @@ class DraftChooser:
             return self._lookup(slot, limit, batch_tokens, expected_yield)
         stats = slot.acceptance.stats(0)
         expected = stats.expected_accepted(limit)
+        if slot.lookup is not None:  # the request's prediction, where it is expected to hold longer
+            option = self._predicted(slot, limit, expected[-1], batch_tokens, expected_yield)
+            if option is not None:
+                return option
         k = self._length(expected, batch_tokens, expected_yield)
         if k == 0:
             stats.idle()  # a draft model's drafts are judged only when verified: evidence fades back to the prior
@@ -82,12 +86,28 @@ class DraftChooser:
             slot.acceptance.follow(proposal.tokens, proposal.kind)
         return DraftOption(-1, proposal.tokens, expected, k, predicted=proposal.predicted)
 
-    def _length(self, expected: list[float], batch_tokens: int, expected_yield: float) -> int:
+    def _predicted(self, slot: Slot, limit: int, rival: float, batch_tokens: int,
+                   expected_yield: float) -> DraftOption | None:
+        """Beside a draft model: the prediction's proposal, when its class expects more
+        accepted tokens than `rival` (the draft model's), drafted as far as it pays
+        (the draft model then runs not at all this step)."""
+        proposal = slot.lookup.predicted(slot.cached_tokens, limit)
+        if not proposal.tokens:
+            return None
+        expected = slot.acceptance.stats(proposal.kind).expected_accepted(len(proposal.tokens))
+        if expected[-1] <= rival:
+            return None
+        k = self._length(expected, batch_tokens, expected_yield, drafted=True)
+        slot.acceptance.follow(proposal.tokens, proposal.kind)
+        return DraftOption(-1, proposal.tokens, expected, k, predicted=True)
+
+    def _length(self, expected: list[float], batch_tokens: int, expected_yield: float, drafted: bool = False) -> int:
         if len(expected) <= self.draft_min:
             return 0
         if self.decode_costs is None:  # nothing measured: draft as much as is proposed
             return len(expected) - 1
-        per_draft = self.drafter.seconds_per_token if self.drafter is not None else 0.0
+        # a draft model's tokens cost their drafting; proposals already made (`drafted`) none
+        per_draft = self.drafter.seconds_per_token if self.drafter is not None and not drafted else 0.0
         return best_draft_length(self.decode_costs, expected, batch_tokens, expected_yield, self.draft_min, per_draft)
 
     def lengths_together(self, seq_ids: list[int], options: list[DraftOption], n_planned: int) -> list[int]:

@@ -18,6 +18,8 @@ from mlxcel.engine.draft_policy import AcceptanceStats
 # then the request's own prediction: the output continuing along it (PREDICTED), and
 # the output rejoining it after departing from it (REJOINED)
 CLASS_PRIORS = (0.6, 0.8, 0.9, 0.95, 0.8)
+# beside a draft model: its drafts (class 0), then the prediction's two classes (1 and 2 unused)
+DRAFT_MODEL_PRIORS = (0.9, 0.9, 0.9, 0.95, 0.8)
 
 
 class SlotAcceptance:

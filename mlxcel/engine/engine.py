@@ -18,7 +18,7 @@ from mlxcel.engine import held_wakeups
 from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.constraints import ConstraintMasker
 from mlxcel.engine.draft_choice import DraftChooser
-from mlxcel.engine.draft_tracker import SlotAcceptance
+from mlxcel.engine.draft_tracker import DRAFT_MODEL_PRIORS, SlotAcceptance
 from mlxcel.engine.engine_config import EngineConfig
 from mlxcel.engine.engine_control import Cancel, EndReasoning, EngineControl, EngineStoppedError, Stop, Submit
 from mlxcel.engine.faults import (
@@ -37,7 +37,7 @@ from mlxcel.engine.lora_sets import LoraChange, LoraSets
 from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
-from mlxcel.engine.prompt_lookup import PromptLookup
+from mlxcel.engine.prompt_lookup import PREDICTION_NGRAM, PromptLookup
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, Timings, TokenEvent
 from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
@@ -345,9 +345,14 @@ class Engine(EngineControl):
         if self.config.lookup_ngram > 0:
             slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min,
                                        request.prediction, len(request.prompt_tokens))
+        elif self.config.drafter is not None and request.prediction:  # a prediction beside the draft model
+            slot.lookup = PromptLookup(PREDICTION_NGRAM, self._drafts.cap, self.config.draft_min,
+                                       request.prediction, len(request.prompt_tokens))
         if self._drafts.cap:
-            # a draft model has one kind of draft; prompt lookup's differ by how long a match they copy
-            slot.acceptance = SlotAcceptance(self._drafts.cap, (0.9,) if self.config.drafter is not None else None)
+            # a draft model has one kind of draft (class 0; a prediction's classes beside it);
+            # prompt lookup's differ by how long a match they copy
+            slot.acceptance = SlotAcceptance(self._drafts.cap,
+                                             DRAFT_MODEL_PRIORS if self.config.drafter is not None else None)
         self.stats.sequences_started += 1
         self._publish()
 

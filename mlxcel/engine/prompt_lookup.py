@@ -30,6 +30,7 @@ PREDICTED, REJOINED = len(MATCH_CLASSES) + 1, len(MATCH_CLASSES) + 2
 # a prediction's n-grams are indexed this many positions a draft at most, so a long one
 # never holds the engine's step (a 32k-token prediction: ~30 ms at once)
 PREDICTION_INDEX_STEP = 256
+PREDICTION_NGRAM = 3  # the n-gram a prediction is rejoined by beside a draft model (prompt lookup's default)
 
 
 def match_class(length: int) -> int:

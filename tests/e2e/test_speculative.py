@@ -169,6 +169,9 @@ def test_draft_model_speculation(smol_plain):
         proc.wait_ready()
         with proc.client() as client:
             fast = _chat(client)
+            unpredicted = _ask(client)
+            reply = unpredicted["choices"][0]["message"]["content"]
+            predicted = _ask(client, prediction=_predicted(reply))
     finally:
         proc.stop()
     with smol_plain.client() as client:
@@ -178,6 +181,10 @@ def test_draft_model_speculation(smol_plain):
     assert timings["draft_kind"] == "draft-model" and timings["draft_rounds"] > 0
     # a model agrees with itself: only the round that ends the generation loses drafts
     assert timings["draft_n"] - timings["draft_n_accepted"] <= 6
+    # beside the draft model, a prediction expected to hold longer is drafted instead
+    assert predicted["choices"][0]["message"]["content"] == reply
+    details = predicted["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] >= 0.5 * predicted["usage"]["completion_tokens"], details
 
 
 def test_draft_model_must_share_the_vocabulary():

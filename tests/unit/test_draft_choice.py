@@ -39,3 +39,36 @@ def test_without_a_prediction_the_history_is_drafted():
     slot.lookup = PromptLookup(2, 8, 1)
     option = chooser.option(slot, 1, 1.0)
     assert not option.predicted and option.tokens == [12, 13, 14, 10, 11]
+
+
+class _Drafter:
+    """Stands in for a draft model: records being asked, proposes a fixed run."""
+
+    seconds_per_token = 0.0
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def draft(self, seq: int, history: list[int], limit: int) -> list[int]:
+        self.asked += 1
+        return [77] * limit
+
+
+def test_beside_a_draft_model_a_prediction_expected_to_hold_longer_is_drafted_instead():
+    from mlxcel.engine.draft_tracker import DRAFT_MODEL_PRIORS
+    from mlxcel.engine.prompt_lookup import PREDICTED
+
+    prompt, prediction = [1, 2, 3], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
+    request = GenerationRequest(prompt_tokens=prompt, emit=lambda event: None, prediction=prediction)
+    slot = Slot(0, SlotState.DECODE, cached_tokens=[*prompt, 40], request=request)
+    slot.lookup = PromptLookup(3, 4, 1, prediction, output_start=len(prompt))
+    slot.acceptance = SlotAcceptance(4, DRAFT_MODEL_PRIORS)
+    drafter = _Drafter()
+    chooser = DraftChooser(drafter, cap=4, draft_min=1, decode_costs=None, batch_capacity=64, n_ctx_slot=512,
+                           n_ubatch=512)
+    option = chooser.option(slot, 1, 1.0)
+    assert option.predicted and option.tokens == [41, 42, 43, 44] and drafter.asked == 0
+    for _ in range(4):  # the reply kept refusing the prediction's first token
+        slot.acceptance.stats(PREDICTED).observe(1, 0)
+    option = chooser.option(slot, 1, 1.0)
+    assert not option.predicted and option.tokens == [77] * 4 and drafter.asked == 1
