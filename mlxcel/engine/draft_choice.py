@@ -13,6 +13,7 @@ from __future__ import annotations
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_plan import DraftOption, SplitBatch, joint_draft_lengths
 from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
+from mlxcel.engine.prompt_lookup import Proposal
 from mlxcel.engine.slots import Slot
 
 
@@ -52,13 +53,16 @@ class DraftChooser:
             limit = min(limit, request.max_tokens - slot.n_generated - 1)
         if limit < self.draft_min:
             return None
+        history = slot.cached_tokens
         if self.drafter is None:
-            return self._lookup(slot, limit, batch_tokens, expected_yield)
+            proposals = (slot.lookup.draft(history, limit), slot.lookup.predicted(history, limit))
+            return self._proposed(slot, proposals, batch_tokens, expected_yield)
         stats = slot.acceptance.stats(0)
         expected = stats.expected_accepted(limit)
         if slot.lookup is not None:  # the request's prediction, where it is expected to hold longer
-            option = self._predicted(slot, limit, expected[-1], batch_tokens, expected_yield)
-            if option is not None:
+            option = self._proposed(slot, (slot.lookup.predicted(history, limit),), batch_tokens, expected_yield,
+                                    rival=expected[-1])
+            if option is not None:  # the draft model runs not at all this step
                 return option
         k = self._length(expected, batch_tokens, expected_yield)
         if k == 0:
@@ -68,38 +72,26 @@ class DraftChooser:
         slot.acceptance.follow(drafts, 0)
         return DraftOption(-1, drafts, expected, len(drafts)) if drafts else None
 
-    def _lookup(self, slot: Slot, limit: int, batch_tokens: int, expected_yield: float) -> DraftOption | None:
-        """Prompt lookup's proposal, drafted as far as it pays. One not drafted is still
-        followed against what the slot emits (unless one is followed already), so the
-        evidence about undrafted proposals stays fresh at no cost."""
-        history = slot.cached_tokens
+    def _proposed(self, slot: Slot, proposals: tuple[Proposal, ...], batch_tokens: int, expected_yield: float,
+                  rival: float = -1.0) -> DraftOption | None:
+        """Of proposals already made (prompt lookup's, the prediction's), the one its
+        acceptance class expects the most accepted tokens from (on a tie, the first), and
+        only one expected to beat `rival` (a draft model's expectation), drafted as far as
+        it pays. One not drafted is still followed against what the slot emits (unless
+        one is followed already), so the evidence about undrafted proposals stays fresh
+        at no cost."""
         expected, proposal = [], None
-        for candidate in (slot.lookup.draft(history, limit), slot.lookup.predicted(history, limit)):
-            if candidate.tokens:  # the one expected to yield more (on a tie, the history's)
+        for candidate in proposals:
+            if candidate.tokens:
                 estimate = slot.acceptance.stats(candidate.kind).expected_accepted(len(candidate.tokens))
-                if proposal is None or estimate[-1] > expected[-1]:
+                if estimate[-1] > (expected[-1] if proposal is not None else rival):
                     expected, proposal = estimate, candidate
         if proposal is None:
             return None
-        k = self._length(expected, batch_tokens, expected_yield)
+        k = self._length(expected, batch_tokens, expected_yield, drafted=True)
         if k or not slot.acceptance.following:
             slot.acceptance.follow(proposal.tokens, proposal.kind)
         return DraftOption(-1, proposal.tokens, expected, k, predicted=proposal.predicted)
-
-    def _predicted(self, slot: Slot, limit: int, rival: float, batch_tokens: int,
-                   expected_yield: float) -> DraftOption | None:
-        """Beside a draft model: the prediction's proposal, when its class expects more
-        accepted tokens than `rival` (the draft model's), drafted as far as it pays
-        (the draft model then runs not at all this step)."""
-        proposal = slot.lookup.predicted(slot.cached_tokens, limit)
-        if not proposal.tokens:
-            return None
-        expected = slot.acceptance.stats(proposal.kind).expected_accepted(len(proposal.tokens))
-        if expected[-1] <= rival:
-            return None
-        k = self._length(expected, batch_tokens, expected_yield, drafted=True)
-        slot.acceptance.follow(proposal.tokens, proposal.kind)
-        return DraftOption(-1, proposal.tokens, expected, k, predicted=True)
 
     def _length(self, expected: list[float], batch_tokens: int, expected_yield: float, drafted: bool = False) -> int:
         if len(expected) <= self.draft_min:

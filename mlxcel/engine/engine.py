@@ -342,12 +342,12 @@ class Engine(EngineControl):
         self.stats.prompt_tokens_cached += slot.n_reused
         if request.report_progress:
             self._report_progress(slot)
-        if self.config.lookup_ngram > 0:
-            slot.lookup = PromptLookup(self.config.lookup_ngram, self.config.lookup_max, self.config.draft_min,
-                                       request.prediction, len(request.prompt_tokens))
-        elif self.config.drafter is not None and request.prediction:  # a prediction beside the draft model
-            slot.lookup = PromptLookup(PREDICTION_NGRAM, self._drafts.cap, self.config.draft_min,
-                                       request.prediction, len(request.prompt_tokens))
+        ngram = self.config.lookup_ngram  # prompt lookup, or a prediction beside the draft model
+        if not ngram and self.config.drafter is not None and request.prediction:
+            ngram = PREDICTION_NGRAM
+        if ngram > 0:
+            slot.lookup = PromptLookup(ngram, self._drafts.cap, self.config.draft_min, request.prediction,
+                                       len(request.prompt_tokens))
         if self._drafts.cap:
             # a draft model has one kind of draft (class 0; a prediction's classes beside it);
             # prompt lookup's differ by how long a match they copy

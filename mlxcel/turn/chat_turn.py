@@ -125,7 +125,6 @@ class RenderedTurn:
         self.prepared = prepared
         self.media = MediaLayout(())  # the prompt's media positions, once projected
         self._projected = prepared.media is None
-        self.prediction: list[int] = []  # the predicted reply's tokens (at most a slot's context of them)
 
     @classmethod
     def render(cls, host: ModelHost, spec: ChatTurnSpec) -> RenderedTurn:
@@ -136,13 +135,7 @@ class RenderedTurn:
         intake = MediaIntake(host.model_id, vision=modalities["vision"], audio=modalities["audio"])
         prepared = prepare_chat(host.template, host.tokenizer, spec.messages, spec.tools, spec.tool_choice,
                                 spec.template_kwargs, spec.ending, intake)
-        rendered = cls(host, spec, prepared)
-        if spec.prediction:
-            # more than a slot holds can never be drafted; the cut keeps tokenizing bounded too
-            text = spec.prediction[: host.slot_context * PREDICTION_CHARS_PER_TOKEN]
-            tokens = host.tokenizer.encode(text, add_special=False, parse_special=False)
-            rendered.prediction = tokens[: host.slot_context]
-        return rendered
+        return cls(host, spec, prepared)
 
     @classmethod
     async def prepare(cls, host: ModelHost, spec: ChatTurnSpec) -> RenderedTurn:
@@ -185,9 +178,10 @@ class RenderedTurn:
                 constraints.append(await self._forced_call_constraint(context.request_id))
             else:
                 constraints.append(await compile_grammar(host.tokenizer, output))
+        prediction = await asyncio.to_thread(self._prediction_tokens) if spec.prediction else []
         group = GenerationGroup(host.engine)
         generations = build_requests(host, spec.sampling, [prepared.tokens] * spec.n, spec.max_tokens, context, group,
-                                     self._shaping(constraints))
+                                     self._shaping(constraints, prediction))
         for index, generation in enumerate(generations):
             generation.report_progress = spec.report_progress
             generation.media = self.media
@@ -196,9 +190,16 @@ class RenderedTurn:
                 generation.sampling.seed = (seed + index) % DEFAULT_SEED
         return ChatTurn(self, context, group, generations)
 
-    def _shaping(self, constraints: list) -> TurnShaping:
+    def _prediction_tokens(self) -> list[int]:
+        """The predicted reply's tokens, at most a slot's context of them (more can never
+        be drafted; cutting the text first keeps the tokenizing bounded too)."""
+        slot_context = self.host.slot_context
+        text = self.spec.prediction[: slot_context * PREDICTION_CHARS_PER_TOKEN]
+        return self.host.tokenizer.encode(text, add_special=False, parse_special=False)[:slot_context]
+
+    def _shaping(self, constraints: list, prediction: list[int]) -> TurnShaping:
         spec, prepared = self.spec, self.prepared
-        shaping = TurnShaping(constraints=constraints, logprobs=spec.logprobs, prediction=self.prediction)
+        shaping = TurnShaping(constraints=constraints, logprobs=spec.logprobs, prediction=prediction)
         config = self.host.config
         budget = spec.thinking_budget if spec.thinking_budget not in (None, -1) else config.reasoning_budget
         if budget < 0 and spec.reasoning_control:
