@@ -3,11 +3,12 @@ and the authoritative end-of-generation parse that streamed calls are reconciled
 
 from __future__ import annotations
 
+import bisect
 import logging
 from dataclasses import dataclass, field
 
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta, new_call_id
-from mlxcel.chat.reasoning import THINK, ReasoningMarkers, ReasoningSplitter, split_reasoning
+from mlxcel.chat.reasoning import THINK, ReasoningMarkers, ReasoningSplitter, split_reasoning_extent
 from mlxcel.chat.tool_parsers.base import ToolCallParser
 
 log = logging.getLogger("mlxcel.chat")
@@ -25,6 +26,7 @@ class FinalChat:
     content: str
     reasoning: str
     tool_calls: list[ToolCall] = field(default_factory=list)
+    reasoning_tokens: int = 0  # generated tokens that make up the reasoning block, its markers included
 
 
 class ChatOutputParser:
@@ -47,10 +49,14 @@ class ChatOutputParser:
         self._tool_parser = self._tool_parser_cls(tools) if self._tool_parser_cls else None
         self._streamed: dict[int, _StreamedCall] = {}
         self._text: list[str] = []
+        self._chars = 0  # characters of text taken so far
+        self._token_starts: list[int] = []  # where each generated token's text starts in it
         self._request_id = request_id
 
-    def feed(self, text: str) -> ParsedDelta:
-        self._text.append(text)
+    def feed(self, text: str, token: bool = True) -> ParsedDelta:
+        """Parse the next piece: a generated token's text, or (`token=False`) text that
+        no token of this generation produced (a continued message, released held-back text)."""
+        self._take(text, [len(text)] if token else [])
         return self._route(self._splitter.feed(text) if self._splitter else ParsedDelta(content=text))
 
     def finish(self) -> ParsedDelta:
@@ -76,19 +82,28 @@ class ChatOutputParser:
                 self._streamed[call.index].arguments += call.arguments
         return delta
 
-    def add_text(self, text: str) -> None:
-        """Take a whole generation without the streaming parse (only `final` follows)."""
+    def add_text(self, text: str, token_lengths: list[int] = ()) -> None:
+        """Take a whole generation without the streaming parse (only `final` follows);
+        `token_lengths` are the lengths of its tokens' texts, in order."""
+        self._take(text, token_lengths)
+
+    def _take(self, text: str, token_lengths) -> None:
         self._text.append(text)
+        start = self._chars
+        for n in token_lengths:
+            self._token_starts.append(start)
+            start += n
+        self._chars += len(text)
 
     def final(self) -> tuple[FinalChat, list[ToolCallDelta]]:
         """The authoritative parse of everything generated, and the tool-call deltas
         still owed to a stream so its calls end up equal to that parse."""
         text = "".join(self._text)
         if self._reasoning:
-            reasoning, content = split_reasoning(text, self._start_in_reasoning, self._markers.open,
-                                                 self._markers.close)
+            reasoning, content, extent = split_reasoning_extent(text, self._start_in_reasoning,
+                                                                self._markers.open, self._markers.close)
         else:
-            reasoning, content = "", text
+            reasoning, content, extent = "", text, 0
         calls: list[ToolCall] = []
         if self._tool_parser_cls is not None:
             parsed = self._tool_parser_cls(self._tools).parse(content)
@@ -109,4 +124,6 @@ class ChatOutputParser:
                 )
             elif len(call.arguments) > len(streamed.arguments):
                 owed.append(ToolCallDelta(index, arguments=call.arguments[len(streamed.arguments):]))
-        return FinalChat(content=content, reasoning=reasoning, tool_calls=calls), owed
+        reasoning_tokens = bisect.bisect_left(self._token_starts, extent)
+        return FinalChat(content=content, reasoning=reasoning, tool_calls=calls,
+                         reasoning_tokens=reasoning_tokens), owed

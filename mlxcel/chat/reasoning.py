@@ -75,14 +75,25 @@ class ReasoningSplitter:
         self._buf = ""  # undecided text
         self._block_started = False  # non-whitespace reasoning seen
         self._pending_ws = ""  # reasoning whitespace that may be trailing
+        self._fed = 0  # characters fed so far
+        self._block_end: int | None = None  # where the closing marker ended, in the text fed
 
     @property
     def in_reasoning(self) -> bool:
         """Whether text fed now would count as reasoning."""
         return self._state == _REASONING
 
+    def reasoning_extent(self) -> int:
+        """How many leading characters of the text fed so far belong to the reasoning
+        block, markers included: 0 without one (or with only whitespace in it), all of
+        them while it is still open."""
+        if not self._block_started:
+            return 0
+        return self._fed if self._block_end is None else self._block_end
+
     def feed(self, text: str) -> ParsedDelta:
         self._buf += text
+        self._fed += len(text)
         out = ParsedDelta()
         self._run(out, final=False)
         return out
@@ -133,6 +144,7 @@ class ReasoningSplitter:
             self._emit_reasoning(out, self._buf[:end])
             self._pending_ws = ""
             self._buf = self._buf[end + len(self._close) :]
+            self._block_end = self._fed - len(self._buf)
             self._state = _AFTER
             return True
         hold = 0 if final else partial_marker_length(self._buf, (self._close,))
@@ -162,10 +174,22 @@ def split_reasoning(
     close_marker: str = THINK.close,
 ) -> tuple[str, str]:
     """The final (reasoning, content) of a whole generation."""
+    reasoning, content, _ = split_reasoning_extent(text, start_in_reasoning, open_marker, close_marker)
+    return reasoning, content
+
+
+def split_reasoning_extent(
+    text: str,
+    start_in_reasoning: bool,
+    open_marker: str = THINK.open,
+    close_marker: str = THINK.close,
+) -> tuple[str, str, int]:
+    """`split_reasoning`, and how many leading characters of `text` the reasoning block
+    spans (see `ReasoningSplitter.reasoning_extent`)."""
     splitter = ReasoningSplitter(start_in_reasoning, open_marker, close_marker)
     out = splitter.feed(text)
     out.extend(splitter.finish())
-    return out.reasoning, out.content
+    return out.reasoning, out.content, splitter.reasoning_extent()
 
 
 # --- prior turns -------------------------------------------------------------

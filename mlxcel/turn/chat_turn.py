@@ -259,7 +259,7 @@ class ChatTurn:
         # what the reply repeats before the generated text, parsed as output is
         repeated = rendered.spec.continued_text() if rendered.spec.reply_repeats_continued else ""
         self._repeated = repeated
-        self._pending = [parser.feed(repeated) if repeated else ParsedDelta() for parser in self._parsers]
+        self._pending = [parser.feed(repeated, token=False) if repeated else ParsedDelta() for parser in self._parsers]
 
     @property
     def generation(self) -> GenerationRequest:
@@ -296,7 +296,7 @@ class ChatTurn:
 
     def _outcome(self, finish: FinishEvent, index: int) -> ChatOutcome:
         parser = self._parsers[index]
-        tail = self._take_pending(index, parser.feed(finish.text))
+        tail = self._take_pending(index, parser.feed(finish.text, token=False))
         tail.extend(parser.finish())
         final, owed = parser.final()
         self._check_forced(final)
@@ -331,7 +331,8 @@ class ChatTurn:
         for index, (result, parser) in enumerate(zip(results, self._parsers)):
             if result.finish.reason is FinishReason.ERROR:
                 raise generation_error(result.finish)
-            parser.add_text(result.text)  # after the continued text fed at construction
+            # after the continued text fed at construction
+            parser.add_text(result.text, [len(event.text) for event in result.events])
             final, _ = parser.final()
             self._check_forced(final)
             outcomes.append(ChatOutcome(final=final, finish=result.finish, owed=[], tail=ParsedDelta(),

@@ -73,7 +73,7 @@ def _stream(client, **body):
 def test_reasoning_goes_to_reasoning_content(think):
     with think.client() as client:
         body = _chat(client, max_tokens=12)
-        chunks = _stream(client, max_tokens=12)
+        chunks = _stream(client, max_tokens=12, stream_options={"include_usage": True})
     message = body["choices"][0]["message"]
     assert message["content"] == "" and message["reasoning_content"]
     assert message["reasoning_only"] is True
@@ -82,6 +82,9 @@ def test_reasoning_goes_to_reasoning_content(think):
     assert "".join(d.get("reasoning_content", "") for d in deltas) == message["reasoning_content"]
     assert not any(d.get("content") for d in deltas)
     assert deltas[-1] == {"reasoning_only": True}
+    # every generated token was reasoning (a re-tokenized count of random tokens' text would differ)
+    assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == body["usage"]["completion_tokens"] == 12
+    assert chunks[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"] == 12
 
 
 @pytest.mark.parametrize("shape", [
@@ -98,6 +101,7 @@ def test_thinking_can_be_turned_off(think, shape):
     assert off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"]
     message = off["choices"][0]["message"]
     assert message["content"] and "reasoning_content" not in message and "reasoning_only" not in message
+    assert off["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
 
 
 @pytest.mark.parametrize("field", ["thinking_budget", "thinking_budget_tokens"])
@@ -109,6 +113,8 @@ def test_thinking_budget_closes_reasoning(think, field):
     message = body["choices"][0]["message"]
     assert message["reasoning_content"] and message["content"]
     assert "<think>" not in message["content"] and "</think>" not in message["content"]
+    # the budget's 4 tokens and the forced end of the block, not the content after it
+    assert 4 < body["usage"]["completion_tokens_details"]["reasoning_tokens"] < body["usage"]["completion_tokens"]
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == message["reasoning_content"]
     assert "".join(d.get("content", "") for d in deltas) == message["content"]

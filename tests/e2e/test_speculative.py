@@ -251,7 +251,9 @@ def test_a_predicted_output_is_drafted_and_leaves_the_reply_unchanged(smol_spec,
     with smol_plain.client() as client:
         plain = _ask(client)
     reply = plain["choices"][0]["message"]["content"]
-    assert "completion_tokens_details" not in plain["usage"]  # no prediction: the usage is as before
+    # no prediction (and no reasoning): OpenAI's zeros
+    assert plain["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0, "accepted_prediction_tokens": 0,
+                                                           "rejected_prediction_tokens": 0}
     with smol_spec.client() as client:
         unpredicted = _ask(client)
         predicted = _ask(client, prediction=_predicted(reply))
@@ -296,7 +298,7 @@ def test_a_prediction_without_speculation_changes_nothing(smol_plain):
         plain = _ask(client)
         predicted = _ask(client, prediction=_predicted(plain["choices"][0]["message"]["content"]))
     assert predicted["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
-    assert predicted["usage"]["completion_tokens_details"] == {"accepted_prediction_tokens": 0,
+    assert predicted["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0, "accepted_prediction_tokens": 0,
                                                                "rejected_prediction_tokens": 0}
 
 

@@ -142,3 +142,51 @@ def test_final_owes_the_calls_a_stream_did_not_finish():
     assert final.tool_calls[0].id == streamed.tool_calls[0].id  # the streamed id is kept
     assert owed == [ToolCallDelta(0, arguments=ARGUMENTS)]
     assert streamed.content == final.content == "Sure. "
+
+
+def reasoning_tokens_streamed(tokens: list[str], continued: str = "", tail: str = "", **options) -> int:
+    options = {"parse_reasoning": True, "start_in_reasoning": False, "tool_parser_cls": None, "tools": [],
+               **options}
+    parser = ChatOutputParser(**options)
+    parser.feed(continued, token=False)
+    for token in tokens:
+        parser.feed(token)
+    parser.feed(tail, token=False)
+    parser.finish()
+    return parser.final()[0].reasoning_tokens
+
+
+def reasoning_tokens_whole(tokens: list[str], continued: str = "", tail: str = "", **options) -> int:
+    options = {"parse_reasoning": True, "start_in_reasoning": False, "tool_parser_cls": None, "tools": [],
+               **options}
+    parser = ChatOutputParser(**options)
+    parser.feed(continued, token=False)
+    parser.add_text("".join(tokens) + tail, [len(t) for t in tokens])
+    return parser.final()[0].reasoning_tokens
+
+
+def test_reasoning_tokens_are_the_generated_tokens_of_the_block():
+    """usage's reasoning_tokens: the tokens whose text lies in the reasoning block
+    (markers included, a token that straddles its end too), the same streamed or whole."""
+    cases = [
+        (["a", " b", "</think>", "\n\nHi", " there"], {"start_in_reasoning": True}, 3),
+        (["\n", "<think>", "x", "</", "think>", "Hi"], {}, 5),
+        (["ab</thi", "nk>Hello", " you"], {"start_in_reasoning": True}, 2),
+        (["Hi", " <think>", "x", "</think>"], {}, 0),  # not a leading block: content
+        (["<think>", "\n", "</think>", "Hi"], {}, 0),  # only whitespace: no reasoning
+        (["<think>", "still", " thinking"], {}, 3),  # never closed: every token
+        (["[THINK]", "x", "[/THINK]", "y"], {"markers": ReasoningMarkers("[THINK]", "[/THINK]")}, 3),
+        (["a", "</think>", "b"], {"start_in_reasoning": True, "parse_reasoning": False}, 0),
+    ]
+    for tokens, options, expected in cases:
+        assert reasoning_tokens_streamed(tokens, **options) == expected, tokens
+        assert reasoning_tokens_whole(tokens, **options) == expected, tokens
+
+
+def test_reasoning_tokens_leave_out_text_no_token_made():
+    """A continued message's text is parsed but was not generated; released held-back
+    text adds characters, not tokens."""
+    assert reasoning_tokens_streamed(["c", "</think>", "Hi"], continued="<think>ab") == 2
+    assert reasoning_tokens_whole(["c", "</think>", "Hi"], continued="<think>ab") == 2
+    assert reasoning_tokens_streamed(["c", "d"], continued="<think>ab", tail="</think>Hi") == 2
+    assert reasoning_tokens_streamed(["Hi"], continued="<think>ab</think>") == 0

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.api.openai.chat_control import live_completions
 from mlxcel.api.openai.chat_stream import StreamOptions, chat_stream, tool_call_json
-from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message, prediction_details
+from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message, completion_details
 from mlxcel.api.openai.completions_wire import usage_body
 from mlxcel.api.openai.estimate import estimate_for
 from mlxcel.chat.continuation import resolve_ending
@@ -129,7 +129,6 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
         options = StreamOptions(
             completion_id, created, host.model_id,
             include_usage=bool(body.stream_options and body.stream_options.include_usage),
-            predicted=body.prediction is not None,
             timings_per_token=body.timings_per_token, return_progress=body.return_progress,
             logprobs=body.logprobs, verbose=verbose_of if verbose else None,
         )
@@ -156,8 +155,7 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
         })
     first = outcomes[0].finish
     usage = usage_body(first.prompt_tokens, sum(o.finish.completion_tokens for o in outcomes), first.cached_tokens)
-    if body.prediction is not None:
-        usage["completion_tokens_details"] = prediction_details([o.finish for o in outcomes])
+    usage["completion_tokens_details"] = completion_details(outcomes)
     response = chat_body(completion_id, created, host.model_id, choices, usage)
     if verbose:
         response["__verbose"] = verbose_of(outcomes[0], outcomes[0].final.content)

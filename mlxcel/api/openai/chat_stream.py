@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from mlxcel.api.openai.chat_wire import chunk_body, prediction_details
+from mlxcel.api.openai.chat_wire import chunk_body, completion_details
 from mlxcel.api.openai.completions_wire import usage_body
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.http.sse import sse_data
@@ -49,7 +49,6 @@ class StreamOptions:
     created: int
     model: str
     include_usage: bool = False
-    predicted: bool = False  # the request sent a prediction: usage says how much of it held
     timings_per_token: bool = False
     return_progress: bool = False
     logprobs: bool = False
@@ -83,7 +82,7 @@ async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Call
 
     for index in range(len(choices)):
         yield sse_data(body(index, {"role": "assistant"}))
-    finishes = []
+    outcomes: list[ChatOutcome] = []
     async for step in turn.stream():
         choice = choices[step.index]
         if isinstance(step, ChatProgress):
@@ -97,7 +96,7 @@ async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Call
                 yield sse_data(out)
             continue
         if isinstance(step, ChatOutcome):
-            finishes.append(step.finish)
+            outcomes.append(step)
             for frame in _finish_chunks(step, choice, o, body):
                 yield frame
             continue
@@ -109,11 +108,10 @@ async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Call
             yield chunk(step.index, delta or {"content": ""}, choice.logprobs.chunk(step.token))
         elif delta:
             yield chunk(step.index, delta)
-    if o.include_usage and finishes:
-        usage = usage_body(finishes[0].prompt_tokens, sum(f.completion_tokens for f in finishes),
-                           finishes[0].cached_tokens)
-        if o.predicted:
-            usage["completion_tokens_details"] = prediction_details(finishes)
+    if o.include_usage and outcomes:
+        first = outcomes[0].finish
+        usage = usage_body(first.prompt_tokens, sum(c.finish.completion_tokens for c in outcomes), first.cached_tokens)
+        usage["completion_tokens_details"] = completion_details(outcomes)
         yield sse_data(chunk_body(o.completion_id, o.created, o.model, [], usage))
     yield sse_data("[DONE]")
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from mlxcel.api.openai.completions_wire import StreamOptions
-from mlxcel.engine.request import FinishEvent
+from mlxcel.turn.chat_turn import ChatOutcome
 from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.sampling_fields import SamplingFields
 
@@ -71,12 +71,14 @@ class Prediction(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
-def prediction_details(finishes: list[FinishEvent]) -> dict:
-    """usage.completion_tokens_details of a request that sent a prediction: the drafted
-    tokens of the prediction that the reply kept and those it did not."""
+def completion_details(outcomes: list[ChatOutcome]) -> dict:
+    """usage.completion_tokens_details, as OpenAI's: the tokens the reasoning block took,
+    and of a request's prediction the drafted tokens the reply kept and those it did not
+    (0 without one)."""
     return {
-        "accepted_prediction_tokens": sum(f.timings.prediction_accepted for f in finishes),
-        "rejected_prediction_tokens": sum(f.timings.prediction_rejected for f in finishes),
+        "reasoning_tokens": sum(o.final.reasoning_tokens for o in outcomes),
+        "accepted_prediction_tokens": sum(o.finish.timings.prediction_accepted for o in outcomes),
+        "rejected_prediction_tokens": sum(o.finish.timings.prediction_rejected for o in outcomes),
     }
 
 

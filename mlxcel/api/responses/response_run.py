@@ -211,7 +211,7 @@ class ResponseRun:
         for e in builder.finish(calls, status):
             yield e
         usage = usage_body(outcome.finish.prompt_tokens, outcome.finish.completion_tokens,
-                           outcome.finish.cached_tokens, self._token_count(outcome.final.reasoning))
+                           outcome.finish.cached_tokens, outcome.final.reasoning_tokens)
         body = response_object(self.id, self.created_at, self.host.model_id, self.body, status,
                                prefix + builder.output, usage, error=error, incomplete_details=details,
                                completed_at=int(time.time()), conversation_id=self.conversation)
@@ -220,9 +220,6 @@ class ResponseRun:
         if outcome.finish.reason is not FinishReason.ERROR:
             terminal["timings"] = outcome.finish.timings.to_dict()  # as llama-server's final event carries
         yield terminal
-
-    def _token_count(self, text: str) -> int:
-        return len(self.host.tokenizer.encode(text, add_special=False, parse_special=False)) if text else 0
 
     # -- after generation ---------------------------------------------------------
 
