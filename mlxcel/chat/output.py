@@ -39,6 +39,7 @@ class ChatOutputParser:
         tools: list[dict],
         request_id: str = "",
         markers: ReasoningMarkers = THINK,
+        max_tool_calls: int | None = None,
     ) -> None:
         self._reasoning = parse_reasoning
         self._start_in_reasoning = start_in_reasoning
@@ -52,20 +53,38 @@ class ChatOutputParser:
         self._chars = 0  # characters of text taken so far
         self._token_starts: list[int] = []  # where each generated token's text starts in it
         self._request_id = request_id
+        # at most this many calls (None: any): a call past them ends the output where it
+        # begins; `over_limit` then says the generation should stop
+        self._max_calls = max_tool_calls if self._tool_parser_cls else None
+        self.over_limit = False
+        self._content_before: list[str] = []  # the content streamed before such a call
 
     def feed(self, text: str, token: bool = True) -> ParsedDelta:
         """Parse the next piece: a generated token's text, or (`token=False`) text that
         no token of this generation produced (a continued message, released held-back text)."""
         self._take(text, [len(text)] if token else [])
-        return self._route(self._splitter.feed(text) if self._splitter else ParsedDelta(content=text))
+        delta = self._route(self._splitter.feed(text) if self._splitter else ParsedDelta(content=text))
+        return self._limited(delta) if self._max_calls is not None else delta
+
+    def _limited(self, delta: ParsedDelta) -> ParsedDelta:
+        """Nothing from the first call past the limit on: what came before it stays."""
+        if self.over_limit:
+            return ParsedDelta()
+        if any(call.index >= self._max_calls for call in delta.tool_calls):
+            self.over_limit = True
+            delta.tool_calls = [call for call in delta.tool_calls if call.index < self._max_calls]
+        self._content_before.append(delta.content)
+        return delta
 
     def finish(self) -> ParsedDelta:
         out = ParsedDelta()
+        if self.over_limit:
+            return out  # held-back text belongs to the call past the limit
         if self._splitter:
             out.extend(self._route(self._splitter.finish()))
         if self._tool_parser:
             out.extend(self._track(self._tool_parser.finish()))
-        return out
+        return self._limited(out) if self._max_calls is not None else out
 
     def _route(self, delta: ParsedDelta) -> ParsedDelta:
         if self._tool_parser is None or not delta.content:
@@ -108,6 +127,10 @@ class ChatOutputParser:
         if self._tool_parser_cls is not None:
             parsed = self._tool_parser_cls(self._tools).parse(content)
             content, calls = parsed.content, parsed.tool_calls
+            if self._max_calls is not None:
+                calls = calls[: self._max_calls]
+                if self.over_limit:  # a stream cut short: the call past the limit may be unfinished
+                    content = "".join(self._content_before)
         owed: list[ToolCallDelta] = []
         for index, call in enumerate(calls):
             streamed = self._streamed.get(index)

@@ -106,8 +106,10 @@ class EngineControl:
             # inside the lock: once the engine stops, nothing reaches its inbox unseen
             self._inbox.put(Submit(request))
 
-    def cancel(self, request_id: int) -> None:
-        self._inbox.put(Cancel(request_id))
+    def cancel(self, request_id: int, reason: FinishReason = FinishReason.CANCELLED) -> None:
+        """End the request wherever it is; `reason` STOP ends it as a finished one (its
+        output is complete: the caller has what it asked for)."""
+        self._inbox.put(Cancel(request_id, reason))
 
     def shed(self, request_id: int, message: str) -> None:
         """End the request to free memory (the governor's red band): it finishes with

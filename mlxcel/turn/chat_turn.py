@@ -58,6 +58,7 @@ class ChatTurnSpec:
     ending: PromptEnding = field(default_factory=PromptEnding)  # generation prompt or continuation
     n: int = 1  # choices: independent generations of the same prompt
     prediction: str | None = None  # the reply the client expects (OpenAI's predicted output)
+    max_tool_calls: int | None = None  # 1: parallel tool calls off (the generation ends at a second call)
     report_progress: bool = False  # the stream carries ChatProgress while the prompt prefills
     # llama-server's chat reply to a continued message is the whole message: the text
     # continued, then what was generated (Anthropic's reply is only the new text)
@@ -253,12 +254,14 @@ class ChatTurn:
                 tools=prepared.plan.tools,
                 request_id=context.request_id,
                 markers=prepared.markers,
+                max_tool_calls=rendered.spec.max_tool_calls,
             )
             for _ in generations
         ]
         # what the reply repeats before the generated text, parsed as output is
         repeated = rendered.spec.continued_text() if rendered.spec.reply_repeats_continued else ""
         self._repeated = repeated
+        self._stopped: set[int] = set()  # choices ended at a tool call past their limit
         self._pending = [parser.feed(repeated, token=False) if repeated else ParsedDelta() for parser in self._parsers]
 
     @property
@@ -313,7 +316,12 @@ class ChatTurn:
         interleave. ChatProgress comes only when the spec asked for it."""
         async for index, event in self._group.events():
             if isinstance(event, TokenEvent):
-                yield ChatStep(self._take_pending(index, self._parsers[index].feed(event.text)), event, index)
+                parser = self._parsers[index]
+                step = ChatStep(self._take_pending(index, parser.feed(event.text)), event, index)
+                if parser.over_limit and index not in self._stopped:  # a call past the limit began
+                    self._stopped.add(index)  # the output is complete
+                    self._group.stop(index)
+                yield step
             elif isinstance(event, PromptProgressEvent):
                 yield ChatProgress(event, index)
             else:
@@ -326,6 +334,8 @@ class ChatTurn:
 
     async def run_all(self) -> list[ChatOutcome]:
         """Every choice, in order, each parsed once."""
+        if self.rendered.spec.max_tool_calls is not None and self.rendered.prepared.plan.tools:
+            return await self._run_parsing()
         results = await self._group.collect()
         outcomes = []
         for index, (result, parser) in enumerate(zip(results, self._parsers)):
@@ -337,6 +347,22 @@ class ChatTurn:
             self._check_forced(final)
             outcomes.append(ChatOutcome(final=final, finish=result.finish, owed=[], tail=ParsedDelta(),
                                         tokens=result.events, index=index))
+        return outcomes
+
+
+    async def _run_parsing(self) -> list[ChatOutcome]:
+        """`run_all` through the streaming parse, which sees a call past the limit begin
+        (and ends the generation there)."""
+        tokens: list[list[TokenEvent]] = [[] for _ in self.generations]
+        outcomes: list[ChatOutcome | None] = [None] * len(self.generations)
+        async for step in self.stream():
+            if isinstance(step, ChatStep):
+                tokens[step.index].append(step.token)
+            elif isinstance(step, ChatOutcome):
+                if step.finish.reason is FinishReason.ERROR:
+                    raise generation_error(step.finish)
+                step.tokens = tokens[step.index]
+                outcomes[step.index] = step
         return outcomes
 
 

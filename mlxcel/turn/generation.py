@@ -12,7 +12,14 @@ from mlxcel.engine.drain import retry_after_s
 from mlxcel.engine.engine import Engine
 from mlxcel.engine.engine_control import EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import EngineFailedError
-from mlxcel.engine.request import EngineEvent, FinishEvent, GenerationRequest, PromptProgressEvent, TokenEvent
+from mlxcel.engine.request import (
+    EngineEvent,
+    FinishEvent,
+    FinishReason,
+    GenerationRequest,
+    PromptProgressEvent,
+    TokenEvent,
+)
 from mlxcel.turn.errors import EngineUnavailable, ServerBusy
 from mlxcel.turn.loop_relay import relay_for
 
@@ -102,6 +109,11 @@ class GenerationGroup:
     def cancel(self) -> None:
         for index in self._open:
             self._engine.cancel(self.requests[index].id)
+
+    def stop(self, index: int) -> None:
+        """End request `index` as finished (FinishReason.STOP): its caller has all it wants."""
+        if index in self._open:
+            self._engine.cancel(self.requests[index].id, FinishReason.STOP)
 
     async def events(self) -> AsyncIterator[tuple[int, EngineEvent]]:
         """Yields (request index, event) until every request has finished."""

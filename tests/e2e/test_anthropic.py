@@ -412,3 +412,12 @@ def test_stream_disconnect_frees_the_slot(secured):
             threading.Event().wait(0.05)
         else:
             raise AssertionError("the slot was not freed")
+
+
+def test_disable_parallel_tool_use_is_checked(qwen_claude):
+    message = qwen_claude.messages.create(model="q", max_tokens=60, messages=ASK, tools=[WEATHER],
+                                          tool_choice={"type": "any", "disable_parallel_tool_use": True})
+    assert [b.type for b in message.content].count("tool_use") == 1
+    with pytest.raises(anthropic.BadRequestError, match="disable_parallel_tool_use"):
+        qwen_claude.messages.create(model="q", max_tokens=4, messages=ASK, tools=[WEATHER],
+                                    tool_choice={"type": "auto", "disable_parallel_tool_use": "yes"})

@@ -133,3 +133,51 @@ def test_logprobs_keep_one_chunk_per_token_through_tool_markup(qwen):
     assert len(with_logprobs) == usage["completion_tokens"]
     suppressed = [c for c in with_logprobs if c["choices"][0]["delta"] == {"content": ""}]
     assert suppressed  # the <tool_call> markup tokens still carried their logprobs
+
+
+# the model continues an assistant message that already holds one call and began a second
+TWO_CALLS = [{"role": "user", "content": "What's the weather in Paris and in Tokyo?"},
+             {"role": "assistant", "content": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                                              '</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": '
+                                              '{"city": "'}]
+
+
+def test_parallel_tool_calls_false_gives_one_call_and_stops_the_generation(qwen):
+    def ask(client, stream, **extra):
+        body = {"messages": TWO_CALLS, "tools": [WEATHER, TIME], "temperature": 0, "max_tokens": 40, **extra}
+        if not stream:
+            response = client.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200, response.text
+            answer = response.json()
+            choice = answer["choices"][0]
+            calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])["city"])
+                     for c in choice["message"].get("tool_calls") or []]
+            return calls, choice["message"]["content"], choice["finish_reason"], answer["usage"]["completion_tokens"]
+        response = client.post("/v1/chat/completions", json={**body, "stream": True,
+                                                             "stream_options": {"include_usage": True}})
+        events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+        deltas = [c for e in events for c in e["choices"]]
+        arguments: dict[int, str] = {}
+        names: dict[int, str] = {}
+        for d in deltas:
+            for call in d["delta"].get("tool_calls") or []:
+                names[call["index"]] = names.get(call["index"], "") + (call["function"].get("name") or "")
+                arguments[call["index"]] = arguments.get(call["index"], "") + call["function"]["arguments"]
+        calls = [(names[i], json.loads(arguments[i])["city"]) for i in sorted(arguments)]
+        content = "".join(d["delta"].get("content") or "" for d in deltas)
+        finish = [d["finish_reason"] for d in deltas if d["finish_reason"]]
+        return calls, content, finish[-1], events[-1]["usage"]["completion_tokens"]
+
+    with qwen.client() as client:
+        for stream in (False, True):
+            both = ask(client, stream)
+            one = ask(client, stream, parallel_tool_calls=False)
+            assert both[0] == [("get_weather", "Paris"), ("get_weather", "Tokyo")], both
+            assert one[0] == [("get_weather", "Paris")], one
+            assert one[1] == both[1] == ""  # nothing of the dropped call leaks into the content
+            assert one[2] == both[2] == "tool_calls"
+            assert one[3] < both[3]  # the generation ended at the second call instead of writing it
+            assert ask(client, stream, parallel_tool_calls=True)[0] == both[0]
+        bad = client.post("/v1/chat/completions", json={"messages": ASK, "tools": [WEATHER],
+                                                        "parallel_tool_calls": "no"})
+    assert bad.status_code == 400 and "parallel_tool_calls" in bad.json()["error"]["message"]

@@ -12,6 +12,7 @@ from mlxcel.api.anthropic.translate import (
     chat_tool_choice,
     chat_tools,
     content_blocks,
+    max_tool_calls,
     stop_reason,
     tool_input,
     turn_spec,
@@ -136,6 +137,18 @@ def test_tools_and_tool_choice():
         chat_tool_choice({"type": "any"}, [])
     with pytest.raises(ChatInputError, match="tool_choice.type"):
         chat_tool_choice({"type": "function"}, tools)
+
+
+def test_disable_parallel_tool_use_allows_one_call():
+    assert max_tool_calls(None) is None
+    assert max_tool_calls({"type": "auto"}) is None
+    assert max_tool_calls({"type": "auto", "disable_parallel_tool_use": False}) is None
+    assert max_tool_calls({"type": "any", "disable_parallel_tool_use": True}) == 1
+    with pytest.raises(ChatInputError, match="disable_parallel_tool_use"):
+        max_tool_calls({"type": "auto", "disable_parallel_tool_use": "yes"})
+    spec = turn_spec({}, _request(tools=[WEATHER], tool_choice={"type": "auto", "disable_parallel_tool_use": True}),
+                     {})
+    assert spec.max_tool_calls == 1
 
 
 def test_turn_spec_fields():

@@ -190,3 +190,43 @@ def test_reasoning_tokens_leave_out_text_no_token_made():
     assert reasoning_tokens_whole(["c", "</think>", "Hi"], continued="<think>ab") == 2
     assert reasoning_tokens_streamed(["c", "d"], continued="<think>ab", tail="</think>Hi") == 2
     assert reasoning_tokens_streamed(["Hi"], continued="<think>ab</think>") == 0
+
+
+SECOND = '<tool_call>\n{"name": "get_time", "arguments": {"timezone": "UTC"}}\n</tool_call>'
+
+
+def test_one_call_allowed_ends_the_output_where_a_second_begins():
+    """max_tool_calls=1 (parallel calls off): the stream sends the first call only, says
+    when a second one began (the turn then stops the generation), and drops everything
+    from there on, including text generated before the stop lands."""
+    parser = ChatOutputParser(parse_reasoning=True, start_in_reasoning=False, tool_parser_cls=HERMES,
+                              tools=TOOLS, max_tool_calls=1)
+    streamed = ParsedDelta()
+    pieces = list("Sure. " + CALL + "\n" + SECOND + " trailing words")
+    over_at = None
+    for n, piece in enumerate(pieces):
+        streamed.extend(parser.feed(piece))
+        if parser.over_limit and over_at is None:
+            over_at = n
+    streamed.extend(parser.finish())
+    final, owed = parser.final()
+    assert over_at is not None and over_at < len("Sure. " + CALL + "\n" + SECOND) - 10  # at the name, not later
+    assert {d.index for d in streamed.tool_calls} == {0}
+    assert [(c.name, c.arguments) for c in final.tool_calls] == [("get_weather", ARGUMENTS)]
+    assert final.content == streamed.content and "tool_call" not in final.content and "trailing" not in final.content
+    assert final.content.strip() == "Sure."
+    assert assembled_calls(streamed.tool_calls + owed)[0][1:] == ("get_weather", ARGUMENTS)
+
+
+def test_one_call_allowed_on_a_whole_generation_and_without_a_limit():
+    whole = ChatOutputParser(parse_reasoning=True, start_in_reasoning=False, tool_parser_cls=HERMES, tools=TOOLS,
+                             max_tool_calls=1)
+    whole.add_text(CALL + "\n" + SECOND)
+    assert [c.name for c in whole.final()[0].tool_calls] == ["get_weather"]
+    _, final, _ = run(list(CALL + "\n" + SECOND))
+    assert [c.name for c in final.tool_calls] == ["get_weather", "get_time"]
+    one = ChatOutputParser(parse_reasoning=True, start_in_reasoning=False, tool_parser_cls=HERMES, tools=TOOLS,
+                           max_tool_calls=1)
+    for piece in CALL:
+        one.feed(piece)
+    assert not one.over_limit  # one call is within the limit

@@ -190,6 +190,14 @@ def chat_tool_choice(choice: dict | None, tools: list[dict]) -> Any:
     raise ChatInputError("tool_choice.type must be one of 'auto', 'any', 'tool', 'none'")
 
 
+def max_tool_calls(choice: dict | None) -> int | None:
+    """tool_choice.disable_parallel_tool_use: at most one tool_use block."""
+    disable = (choice or {}).get("disable_parallel_tool_use", False)
+    if not isinstance(disable, bool):
+        raise ChatInputError("tool_choice.disable_parallel_tool_use must be a boolean")
+    return 1 if disable else None
+
+
 def template_kwargs(data: dict, body: CountTokensRequest, server_defaults: dict) -> dict:
     kwargs = resolve_template_kwargs(data, server_defaults)
     if body.thinking is not None:
@@ -223,6 +231,7 @@ def turn_spec(data: dict, body: CountTokensRequest, server_template_kwargs: dict
         tool_choice=chat_tool_choice(body.tool_choice, tools),
         template_kwargs=template_kwargs(data, body, server_template_kwargs),
         thinking_budget=thinking_budget(body),
+        max_tool_calls=max_tool_calls(body.tool_choice),
     )
     if isinstance(body, MessagesRequest):
         spec.sampling = body.engine_fields()

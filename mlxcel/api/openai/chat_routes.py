@@ -30,7 +30,7 @@ from mlxcel.turn.verbose import verbose_object
 router = APIRouter()
 
 # fields a chat request may carry that change nothing here (named in one warning line)
-IGNORED_FIELDS = {"user", "metadata", "parallel_tool_calls", "service_tier", "store", "modalities",
+IGNORED_FIELDS = {"user", "metadata", "service_tier", "store", "modalities",
                   "audio", "web_search_options", "function_call", "functions"}
 HONORED_FIELDS = set(ChatCompletionRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt", "dry_run"}
 OPENING = opening(ChatCompletionRequest, "chatcmpl-", HONORED_FIELDS, IGNORED_FIELDS, api="chat")
@@ -76,6 +76,7 @@ def turn_spec(data: dict, body: ChatCompletionRequest, host: ModelHost) -> ChatT
                               host.config.prefill_assistant),
         n=body.n,
         prediction=body.prediction.text() if body.prediction is not None else None,
+        max_tool_calls=1 if body.parallel_tool_calls is False else None,
         report_progress=body.stream and (body.return_progress or body.timings_per_token),
         reply_repeats_continued=True,
     )

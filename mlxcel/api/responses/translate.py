@@ -153,4 +153,5 @@ def turn_spec(data: dict, body: ResponsesInput, history: list[dict], server_temp
         thinking_budget=next((v for v in (request.thinking_budget, request.thinking_budget_tokens) if v is not None),
                              None) if request else None,
         report_progress=bool(request and request.stream and (request.timings_per_token or request.return_progress)),
+        max_tool_calls=1 if request is not None and request.parallel_tool_calls is False else None,
     )
