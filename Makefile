@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 MODEL ?= smollm2-135m-instruct
 ARGS ?=
 
-.PHONY: setup serve test unit bench reference parity clean redis-server
+.PHONY: setup serve test unit bench reference parity clean redis-server chromium
 
 $(STAMP): pyproject.toml setup.py mlxcel/engine/_topset.c
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,11 @@ reference: setup
 redis-server:
 	command -v redis-server >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server)
 
-test: setup reference redis-server
+# The web UI tests drive Debian's Chromium (through Playwright, which downloads no browser).
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
+test: setup reference redis-server chromium
 	$(BIN)/mlxcel pull $(MODEL)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

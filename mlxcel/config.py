@@ -156,6 +156,7 @@ class ServerConfig:
     skip_chat_parsing: bool = False  # --skip-chat-parsing: chat output is all content
     jinja: bool = True  # --no-jinja: chat prompts by llama.cpp's built-in template formats
     slots_endpoint: bool = True
+    webui: bool = True  # the chat web UI at / for browsers (server/webui)
     cache_prompt: bool = True
     sampling: SamplingParams = field(default_factory=SamplingParams)
     flash_attn: str = "auto"  # on | off | auto

@@ -26,9 +26,9 @@ _refuse("downloads or selects models another way (use -m with a path or a catalo
 _refuse("downloads a multimodal projector (give --mmproj a path)", "-mmu", "--mmproj-url")
 _refuse("changes how video is cut into frames (mlxcel samples frames with --video-max-frames and the part's fps)",
         "--video-ffmpeg-dir", "--video-timestamp-interval")
-_refuse("serves other routes or a web UI (not implemented)",
+_refuse("serves other routes or web UI features (not implemented)",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
-        "--webui", "--ui", "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
+        "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
         "--webui-mcp-proxy", "--ui-mcp-proxy")
 
 

@@ -277,6 +277,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         skip_chat_parsing=args.skip_chat_parsing,
         jinja=args.jinja,
         slots_endpoint=args.slots,
+        webui=args.webui,
         cache_prompt=args.cache_prompt,
         sampling=sampling,
         flash_attn=args.flash_attn,

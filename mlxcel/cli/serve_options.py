@@ -353,6 +353,8 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
     (("--skip-chat-parsing",), ("--no-skip-chat-parsing",), "skip_chat_parsing", False, "LLAMA_ARG_SKIP_CHAT_PARSING",
      "chat output is all content: no reasoning split, no tool-call parsing"),
     (("--slots",), ("--no-slots",), "slots", True, "LLAMA_ARG_ENDPOINT_SLOTS", "serve the /slots endpoint"),
+    (("--webui", "--ui"), ("--no-webui", "--no-ui"), "webui", True, "LLAMA_ARG_WEBUI",
+     "serve the chat web UI at / to browsers (API clients there still get the health answer)"),
     (("--reranking", "--rerank"), (), "reranking", False, "LLAMA_ARG_RERANKING",
      "serve -m as a reranker (pooling rank) on /v1/rerank only, as llama-server's --reranking"),
     (("--cache-prompt",), ("--no-cache-prompt",), "cache_prompt", True, "LLAMA_ARG_CACHE_PROMPT",

@@ -40,6 +40,8 @@ from mlxcel.server.idle_sleep import IdleSleep, IdleSleepMiddleware, SleepPlan, 
 from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams, unserved
 from mlxcel.server.routes.vertex import add_vertex_routes
 from mlxcel.server.startup_gc import settle_startup_objects
+from mlxcel.server.webui import ASSET_PATHS as WEBUI_ASSETS
+from mlxcel.server.webui import WebUIMiddleware
 from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.state.store import StateBackend
@@ -192,12 +194,15 @@ def create_app(
         predict = frozenset({vertex.predict_route} if vertex is not None else ())
         app.add_middleware(IdleSleepMiddleware, plan=sleepers, routes=lambda: app.router.routes,
                            describing=vertex_health, modelless=unserved.PATHS | predict)
+    if config.webui:  # --path's own index.html, added after it, is served first
+        app.add_middleware(WebUIMiddleware, prefix=config.api_prefix or "")
     if config.static_path:
         app.add_middleware(StaticFilesMiddleware, folder=config.static_path)
     if vertex is not None:  # Google Cloud Vertex AI's container contract (AIP_MODE=PREDICTION)
         add_vertex_routes(app, vertex, config.api_prefix)
     if config.api_keys:
-        app.add_middleware(APIKeyMiddleware, keys=config.api_keys, open_paths=OPEN_PATHS | vertex_health)
+        webui_assets = WEBUI_ASSETS if config.webui else frozenset()
+        app.add_middleware(APIKeyMiddleware, keys=config.api_keys, open_paths=OPEN_PATHS | vertex_health | webui_assets)
     if config.api_prefix:
         app.add_middleware(ApiPrefixMiddleware, prefix=config.api_prefix)
     policy = CorsPolicy(config.cors_origins, config.cors_methods, config.cors_headers, config.cors_credentials)

@@ -51,10 +51,17 @@ def test_unimplemented_tuning_flags_are_split_off():
 
 
 @pytest.mark.parametrize("flag", ["--webui-config", "--mmproj-url", "--tools",
-                                  "-hf", "--webui"])
+                                  "-hf", "--webui-mcp-proxy"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):
         parse_serve_args(["-m", "smollm2-135m-instruct", flag, "x"])
+
+
+def test_the_web_ui_is_on_unless_turned_off():
+    assert parse_serve_args(["-m", "smollm2-135m-instruct"]).webui is True
+    for flag in ("--no-webui", "--no-ui"):
+        assert parse_serve_args(["-m", "smollm2-135m-instruct", flag]).webui is False
+    assert parse_serve_args(["-m", "smollm2-135m-instruct", "--webui"]).webui is True
 
 
 def test_every_llama_server_flag_is_implemented_refused_or_tuning():

@@ -1,0 +1,625 @@
+// mlxcel's chat page: conversations kept in this browser's localStorage, replies streamed
+// from the server's own /v1/chat/completions. Model output is only ever put into the page
+// as text nodes (markdown is parsed into elements here, never into HTML strings).
+"use strict";
+
+(() => {
+  const PREFIX = document.querySelector('meta[name="mlxcel-prefix"]').content;
+  const SAMPLING = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
+  const MAX_IMAGE_BYTES = 8 * 1024 * 1024;
+  const $ = (id) => document.getElementById(id);
+
+  // --- storage --------------------------------------------------------------
+
+  const store = {
+    load(key, fallback) {
+      try {
+        const value = localStorage.getItem("mlxcel." + key);
+        return value === null ? fallback : JSON.parse(value);
+      } catch {
+        return fallback;
+      }
+    },
+    save(key, value) {
+      try {
+        localStorage.setItem("mlxcel." + key, JSON.stringify(value));
+      } catch (error) {
+        notice("This browser did not keep the conversation: " + error.message);
+      }
+    },
+  };
+
+  const state = {
+    conversations: store.load("conversations", []),
+    current: store.load("current", null),
+    settings: store.load("settings", {}),
+    models: [],
+    vision: false,
+    controller: null,  // the running generation's AbortController
+    attachments: [],  // data: URLs of images for the next message
+  };
+
+  const newId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
+  const conversation = () => state.conversations.find((c) => c.id === state.current) || null;
+  const saveConversations = () => {
+    store.save("conversations", state.conversations);
+    store.save("current", state.current);
+  };
+
+  // --- markdown (to elements, never to HTML strings) -------------------------
+
+  const el = (tag, attrs = {}, ...children) => {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+    for (const child of children) node.append(child);
+    return node;
+  };
+
+  const INLINE = /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]*?\S)\*\*|__(?=\S)([\s\S]*?\S)__|\*(?=[^\s*])([\s\S]*?[^\s*])\*|_(?=[^\s_])([\s\S]*?[^\s_])_(?![A-Za-z0-9])|~~(?=\S)([\s\S]*?\S)~~|\[([^\]\n]+)\]\(([^)\s]+)\)|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])/;
+
+  function safeHref(url) {
+    try {
+      const parsed = new URL(url, location.href);
+      return parsed.protocol === "http:" || parsed.protocol === "https:" || parsed.protocol === "mailto:"
+        ? parsed.href : null;
+    } catch {
+      return null;
+    }
+  }
+
+  function link(text, url) {
+    const href = safeHref(url);
+    if (href === null) return document.createTextNode(text);
+    return el("a", {href, target: "_blank", rel: "noopener noreferrer"}, text);
+  }
+
+  function inline(text) {
+    const out = [];
+    let rest = text;
+    while (rest) {
+      const m = INLINE.exec(rest);
+      if (!m) {
+        out.push(document.createTextNode(rest));
+        break;
+      }
+      if (m.index) out.push(document.createTextNode(rest.slice(0, m.index)));
+      if (m[1]) out.push(el("code", {}, m[2]));
+      else if (m[3] !== undefined || m[4] !== undefined) out.push(el("strong", {}, ...inline(m[3] ?? m[4])));
+      else if (m[5] !== undefined || m[6] !== undefined) out.push(el("em", {}, ...inline(m[5] ?? m[6])));
+      else if (m[7] !== undefined) out.push(el("del", {}, ...inline(m[7])));
+      else if (m[8] !== undefined) out.push(link(m[8], m[9]));
+      else out.push(link(m[10], m[10]));
+      rest = rest.slice(m.index + m[0].length);
+    }
+    return out;
+  }
+
+  function withBreaks(lines) {
+    const nodes = [];
+    lines.forEach((line, i) => {
+      if (i) nodes.push(el("br"));
+      nodes.push(...inline(line));
+    });
+    return nodes;
+  }
+
+  function codeBlock(code, language) {
+    const attrs = language ? {"data-language": language} : {};
+    const copy = el("button", {type: "button", class: "copy-code"}, "Copy");
+    copy.addEventListener("click", () => copyText(code, copy));
+    return el("pre", {}, copy, el("code", attrs, code));
+  }
+
+  const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([\w+#.-]*)/;
+  const LIST_ITEM = /^\s{0,3}([-*+]|\d{1,9}[.)])\s+(.*)$/;
+  const TABLE_RULE = /^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$/;
+
+  function tableRow(line, cell) {
+    const cells = line.trim().replace(/^\||\|$/g, "").split("|");
+    return el("tr", {}, ...cells.map((c) => el(cell, {}, ...inline(c.trim()))));
+  }
+
+  function renderMarkdown(text) {
+    const root = document.createDocumentFragment();
+    const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
+    let i = 0;
+    while (i < lines.length) {
+      const line = lines[i];
+      const fence = FENCE.exec(line);
+      if (fence) {
+        const body = [];
+        i += 1;
+        while (i < lines.length && !lines[i].trimStart().startsWith(fence[1])) body.push(lines[i++]);
+        i += 1;  // the closing fence (or the end of an unfinished block)
+        root.append(codeBlock(body.join("\n"), fence[2]));
+        continue;
+      }
+      if (!line.trim()) {
+        i += 1;
+        continue;
+      }
+      const heading = /^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$/.exec(line);
+      if (heading) {
+        root.append(el("h" + Math.min(6, heading[1].length + 2), {}, ...inline(heading[2])));
+        i += 1;
+        continue;
+      }
+      if (/^ {0,3}([-*_])(\s*\1){2,}\s*$/.test(line)) {
+        root.append(el("hr"));
+        i += 1;
+        continue;
+      }
+      if (/^\s{0,3}>/.test(line)) {
+        const quoted = [];
+        while (i < lines.length && /^\s{0,3}>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s{0,3}>\s?/, ""));
+        root.append(el("blockquote", {}, renderMarkdown(quoted.join("\n"))));
+        continue;
+      }
+      if (line.includes("|") && i + 1 < lines.length && TABLE_RULE.test(lines[i + 1])) {
+        const table = el("table", {}, el("thead", {}, tableRow(line, "th")));
+        const body = el("tbody");
+        i += 2;
+        while (i < lines.length && lines[i].includes("|") && lines[i].trim()) body.append(tableRow(lines[i++], "td"));
+        table.append(body);
+        root.append(table);
+        continue;
+      }
+      const item = LIST_ITEM.exec(line);
+      if (item) {
+        const ordered = /\d/.test(item[1]);
+        const list = el(ordered ? "ol" : "ul");
+        if (ordered && parseInt(item[1], 10) !== 1) list.setAttribute("start", String(parseInt(item[1], 10)));
+        while (i < lines.length) {
+          const m = LIST_ITEM.exec(lines[i]);
+          if (!m || /\d/.test(m[1]) !== ordered) break;
+          const body = [m[2]];
+          i += 1;
+          while (i < lines.length && /^\s{2,}\S/.test(lines[i]) && !LIST_ITEM.exec(lines[i])) body.push(lines[i++].trim());
+          list.append(el("li", {}, ...withBreaks(body)));
+        }
+        root.append(list);
+        continue;
+      }
+      const paragraph = [];
+      while (i < lines.length && lines[i].trim() && !FENCE.test(lines[i]) && !LIST_ITEM.test(lines[i])
+             && !/^ {0,3}(#{1,6}\s|>)/.test(lines[i])) paragraph.push(lines[i++]);
+      if (!paragraph.length) paragraph.push(lines[i++]);
+      root.append(el("p", {}, ...withBreaks(paragraph)));
+    }
+    return root;
+  }
+
+  // --- server ----------------------------------------------------------------
+
+  function headers() {
+    const out = {"Content-Type": "application/json"};
+    if (state.settings.api_key) out.Authorization = "Bearer " + state.settings.api_key;
+    return out;
+  }
+
+  async function failure(response) {
+    let message = response.status + " " + response.statusText;
+    try {
+      const body = await response.json();
+      message = body?.error?.message || body?.message || message;
+    } catch { /* not JSON */ }
+    if (response.status === 401) {
+      message += ". Enter the server's API key in Settings.";
+      openSettings();
+    }
+    return new Error(message);
+  }
+
+  async function getJson(path) {
+    const response = await fetch(PREFIX + path, {headers: headers()});
+    if (!response.ok) throw await failure(response);
+    return response.json();
+  }
+
+  // Server-sent events of a fetch response: each `data:` payload, parsed, until [DONE].
+  async function* events(response) {
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (done) return;
+      buffer = (buffer + value).replace(/\r\n?/g, "\n");
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""))
+          .join("\n");
+        if (!data) continue;
+        if (data === "[DONE]") return;
+        yield JSON.parse(data);
+      }
+    }
+  }
+
+  async function loadModels() {
+    try {
+      const listing = await getJson("/v1/models");
+      state.models = (listing.data || []).map((m) => m.id);
+      const select = $("model");
+      select.replaceChildren(...state.models.map((id) => el("option", {value: id}, id)));
+      const wanted = conversation()?.model || state.settings.model;
+      if (wanted && state.models.includes(wanted)) select.value = wanted;
+      $("server-state").textContent = state.models.length ? "" : "no model is served";
+      await loadProps();
+      hideNotice();
+    } catch (error) {
+      $("server-state").textContent = "server unreachable";
+      notice(error.message);
+    }
+  }
+
+  async function loadProps() {
+    const model = $("model").value;
+    try {
+      const props = await getJson("/props" + (model && state.models.length > 1 ? "?model=" + encodeURIComponent(model) : ""));
+      state.vision = Boolean(props?.modalities?.vision);
+    } catch {
+      state.vision = false;
+    }
+    $("attach-label").hidden = !state.vision;
+    if (!state.vision) clearAttachments();
+  }
+
+  // --- conversations -----------------------------------------------------------
+
+  function startConversation() {
+    const c = {id: newId(), title: "New chat", messages: [], updated: Date.now(), model: $("model").value};
+    state.conversations.unshift(c);
+    state.current = c.id;
+    saveConversations();
+    return c;
+  }
+
+  function wireMessages(messages) {
+    const out = [];
+    if (state.settings.system) out.push({role: "system", content: state.settings.system});
+    for (const m of messages) {
+      if (m.role === "assistant" && (m.error || !m.content)) continue;  // failed or stopped before any text
+      if (m.role === "user" && m.images?.length) {
+        out.push({role: "user", content: [
+          {type: "text", text: m.content},
+          ...m.images.map((url) => ({type: "image_url", image_url: {url}})),
+        ]});
+      } else {
+        out.push({role: m.role, content: m.content});
+      }
+    }
+    return out;
+  }
+
+  function sampling() {
+    const out = {};
+    for (const key of SAMPLING) {
+      const value = state.settings[key];
+      if (value !== undefined && value !== null && value !== "") out[key] = Number(value);
+    }
+    return out;
+  }
+
+  async function generate(c) {
+    const reply = {role: "assistant", content: "", reasoning: ""};
+    const history = wireMessages(c.messages);
+    c.messages.push(reply);
+    c.model = $("model").value;
+    c.updated = Date.now();
+    saveConversations();
+    const controller = new AbortController();
+    state.controller = controller;
+    setBusy(true);
+    renderAll();
+    const started = performance.now();
+    let firstAt = 0;
+    let usage = null;
+    let timings = null;
+    try {
+      const response = await fetch(PREFIX + "/v1/chat/completions", {
+        method: "POST", headers: headers(), signal: controller.signal,
+        body: JSON.stringify({model: c.model || undefined, messages: history, stream: true,
+                              stream_options: {include_usage: true}, ...sampling()}),
+      });
+      if (!response.ok) throw await failure(response);
+      for await (const event of events(response)) {
+        if (event.error) throw new Error(event.error.message || "the generation failed");
+        const choice = event.choices?.[0];
+        if (choice?.delta) {
+          const {content, reasoning_content: reasoning} = choice.delta;
+          if (content || reasoning) {
+            firstAt ||= performance.now();
+            if (content) reply.content += content;
+            if (reasoning) reply.reasoning += reasoning;
+            scheduleRender();
+          }
+        }
+        if (choice?.finish_reason) reply.finish = choice.finish_reason;
+        if (event.usage) usage = event.usage;
+        if (event.timings) timings = event.timings;
+      }
+    } catch (error) {
+      if (error.name === "AbortError") reply.stopped = true;
+      else reply.error = error.message;
+    } finally {
+      const ended = performance.now();
+      if (usage) {
+        const seconds = timings?.predicted_ms ? timings.predicted_ms / 1000 : (ended - (firstAt || started)) / 1000;
+        reply.stats = {tokens: usage.completion_tokens, prompt: usage.prompt_tokens,
+                       perSecond: seconds > 0 ? usage.completion_tokens / seconds : 0,
+                       firstMs: firstAt ? firstAt - started : null};
+      }
+      if (state.controller === controller) state.controller = null;
+      c.updated = Date.now();
+      saveConversations();
+      setBusy(false);
+      renderAll();
+    }
+  }
+
+  async function send(text) {
+    if (state.controller) return;
+    const c = conversation() || startConversation();
+    const message = {role: "user", content: text};
+    if (state.attachments.length) message.images = state.attachments.slice();
+    c.messages.push(message);
+    if (c.title === "New chat") c.title = text.replace(/\s+/g, " ").trim().slice(0, 60) || "New chat";
+    clearAttachments();
+    await generate(c);
+  }
+
+  function regenerate(c) {
+    if (state.controller) return;
+    while (c.messages.length && c.messages[c.messages.length - 1].role === "assistant") c.messages.pop();
+    if (c.messages.length) generate(c);
+  }
+
+  // --- rendering -----------------------------------------------------------------
+
+  let renderQueued = false;
+  function scheduleRender() {
+    if (renderQueued) return;
+    renderQueued = true;
+    requestAnimationFrame(() => {
+      renderQueued = false;
+      renderConversation();
+    });
+  }
+
+  function copyText(text, button) {
+    navigator.clipboard?.writeText(text).then(() => {
+      const label = button.textContent;
+      button.textContent = "Copied";
+      setTimeout(() => { button.textContent = label; }, 1200);
+    }, () => notice("The clipboard is not available here."));
+  }
+
+  function toolButton(label, onClick) {
+    const button = el("button", {type: "button"}, label);
+    button.addEventListener("click", onClick);
+    return button;
+  }
+
+  function statsText(stats) {
+    const parts = [stats.tokens + " tokens"];
+    if (stats.perSecond) parts.push(stats.perSecond.toFixed(1) + " tokens/s");
+    if (stats.firstMs !== null && stats.firstMs !== undefined) parts.push("first after " + Math.round(stats.firstMs) + " ms");
+    return parts.join(" · ");
+  }
+
+  function messageView(c, m, index) {
+    const last = index === c.messages.length - 1;
+    const running = last && state.controller !== null && m.role === "assistant";
+    const view = el("article", {class: "message " + m.role + (running ? " pending" : "")});
+    const bubble = el("div", {class: "bubble"});
+    if (m.role === "user") {
+      bubble.append(m.content);
+      if (m.images?.length) {
+        bubble.append(el("div", {class: "images"}, ...m.images.map((src) => el("img", {src, alt: "attached image"}))));
+      }
+    } else {
+      if (m.reasoning) {
+        const summary = el("summary", {}, running && !m.content ? "Thinking…" : "Thoughts");
+        const details = el("details", {class: "reasoning"}, summary, m.reasoning);
+        details.open = m.showReasoning ?? (running && !m.content);  // open while only thoughts come
+        summary.addEventListener("click", () => { m.showReasoning = !details.open; });
+        bubble.append(details);
+      }
+      bubble.append(renderMarkdown(m.content));
+    }
+    view.append(bubble);
+    const tools = el("div", {class: "tools"});
+    if (m.error) tools.append(el("span", {class: "error"}, "Error: " + m.error));
+    if (m.stopped) tools.append(el("span", {}, "stopped"));
+    if (m.finish === "length") tools.append(el("span", {}, "cut at the token limit"));
+    if (m.stats) tools.append(el("span", {class: "stats"}, statsText(m.stats)));
+    if (!running) {
+      tools.append(toolButton("Copy", (e) => copyText(m.content, e.currentTarget)));
+      if (m.role === "user") tools.append(toolButton("Edit", () => editMessage(c, index, view)));
+      if (m.role === "assistant" && last) tools.append(toolButton("Regenerate", () => regenerate(c)));
+    }
+    view.append(tools);
+    return view;
+  }
+
+  function editMessage(c, index, view) {
+    if (state.controller) return;
+    const {images} = c.messages[index];
+    const area = el("textarea");
+    area.value = c.messages[index].content;
+    const save = toolButton("Send", () => {
+      const text = area.value.trim();
+      if (!text || state.controller) return;
+      c.messages.splice(index);  // this message and everything after it
+      c.messages.push(images ? {role: "user", content: text, images} : {role: "user", content: text});
+      generate(c);
+    });
+    view.replaceChildren(el("div", {class: "edit"}, area,
+                            el("div", {class: "tools"}, save, toolButton("Cancel", () => {
+                              views.delete(c.messages[index]);
+                              renderConversation();
+                            }))));
+    area.focus();
+  }
+
+  // a message's view is rebuilt only when what it shows changed (a stream re-renders
+  // every frame; finished messages keep their elements)
+  const views = new WeakMap();
+  function cachedView(c, m, index) {
+    const running = index === c.messages.length - 1 && state.controller !== null;
+    const key = [c.id, index, c.messages.length, running, m.content.length, m.reasoning?.length, m.error, m.stopped,
+                 m.finish, Boolean(m.stats)].join("|");
+    const cached = views.get(m);
+    if (cached && cached.key === key) return cached.view;
+    const view = messageView(c, m, index);
+    views.set(m, {key, view});
+    return view;
+  }
+
+  function renderConversation() {
+    const box = $("messages");
+    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+    const c = conversation();
+    box.replaceChildren(...(c ? c.messages.map((m, i) => cachedView(c, m, i)) : []));
+    if (!c || !c.messages.length) box.append(el("p", {class: "hint"}, "Send a message to start."));
+    if (atBottom) box.scrollTop = box.scrollHeight;
+  }
+
+  function renderSidebar() {
+    const nav = $("conversations");
+    nav.replaceChildren(...state.conversations.map((c) => {
+      const open = el("button", {type: "button", class: "open", title: c.title}, c.title);
+      open.addEventListener("click", () => {
+        if (state.controller) return;
+        state.current = c.id;
+        if (c.model && state.models.includes(c.model)) $("model").value = c.model;
+        saveConversations();
+        renderAll();
+      });
+      const remove = el("button", {type: "button", class: "delete", "aria-label": "Delete " + c.title}, "×");
+      remove.addEventListener("click", () => {
+        if (state.controller && c.id === state.current) return;
+        state.conversations = state.conversations.filter((other) => other !== c);
+        if (state.current === c.id) state.current = state.conversations[0]?.id ?? null;
+        saveConversations();
+        renderAll();
+      });
+      return el("div", {class: "conversation" + (c.id === state.current ? " current" : "")}, open, remove);
+    }));
+  }
+
+  function renderAll() {
+    renderSidebar();
+    renderConversation();
+  }
+
+  function setBusy(busy) {
+    $("send").hidden = busy;
+    $("stop").hidden = !busy;
+    $("new-chat").disabled = busy;
+  }
+
+  function notice(text) {
+    const box = $("notice");
+    box.textContent = text;
+    box.hidden = false;
+  }
+
+  function hideNotice() {
+    $("notice").hidden = true;
+  }
+
+  // --- attachments ---------------------------------------------------------------
+
+  function clearAttachments() {
+    state.attachments = [];
+    $("attachments").replaceChildren();
+  }
+
+  function addAttachment(file) {
+    if (!file.type.startsWith("image/")) return notice(file.name + " is not an image.");
+    if (file.size > MAX_IMAGE_BYTES) return notice(file.name + " is larger than 8 MB.");
+    const reader = new FileReader();
+    reader.onload = () => {
+      const url = reader.result;
+      state.attachments.push(url);
+      const remove = toolButton("×", () => {
+        state.attachments = state.attachments.filter((u) => u !== url);
+        item.remove();
+      });
+      const item = el("div", {class: "attachment"}, el("img", {src: url, alt: file.name}), remove);
+      $("attachments").append(item);
+    };
+    reader.readAsDataURL(file);
+  }
+
+  // --- settings --------------------------------------------------------------------
+
+  function openSettings() {
+    const form = $("settings-form");
+    for (const field of form.elements) {
+      if (field.name) field.value = state.settings[field.name] ?? "";
+    }
+    if (!$("settings").open) $("settings").showModal();
+  }
+
+  function saveSettings() {
+    const settings = {model: state.settings.model};
+    for (const field of $("settings-form").elements) {
+      if (field.name && field.value !== "") settings[field.name] = field.value;
+    }
+    state.settings = settings;
+    store.save("settings", settings);
+    loadModels();
+  }
+
+  // --- wiring ------------------------------------------------------------------------
+
+  $("composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = $("prompt").value.trim();
+    if (!text || state.controller) return;
+    $("prompt").value = "";
+    send(text);
+  });
+  $("prompt").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  $("stop").addEventListener("click", () => state.controller?.abort());
+  $("new-chat").addEventListener("click", () => {
+    if (state.controller) return;
+    const c = conversation();
+    if (!c || c.messages.length) startConversation();
+    renderAll();
+    $("prompt").focus();
+  });
+  $("toggle-sidebar").addEventListener("click", () => $("sidebar").classList.toggle("hidden"));
+  $("model").addEventListener("change", () => {
+    state.settings.model = $("model").value;
+    store.save("settings", state.settings);
+    loadProps();
+  });
+  $("open-settings").addEventListener("click", openSettings);
+  $("settings").addEventListener("close", () => {
+    if ($("settings").returnValue === "save") saveSettings();
+  });
+  $("attach").addEventListener("change", (event) => {
+    for (const file of event.target.files) addAttachment(file);
+    event.target.value = "";
+  });
+  window.addEventListener("storage", (event) => {  // another tab changed the conversations
+    if (event.key === "mlxcel.conversations" && !state.controller) {
+      state.conversations = store.load("conversations", []);
+      renderAll();
+    }
+  });
+
+  window.mlxcel = {renderMarkdown};  // for tests and the console
+  renderAll();
+  loadModels();
+})();

@@ -1,0 +1,205 @@
+"""The chat web UI: served at / to browsers only, and used for real in Debian's
+Chromium (driven by Playwright) against the shared SmolLM2 server: a streamed chat that
+survives a reload, regenerating and editing, Stop freeing the slot, markdown that
+cannot carry markup, and a server behind an API key and a path prefix."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import httpx
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from tests.e2e.test_reasoning import think  # noqa: F401 - the think-template server fixture
+from tests.server_process import ServerProcess
+
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+REPLY_DONE = ".message.assistant:not(.pending) .stats"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert executable, "Chromium is not installed (make test installs Debian's chromium package)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert errors == []  # the page's script never threw
+
+
+def _settings(page, **fields):
+    page.click("#open-settings")
+    for name, value in fields.items():
+        page.fill(f"#settings-form [name={name}]", str(value))
+    page.click("#save-settings")
+
+
+def test_browsers_get_the_page_and_api_clients_the_health_answer(http):
+    page = http.get("/", headers={"Accept": BROWSER_ACCEPT})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'src="/webui/app.js"' in page.text
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
+    assert http.get("/").json()["status"] == "ok"  # */* (curl, SDKs): the spec's health alias
+    assert http.get("/", headers={"Accept": "application/json"}).json()["status"] == "ok"
+    head = http.head("/", headers={"Accept": BROWSER_ACCEPT})
+    assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) == len(page.content)
+    script = http.get("/webui/app.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert http.get("/webui/app.css").headers["content-type"].startswith("text/css")
+    assert http.get("/webui/other.js").status_code == 404
+    assert http.post("/", headers={"Accept": BROWSER_ACCEPT}).status_code in (404, 405)
+
+
+def test_a_chat_streams_survives_a_reload_and_can_be_regenerated_and_edited(server, page):
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    expect(page.locator("#attach-label")).to_be_hidden()  # SmolLM2 has no projector
+    _settings(page, max_tokens=24, temperature=0, seed=1)
+    page.fill("#prompt", "Write a long poem about the sea.")
+    page.press("#prompt", "Enter")
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    first = page.locator(".message.assistant .bubble").inner_text()
+    assert first.strip()
+    assert "24 tokens" in page.locator(".message.assistant .stats").inner_text()  # max_tokens reached the server
+    expect(page.locator(".conversation .open")).to_have_text(["Write a long poem about the sea."])
+
+    page.reload()
+    expect(page.locator(".message")).to_have_count(2)
+    assert page.locator(".message.assistant .bubble").inner_text() == first
+    expect(page.locator("#model option")).to_have_count(1)
+
+    page.click(".message.assistant button:has-text('Regenerate')")
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    expect(page.locator(".message")).to_have_count(2)
+    assert page.locator(".message.assistant .bubble").inner_text() == first  # temperature 0 and the same seed
+
+    page.click(".message.user button:has-text('Edit')")
+    page.fill(".message.user .edit textarea", "Write a long story about a cat.")
+    page.click(".message.user .edit button:has-text('Send')")
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    expect(page.locator(".message.user .bubble")).to_have_text("Write a long story about a cat.")
+    assert page.locator(".message.assistant .bubble").inner_text() != first
+
+    page.click("#new-chat")
+    expect(page.locator(".message")).to_have_count(0)
+    expect(page.locator(".conversation")).to_have_count(2)
+
+
+def test_stop_ends_the_generation_and_frees_its_slot(server, http, page):
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    _settings(page, max_tokens=900, temperature=1)
+    page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
+    page.press("#prompt", "Enter")
+    expect(page.locator(".message.assistant.pending .bubble")).not_to_have_text("", timeout=60_000)
+    page.click("#stop")
+    expect(page.locator(".message.assistant .tools")).to_contain_text("stopped")
+    expect(page.locator("#send")).to_be_visible()
+    deadline = time.monotonic() + 10
+    while any(slot["is_processing"] for slot in http.get("/slots").json()):
+        assert time.monotonic() < deadline, "the stopped generation still holds its slot"
+        time.sleep(0.1)
+
+
+def test_markdown_is_built_as_elements_and_model_markup_stays_text(server, page):
+    page.goto(server.base_url + "/")
+    rendered = page.evaluate("""() => {
+        const box = document.createElement('div');
+        box.append(window.mlxcel.renderMarkdown([
+            '## Title', '', 'Some **bold**, *em* and `code` with <img src=x onerror="window.pwned=1">.',
+            '', '- one', '- two', '', '1. first', '2. second', '',
+            '| a | b |', '|---|---|', '| 1 | 2 |', '',
+            '[site](https://example.com) [bad](javascript:window.pwned=2)', '',
+            '```html', '<script>window.pwned=3</script>', '```', '> quoted <b>x</b>',
+        ].join('\\n')));
+        document.body.append(box);
+        return {
+            tags: [...box.querySelectorAll('*')].map(e => e.tagName.toLowerCase()),
+            links: [...box.querySelectorAll('a')].map(a => a.getAttribute('href')),
+            code: box.querySelector('pre code').textContent,
+            text: box.textContent,
+            pwned: window.pwned === undefined ? null : window.pwned,
+        };
+    }""")
+    tags = rendered["tags"]
+    for tag in ("h4", "strong", "em", "code", "ul", "ol", "li", "table", "th", "td", "pre", "blockquote", "a"):
+        assert tag in tags, (tag, tags)
+    assert "img" not in tags and "script" not in tags and "b" not in tags
+    assert rendered["links"] == ["https://example.com/"]
+    assert rendered["code"] == "<script>window.pwned=3</script>"
+    assert '<img src=x onerror="window.pwned=1">' in rendered["text"]
+    assert rendered["pwned"] is None
+
+
+@pytest.fixture(scope="module")
+def secured():
+    proc = ServerProcess("-c", "1024", "-np", "1", "--api-key", "sesame", "--api-prefix", "/llm")
+    try:
+        yield proc.wait_ready(health_path="/llm/health")
+    finally:
+        proc.stop()
+
+
+def test_behind_an_api_key_and_a_prefix_the_page_asks_for_the_key(secured, page):
+    with httpx.Client(base_url=secured.base_url) as client:
+        assert client.get("/llm/webui/app.js").status_code == 200  # the page's own files need no key
+        assert client.get("/llm/v1/models").status_code == 401
+    page.goto(secured.base_url + "/llm/")
+    expect(page.locator("#settings")).to_be_visible()  # /v1/models answered 401: the key is asked for
+    expect(page.locator("#notice")).to_contain_text("API key")
+    page.fill("#settings-form [name=api_key]", "sesame")
+    page.fill("#settings-form [name=max_tokens]", "8")
+    page.click("#save-settings")
+    expect(page.locator("#model option")).to_have_count(1)
+    page.fill("#prompt", "Hi")
+    page.press("#prompt", "Enter")
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    assert "8 tokens" in page.locator(".stats").inner_text()
+
+
+def test_no_webui_serves_the_health_answer_to_browsers_too():
+    proc = ServerProcess("-c", "512", "-np", "1", "--no-webui")
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            answer = client.get("/", headers={"Accept": BROWSER_ACCEPT})
+            assert answer.json()["status"] == "ok"
+            assert client.get("/webui/app.js").status_code == 404
+    finally:
+        proc.stop()
+
+
+def test_thoughts_are_shown_apart_from_the_answer(think, page):  # noqa: F811 - the imported fixture
+    """A reasoning model's thoughts (here a random-weight model under a template that
+    opens <think>) come folded in their own block, not in the answer."""
+    page.goto(think.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    _settings(page, max_tokens=12, temperature=1, seed=7, top_k=0, top_p=1, min_p=0)
+    page.fill("#prompt", "Hello there")
+    page.press("#prompt", "Enter")
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    thoughts = page.locator(".message.assistant details.reasoning")
+    expect(thoughts).to_have_count(1)
+    expect(thoughts.locator("summary")).to_have_text("Thoughts")
+    assert thoughts.evaluate("d => d.textContent.length") > len("Thoughts")
+    answer = page.locator(".message.assistant .bubble").evaluate(
+        "b => [...b.childNodes].filter(n => n.tagName !== 'DETAILS').map(n => n.textContent).join('')")
+    assert answer == ""
