@@ -181,3 +181,46 @@ def test_parallel_tool_calls_false_gives_one_call_and_stops_the_generation(qwen)
         bad = client.post("/v1/chat/completions", json={"messages": ASK, "tools": [WEATHER],
                                                         "parallel_tool_calls": "no"})
     assert bad.status_code == 400 and "parallel_tool_calls" in bad.json()["error"]["message"]
+
+
+def test_legacy_functions_answer_with_function_call(qwen):
+    """OpenAI's legacy `functions` / `function_call`: one call, as `message.function_call`
+    (streamed as `delta.function_call`), finish_reason "function_call"; a history with
+    a legacy call and its `function` result renders as a tool call and its result."""
+    body = {"messages": ASK, "functions": [WEATHER["function"], TIME["function"]],
+            "function_call": {"name": "get_weather"}, "temperature": 0, "max_tokens": 60}
+    with qwen.client() as client:
+        whole = client.post("/v1/chat/completions", json=body).json()
+        streamed = client.post("/v1/chat/completions", json={**body, "stream": True})
+        auto = client.post("/v1/chat/completions", json={**body, "function_call": "auto"}).json()
+        history = [*ASK, {"role": "assistant", "content": None,
+                          "function_call": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+                   {"role": "function", "name": "get_weather", "content": "Sunny and 24 degrees"}]
+        prompt = client.post("/apply-template", json={"messages": history, "functions": [WEATHER["function"]]})
+        answered = client.post("/v1/chat/completions", json={"messages": history, "functions": [WEATHER["function"]],
+                                                             "temperature": 0, "max_tokens": 30}).json()
+        errors = [client.post("/v1/chat/completions", json={"messages": ASK, **extra}) for extra in (
+            {"functions": [WEATHER["function"]], "tools": [WEATHER]},
+            {"function_call": "auto"},
+            {"functions": [WEATHER["function"]], "function_call": "required"},
+        )] + [client.post("/v1/chat/completions", json={"messages": [*ASK, {"role": "function", "content": "x"}],
+                                                        "functions": [WEATHER["function"]]})]
+    choice = whole["choices"][0]
+    assert choice["finish_reason"] == "function_call" and "tool_calls" not in choice["message"]
+    call = choice["message"]["function_call"]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"] == "Paris"
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    deltas = [c["delta"] for e in events for c in e["choices"]]
+    assert not any("tool_calls" in d for d in deltas)
+    pieces = [d["function_call"] for d in deltas if "function_call" in d]
+    assert pieces[0]["name"] == "get_weather"
+    assert "".join(p["arguments"] for p in pieces) == call["arguments"]
+    assert [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]] == ["function_call"]
+    assert auto["choices"][0]["message"]["function_call"]["name"] == "get_weather"  # the model calls it itself
+    assert prompt.status_code == 200
+    rendered = prompt.json()["prompt"]
+    assert '"city": "Paris"' in rendered and "<tool_response>\nSunny and 24 degrees" in rendered
+    assert answered["choices"][0]["finish_reason"] in ("stop", "function_call", "length")  # what the model does next
+    assert "tool_calls" not in answered["choices"][0]["message"]
+    for response in errors:
+        assert response.status_code == 400, response.text

@@ -15,6 +15,8 @@ from mlxcel.api.openai.chat_stream import StreamOptions, chat_stream, tool_call_
 from mlxcel.api.openai.chat_wire import ChatCompletionRequest, chat_body, chat_message, completion_details
 from mlxcel.api.openai.completions_wire import usage_body
 from mlxcel.api.openai.estimate import estimate_for
+from mlxcel.api.openai.legacy_functions import finish_reason as legacy_finish
+from mlxcel.api.openai.legacy_functions import function_call_message, legacy_messages, legacy_tools
 from mlxcel.chat.continuation import resolve_ending
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.http.opening import Opened, opening
@@ -31,7 +33,7 @@ router = APIRouter()
 
 # fields a chat request may carry that change nothing here (named in one warning line)
 IGNORED_FIELDS = {"user", "metadata", "service_tier", "store", "modalities",
-                  "audio", "web_search_options", "function_call", "functions"}
+                  "audio", "web_search_options"}
 HONORED_FIELDS = set(ChatCompletionRequest.model_fields) - IGNORED_FIELDS | {"extra_body", "cache_prompt", "dry_run"}
 OPENING = opening(ChatCompletionRequest, "chatcmpl-", HONORED_FIELDS, IGNORED_FIELDS, api="chat")
 APPLY_TEMPLATE = opening(ChatCompletionRequest, "tmpl-", api="chat")
@@ -51,15 +53,18 @@ def _template_kwargs(data: dict, body: ChatCompletionRequest, server_defaults: d
 
 
 def turn_spec(data: dict, body: ChatCompletionRequest, host: ModelHost) -> ChatTurnSpec:
-    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    messages = legacy_messages([m.model_dump(exclude_none=True) for m in body.messages])
+    functions = [f.model_dump(exclude_none=True) for f in body.functions] if body.functions is not None else None
+    legacy = legacy_tools(functions, body.function_call, body.tools, body.tool_choice)
+    tools, tool_choice = legacy or ([t.model_dump(exclude_none=True) for t in body.tools or []], body.tool_choice)
     if body.n > host.config.parallel:  # llama-server's bound: every choice takes a slot
         raise InvalidRequest(f"Field 'n': Value must be between 1 <= value <= {host.config.parallel}, "
                              f"but got {body.n}")
     return ChatTurnSpec(
         messages=messages,
         sampling=body,
-        tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
-        tool_choice=body.tool_choice,
+        tools=tools,
+        tool_choice=tool_choice,
         response_format=body.response_format,
         grammar=body.grammar,
         json_schema=body.json_schema,
@@ -76,7 +81,7 @@ def turn_spec(data: dict, body: ChatCompletionRequest, host: ModelHost) -> ChatT
                               host.config.prefill_assistant),
         n=body.n,
         prediction=body.prediction.text() if body.prediction is not None else None,
-        max_tool_calls=1 if body.parallel_tool_calls is False else None,
+        max_tool_calls=1 if legacy is not None or body.parallel_tool_calls is False else None,
         report_progress=body.stream and (body.return_progress or body.timings_per_token),
         reply_repeats_continued=True,
     )
@@ -132,6 +137,7 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
             include_usage=bool(body.stream_options and body.stream_options.include_usage),
             timings_per_token=body.timings_per_token, return_progress=body.return_progress,
             logprobs=body.logprobs, verbose=verbose_of if verbose else None,
+            legacy_functions=body.functions is not None,
         )
         return EventStreamResponse(chat_stream(turn, options, lambda: LogprobFormatter(host.tokenizer)),
                                    on_close=ended, ping_seconds=body.ping_seconds(host.config.sse_ping_interval),
@@ -148,10 +154,13 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
         message = chat_message(final.content, final.reasoning or None, [tool_call_json(c) for c in final.tool_calls])
         if outcome.reasoning_only:
             message["reasoning_only"] = True
+        finish = outcome.finish_reason
+        if body.functions is not None:
+            message, finish = function_call_message(message), legacy_finish(finish)
         choices.append({
             "index": outcome.index,
             "message": message,
-            "finish_reason": outcome.finish_reason,
+            "finish_reason": finish,
             "logprobs": logprobs.whole(outcome.tokens) if logprobs else None,
         })
     first = outcomes[0].finish

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from mlxcel.api.openai.chat_wire import chunk_body, completion_details
 from mlxcel.api.openai.completions_wire import usage_body
+from mlxcel.api.openai.legacy_functions import finish_reason as legacy_finish
+from mlxcel.api.openai.legacy_functions import function_call_delta
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.http.sse import sse_data
 from mlxcel.turn.chat_logprobs import LogprobFormatter
@@ -53,6 +55,7 @@ class StreamOptions:
     return_progress: bool = False
     logprobs: bool = False
     verbose: Callable[[ChatOutcome, str], dict] | None = None  # the choice's __verbose object
+    legacy_functions: bool = False  # the request used `functions`: calls go out as function_call
 
 
 @dataclass
@@ -102,6 +105,8 @@ async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Call
             continue
         choice.timings.token()
         delta = delta_json(step.delta)
+        if o.legacy_functions:
+            delta = function_call_delta(delta)
         if choice.text is not None and step.delta.content:
             choice.text.append(step.delta.content)
         if choice.logprobs is not None:
@@ -119,6 +124,9 @@ async def chat_stream(turn: ChatTurn, options: StreamOptions, new_logprobs: Call
 def _finish_chunks(step: ChatOutcome, choice: _Choice, o: StreamOptions, body: Callable[..., dict]) -> list[str]:
     frames: list[dict] = []
     delta = delta_json(step.tail, step.owed)
+    reason = step.finish_reason
+    if o.legacy_functions:
+        delta, reason = function_call_delta(delta), legacy_finish(reason)
     if choice.text is not None and step.tail.content:
         choice.text.append(step.tail.content)
     if delta:
@@ -126,7 +134,7 @@ def _finish_chunks(step: ChatOutcome, choice: _Choice, o: StreamOptions, body: C
         if o.timings_per_token:
             frame["timings"] = choice.timings.to_dict()
         frames.append(frame)
-    finish = body(step.index, {"reasoning_only": True} if step.reasoning_only else {}, step.finish_reason)
+    finish = body(step.index, {"reasoning_only": True} if step.reasoning_only else {}, reason)
     if step.finish.timings.draft_rounds or o.timings_per_token:
         finish["timings"] = step.finish.timings.to_dict()
     frames.append(finish)

@@ -94,6 +94,8 @@ class ChatCompletionRequest(SamplingFields, GrammarFields):
     logprobs: StrictBool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[ToolDefinition] | None = None
+    functions: list[FunctionDefinition] | None = None  # OpenAI's legacy function calling (legacy_functions.py)
+    function_call: str | dict[str, Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     prediction: Prediction | None = None
     parallel_tool_calls: StrictBool | None = None
