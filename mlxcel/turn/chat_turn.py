@@ -349,7 +349,6 @@ class ChatTurn:
                                         tokens=result.events, index=index))
         return outcomes
 
-
     async def _run_parsing(self) -> list[ChatOutcome]:
         """`run_all` through the streaming parse, which sees a call past the limit begin
         (and ends the generation there)."""

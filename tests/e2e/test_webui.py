@@ -59,6 +59,7 @@ def test_browsers_get_the_page_and_api_clients_the_health_answer(http):
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
     assert http.get("/").json()["status"] == "ok"  # */* (curl, SDKs): the spec's health alias
     assert http.get("/", headers={"Accept": "application/json"}).json()["status"] == "ok"
+    assert http.get("/", headers={"Accept": "application/json, text/html"}).json()["status"] == "ok"
     head = http.head("/", headers={"Accept": BROWSER_ACCEPT})
     assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) == len(page.content)
     script = http.get("/webui/app.js")
@@ -71,7 +72,6 @@ def test_browsers_get_the_page_and_api_clients_the_health_answer(http):
 def test_a_chat_streams_survives_a_reload_and_can_be_regenerated_and_edited(server, page):
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)
-    expect(page.locator("#attach-label")).to_be_hidden()  # SmolLM2 has no projector
     _settings(page, max_tokens=24, temperature=0, seed=1)
     page.fill("#prompt", "Write a long poem about the sea.")
     page.press("#prompt", "Enter")
@@ -203,3 +203,36 @@ def test_thoughts_are_shown_apart_from_the_answer(think, page):  # noqa: F811 - 
     answer = page.locator(".message.assistant .bubble").evaluate(
         "b => [...b.childNodes].filter(n => n.tagName !== 'DETAILS').map(n => n.textContent).join('')")
     assert answer == ""
+
+
+def test_a_text_file_goes_with_the_message_and_esc_stops(server, http, page, tmp_path):
+    """Any model takes text files: the file's text goes inside the message (what the
+    server receives shows it); images are refused for a model without vision. Esc stops."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("The secret word is periwinkle.\n")
+    picture = tmp_path / "dot.png"
+    picture.write_bytes(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                                      "1f15c4890000000d49444154789c6300010000050001"
+                                      "0d0a2db40000000049454e44ae426082"))
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    _settings(page, max_tokens=600, temperature=1)
+    page.set_input_files("#attach", [str(picture)])
+    expect(page.locator("#notice")).to_contain_text("no images")
+    page.set_input_files("#attach", [str(notes)])
+    expect(page.locator("#attachments .file")).to_have_text(["notes.md"])
+    with page.expect_request("**/v1/chat/completions") as sent:
+        page.fill("#prompt", "What is the secret word? Then write a long essay about it.")
+        page.press("#prompt", "Enter")
+    body = sent.value.post_data_json
+    assert body["messages"][-1] == {"role": "user", "content": "What is the secret word? Then write a long essay "
+                                    "about it.\n\nFile notes.md:\nThe secret word is periwinkle.\n"}
+    expect(page.locator("#attachments .file")).to_have_count(0)  # sent with this message, not the next
+    expect(page.locator(".message.user .file")).to_have_text(["notes.md"])
+    expect(page.locator(".message.assistant.pending .bubble")).not_to_have_text("", timeout=60_000)
+    page.keyboard.press("Escape")
+    expect(page.locator(".message.assistant .tools")).to_contain_text("stopped")
+    deadline = time.monotonic() + 10
+    while any(slot["is_processing"] for slot in http.get("/slots").json()):
+        assert time.monotonic() < deadline, "the stopped generation still holds its slot"
+        time.sleep(0.1)

@@ -25,10 +25,12 @@ def _asset(name: str, prefix: str) -> bytes:
 
 
 def wants_html(scope: Scope) -> bool:
-    """A browser's navigation: its Accept names text/html (API clients send */* or JSON)."""
+    """A browser's navigation: its Accept names text/html and not JSON (API clients send
+    */* or JSON)."""
     for name, value in scope.get("headers") or ():
         if name == b"accept":
-            return b"text/html" in value.lower()
+            value = value.lower()
+            return b"text/html" in value and b"application/json" not in value
     return False
 
 

@@ -7,6 +7,7 @@
   const PREFIX = document.querySelector('meta[name="mlxcel-prefix"]').content;
   const SAMPLING = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
   const MAX_IMAGE_BYTES = 8 * 1024 * 1024;
+  const MAX_TEXT_BYTES = 1024 * 1024;
   const $ = (id) => document.getElementById(id);
 
   // --- storage --------------------------------------------------------------
@@ -36,7 +37,7 @@
     models: [],
     vision: false,
     controller: null,  // the running generation's AbortController
-    attachments: [],  // data: URLs of images for the next message
+    attachments: [],  // the next message's files: {name, url} images and {name, text} text files
   };
 
   const newId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
@@ -262,8 +263,9 @@
     } catch {
       state.vision = false;
     }
-    $("attach-label").hidden = !state.vision;
-    if (!state.vision) clearAttachments();
+    $("attach").accept = state.vision ? "" : "text/*,.md,.py,.js,.ts,.json,.csv,.tsv,.yaml,.yml,.toml,.xml,.html,"
+      + ".css,.c,.h,.cpp,.rs,.go,.java,.rb,.sh,.sql,.log,.ini,.cfg";
+    if (!state.vision) state.attachments = state.attachments.filter((a) => a.text !== undefined);
   }
 
   // --- conversations -----------------------------------------------------------
@@ -281,13 +283,14 @@
     if (state.settings.system) out.push({role: "system", content: state.settings.system});
     for (const m of messages) {
       if (m.role === "assistant" && (m.error || !m.content)) continue;  // failed or stopped before any text
+      const text = m.role === "user" ? withFiles(m) : m.content;
       if (m.role === "user" && m.images?.length) {
         out.push({role: "user", content: [
-          {type: "text", text: m.content},
+          {type: "text", text},
           ...m.images.map((url) => ({type: "image_url", image_url: {url}})),
         ]});
       } else {
-        out.push({role: m.role, content: m.content});
+        out.push({role: m.role, content: text});
       }
     }
     return out;
@@ -363,7 +366,10 @@
     if (state.controller) return;
     const c = conversation() || startConversation();
     const message = {role: "user", content: text};
-    if (state.attachments.length) message.images = state.attachments.slice();
+    const images = state.attachments.filter((a) => a.url).map((a) => a.url);
+    const files = state.attachments.filter((a) => a.text !== undefined).map(({name, text}) => ({name, text}));
+    if (images.length) message.images = images;
+    if (files.length) message.files = files;
     c.messages.push(message);
     if (c.title === "New chat") c.title = text.replace(/\s+/g, " ").trim().slice(0, 60) || "New chat";
     clearAttachments();
@@ -419,6 +425,9 @@
       if (m.images?.length) {
         bubble.append(el("div", {class: "images"}, ...m.images.map((src) => el("img", {src, alt: "attached image"}))));
       }
+      if (m.files?.length) {
+        bubble.append(el("div", {class: "files"}, ...m.files.map((f) => el("span", {class: "file"}, f.name))));
+      }
     } else {
       if (m.reasoning) {
         const summary = el("summary", {}, running && !m.content ? "Thinking…" : "Thoughts");
@@ -446,14 +455,14 @@
 
   function editMessage(c, index, view) {
     if (state.controller) return;
-    const {images} = c.messages[index];
+    const {images, files} = c.messages[index];
     const area = el("textarea");
     area.value = c.messages[index].content;
     const save = toolButton("Send", () => {
       const text = area.value.trim();
       if (!text || state.controller) return;
       c.messages.splice(index);  // this message and everything after it
-      c.messages.push(images ? {role: "user", content: text, images} : {role: "user", content: text});
+      c.messages.push({role: "user", content: text, ...(images && {images}), ...(files && {files})});
       generate(c);
     });
     view.replaceChildren(el("div", {class: "edit"}, area,
@@ -538,21 +547,45 @@
     $("attachments").replaceChildren();
   }
 
+  function showAttachment(attachment, preview) {
+    const remove = toolButton("×", () => {
+      state.attachments = state.attachments.filter((a) => a !== attachment);
+      item.remove();
+    });
+    const item = el("div", {class: "attachment", title: attachment.name}, preview, remove);
+    $("attachments").append(item);
+  }
+
+  // an image (for a model with vision) goes with the message as an image part; any
+  // other file is read as text and sent inside the message
   function addAttachment(file) {
-    if (!file.type.startsWith("image/")) return notice(file.name + " is not an image.");
-    if (file.size > MAX_IMAGE_BYTES) return notice(file.name + " is larger than 8 MB.");
     const reader = new FileReader();
+    if (file.type.startsWith("image/")) {
+      if (!state.vision) return notice("This model takes no images.");
+      if (file.size > MAX_IMAGE_BYTES) return notice(file.name + " is larger than 8 MB.");
+      reader.onload = () => {
+        const attachment = {name: file.name, url: reader.result};
+        state.attachments.push(attachment);
+        showAttachment(attachment, el("img", {src: attachment.url, alt: file.name}));
+      };
+      reader.readAsDataURL(file);
+      return;
+    }
+    if (file.size > MAX_TEXT_BYTES) return notice(file.name + " is larger than 1 MB.");
     reader.onload = () => {
-      const url = reader.result;
-      state.attachments.push(url);
-      const remove = toolButton("×", () => {
-        state.attachments = state.attachments.filter((u) => u !== url);
-        item.remove();
-      });
-      const item = el("div", {class: "attachment"}, el("img", {src: url, alt: file.name}), remove);
-      $("attachments").append(item);
+      const text = reader.result;
+      if (text.includes("\u0000")) return notice(file.name + " is not a text file.");
+      const attachment = {name: file.name, text};
+      state.attachments.push(attachment);
+      showAttachment(attachment, el("span", {class: "file"}, file.name));
     };
-    reader.readAsDataURL(file);
+    reader.readAsText(file);
+  }
+
+  // a user message's text with its text files after it, as the model reads them
+  function withFiles(m) {
+    if (!m.files?.length) return m.content;
+    return [m.content, ...m.files.map((f) => "File " + f.name + ":\n" + f.text)].join("\n\n");
   }
 
   // --- settings --------------------------------------------------------------------
@@ -597,6 +630,9 @@
     if (!c || c.messages.length) startConversation();
     renderAll();
     $("prompt").focus();
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && state.controller && !$("settings").open) state.controller.abort();
   });
   $("toggle-sidebar").addEventListener("click", () => $("sidebar").classList.toggle("hidden"));
   $("model").addEventListener("change", () => {
