@@ -236,3 +236,23 @@ def test_a_text_file_goes_with_the_message_and_esc_stops(server, http, page, tmp
     while any(slot["is_processing"] for slot in http.get("/slots").json()):
         assert time.monotonic() < deadline, "the stopped generation still holds its slot"
         time.sleep(0.1)
+
+
+def test_a_reply_cut_at_the_token_limit_can_be_continued(server, page):
+    stored = "() => JSON.parse(localStorage.getItem('mlxcel.conversations'))[0].messages.map(m => m.content)"
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    _settings(page, max_tokens=8, temperature=0)
+    page.fill("#prompt", "Write a long poem about the sea.")
+    page.press("#prompt", "Enter")
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    expect(page.locator(".message.assistant .tools")).to_contain_text("cut at the token limit")
+    first = page.evaluate(stored)[1]
+    with page.expect_request("**/v1/chat/completions") as sent:
+        page.click(".message.assistant button:has-text('Continue')")
+    assert sent.value.post_data_json["messages"][-1] == {"role": "assistant", "content": first}
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    messages = page.evaluate(stored)
+    assert len(messages) == 2  # the same reply, continued
+    assert messages[1].startswith(first) and len(messages[1]) > len(first)
+    assert "8 tokens" in page.locator(".message.assistant .stats").inner_text()  # the continuation's own

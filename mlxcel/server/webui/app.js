@@ -305,10 +305,18 @@
     return out;
   }
 
-  async function generate(c) {
-    const reply = {role: "assistant", content: "", reasoning: ""};
+  // a new reply to the conversation, or (`cut`: its last reply) that reply continued:
+  // the server continues a final assistant message and streams the whole of it again
+  async function generate(c, cut = null) {
     const history = wireMessages(c.messages);
-    c.messages.push(reply);
+    const before = cut ? cut.content : "";
+    const reply = cut || {role: "assistant", content: "", reasoning: ""};
+    if (cut) {
+      for (const key of ["finish", "stopped", "error", "stats"]) delete reply[key];
+      reply.content = "";
+    } else {
+      c.messages.push(reply);
+    }
     c.model = $("model").value;
     c.updated = Date.now();
     saveConversations();
@@ -347,6 +355,7 @@
       if (error.name === "AbortError") reply.stopped = true;
       else reply.error = error.message;
     } finally {
+      if (cut && !reply.content.startsWith(before)) reply.content = before + reply.content;
       const ended = performance.now();
       if (usage) {
         const seconds = timings?.predicted_ms ? timings.predicted_ms / 1000 : (ended - (firstAt || started)) / 1000;
@@ -448,6 +457,9 @@
       tools.append(toolButton("Copy", (e) => copyText(m.content, e.currentTarget)));
       if (m.role === "user") tools.append(toolButton("Edit", () => editMessage(c, index, view)));
       if (m.role === "assistant" && last) tools.append(toolButton("Regenerate", () => regenerate(c)));
+      if (m.role === "assistant" && last && m.content && (m.finish === "length" || m.stopped)) {
+        tools.append(toolButton("Continue", () => { if (!state.controller) generate(c, m); }));
+      }
     }
     view.append(tools);
     return view;
