@@ -157,6 +157,7 @@ class ServerConfig:
     jinja: bool = True  # --no-jinja: chat prompts by llama.cpp's built-in template formats
     slots_endpoint: bool = True
     webui: bool = True  # the chat web UI at / for browsers (server/webui)
+    ui_settings: dict = field(default_factory=dict)  # --webui-config: the web UI's default settings
     cache_prompt: bool = True
     sampling: SamplingParams = field(default_factory=SamplingParams)
     flash_attn: str = "auto"  # on | off | auto

@@ -28,7 +28,6 @@ _refuse("changes how video is cut into frames (mlxcel samples frames with --vide
         "--video-ffmpeg-dir", "--video-timestamp-interval")
 _refuse("serves other routes or web UI features (not implemented)",
         "--tools", "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
-        "--webui-config", "--webui-config-file", "--ui-config", "--ui-config-file",
         "--webui-mcp-proxy", "--ui-mcp-proxy")
 
 

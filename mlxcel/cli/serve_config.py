@@ -28,6 +28,7 @@ from mlxcel.cli.serve_files import (
     read_api_keys,
     slot_save_path,
     static_path,
+    ui_settings,
 )
 from mlxcel.cli.serve_options import NGRAM_KINDS, REASONING_ECHO_ENV, env_value
 from mlxcel.cli.tls_args import TlsError, tls_files
@@ -278,6 +279,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         jinja=args.jinja,
         slots_endpoint=args.slots,
         webui=args.webui,
+        ui_settings=ui_settings(args.ui_config, args.ui_config_file),
         cache_prompt=args.cache_prompt,
         sampling=sampling,
         flash_attn=args.flash_attn,

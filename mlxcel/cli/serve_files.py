@@ -5,6 +5,7 @@ missing), so a missing or unwritable path fails the start in one line."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from pathlib import Path
@@ -69,6 +70,39 @@ def static_path(text: str | None) -> str | None:
     if not path.is_dir():
         raise UsageError(f"--path {text}: no such directory")
     return str(path)
+
+
+UI_CONFIG_MAX_BYTES = 1 << 20
+
+
+def ui_settings(text: str | None, file: str | None) -> dict:
+    """--webui-config JSON or --webui-config-file PATH: the web UI's default settings, a JSON
+    object (llama-server's `ui_settings` in /props)."""
+    if text is not None and file is not None:
+        raise UsageError("--webui-config and --webui-config-file: give one of them")
+    flag = "--webui-config" if text is not None else "--webui-config-file"
+    if file is not None:
+        try:
+            with open(Path(file).expanduser(), "rb") as handle:
+                data = handle.read(UI_CONFIG_MAX_BYTES + 1)
+            text = data.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{flag}: cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+    if text is None:
+        return {}
+    if len(text.encode("utf-8", "surrogatepass")) > UI_CONFIG_MAX_BYTES:
+        raise UsageError(f"{flag}: the settings are over {UI_CONFIG_MAX_BYTES} bytes")
+
+    def no_constant(name: str):
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        settings = json.loads(text, parse_constant=no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{flag}: not valid JSON: {exc}") from None
+    if not isinstance(settings, dict):
+        raise UsageError(f"{flag}: the settings must be a JSON object of setting names and values")
+    return settings
 
 
 def slot_save_path(text: str | None) -> str | None:

@@ -5,6 +5,7 @@ cannot carry markup, and a server behind an API key and a path prefix."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
@@ -17,6 +18,8 @@ from tests.server_process import ServerProcess
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 REPLY_DONE = ".message.assistant:not(.pending) .stats"
+# llama-server's UI setting names; keys this UI does not have are ignored
+UI_SETTINGS = {"systemMessage": "Answer in one word.", "temperature": 0, "max_tokens": 5, "theme": "dark"}
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +154,8 @@ def test_markdown_is_built_as_elements_and_model_markup_stays_text(server, page)
 
 @pytest.fixture(scope="module")
 def secured():
-    proc = ServerProcess("-c", "1024", "-np", "1", "--api-key", "sesame", "--api-prefix", "/llm")
+    proc = ServerProcess("-c", "1024", "-np", "1", "--api-key", "sesame", "--api-prefix", "/llm",
+                         "--webui-config", json.dumps(UI_SETTINGS))
     try:
         yield proc.wait_ready(health_path="/llm/health")
     finally:
@@ -159,18 +163,36 @@ def secured():
 
 
 def test_behind_an_api_key_and_a_prefix_the_page_asks_for_the_key(secured, page):
+    """...and takes the server's --webui-config as its defaults, under the user's own settings."""
     with httpx.Client(base_url=secured.base_url) as client:
         assert client.get("/llm/webui/app.js").status_code == 200  # the page's own files need no key
         assert client.get("/llm/v1/models").status_code == 401
+        props = client.get("/llm/props", headers={"Authorization": "Bearer sesame"}).json()
+        assert props["ui"] is True and props["ui_settings"] == UI_SETTINGS
     page.goto(secured.base_url + "/llm/")
     expect(page.locator("#settings")).to_be_visible()  # /v1/models answered 401: the key is asked for
     expect(page.locator("#notice")).to_contain_text("API key")
     page.fill("#settings-form [name=api_key]", "sesame")
-    page.fill("#settings-form [name=max_tokens]", "8")
     page.click("#save-settings")
     expect(page.locator("#model option")).to_have_count(1)
-    page.fill("#prompt", "Hi")
-    page.press("#prompt", "Enter")
+    with page.expect_request("**/llm/v1/chat/completions") as sent:
+        page.fill("#prompt", "Hi")
+        page.press("#prompt", "Enter")
+    body = sent.value.post_data_json
+    assert body["messages"][0] == {"role": "system", "content": "Answer in one word."}
+    assert (body["temperature"], body["max_tokens"]) == (0, 5)
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+
+    page.click("#open-settings")  # the server's defaults show in the empty fields
+    assert page.get_attribute("#settings-form [name=max_tokens]", "placeholder") == "server: 5"
+    assert page.input_value("#settings-form [name=max_tokens]") == ""
+    page.fill("#settings-form [name=max_tokens]", "8")  # the user's own value wins
+    page.click("#save-settings")
+    page.click("#new-chat")
+    with page.expect_request("**/llm/v1/chat/completions") as sent:
+        page.fill("#prompt", "Hi")
+        page.press("#prompt", "Enter")
+    assert (sent.value.post_data_json["max_tokens"], sent.value.post_data_json["temperature"]) == (8, 0)
     expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
     assert "8 tokens" in page.locator(".stats").inner_text()
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -50,11 +51,36 @@ def test_unimplemented_tuning_flags_are_split_off():
     assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
 
 
-@pytest.mark.parametrize("flag", ["--webui-config", "--mmproj-url", "--tools",
+@pytest.mark.parametrize("flag", ["--webui-mcp-proxy", "--mmproj-url", "--tools",
                                   "-hf", "--webui-mcp-proxy"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):
         parse_serve_args(["-m", "smollm2-135m-instruct", flag, "x"])
+
+
+def test_the_web_ui_takes_its_default_settings_as_a_json_object(tmp_path, monkeypatch):
+    base = ["-m", "smollm2-135m-instruct"]
+    assert parse_serve_args(base).ui_settings == {}
+    given = {"systemMessage": "Be brief.", "temperature": 0.5, "nested": {"a": [1]}}
+    assert parse_serve_args(base + ["--webui-config", json.dumps(given)]).ui_settings == given
+    assert parse_serve_args(base + ["--ui-config", "{}"]).ui_settings == {}
+    settings = tmp_path / "ui.json"
+    settings.write_text(json.dumps(given))
+    assert parse_serve_args(base + ["--webui-config-file", str(settings)]).ui_settings == given
+    monkeypatch.setenv("LLAMA_ARG_UI_CONFIG_FILE", str(settings))
+    assert parse_serve_args(base).ui_settings == given
+    monkeypatch.delenv("LLAMA_ARG_UI_CONFIG_FILE")
+    (tmp_path / "big.json").write_text('{"x": "' + "a" * (1 << 20) + '"}')
+    (tmp_path / "bad.json").write_bytes(b'{"x": "\xff"}')  # not UTF-8
+    for argv, reason in ((["--webui-config", "[1, 2]"], "JSON object"), (["--webui-config", "{"], "not valid JSON"),
+                         (["--webui-config", '{"t": NaN}'], "not valid JSON"),
+                         (["--webui-config", "[" * 100_000], "not valid JSON"),
+                         (["--webui-config-file", str(tmp_path / "none.json")], "cannot read"),
+                         (["--webui-config-file", str(tmp_path / "bad.json")], "cannot read"),
+                         (["--webui-config-file", str(tmp_path / "big.json")], "over"),
+                         (["--webui-config", "{}", "--webui-config-file", str(settings)], "one of them")):
+        with pytest.raises(UsageError, match=reason):
+            parse_serve_args(base + argv)
 
 
 def test_the_web_ui_is_on_unless_turned_off():

@@ -312,7 +312,7 @@ def chat_props(host: ModelHost, embedding: EmbeddingHost | None, reranker: Reran
         "endpoint_slots": config.slots_endpoint,
         "endpoint_props": config.props_endpoint,
         "endpoint_metrics": config.metrics,
-        "ui": False,
+        "ui": config.webui,
         "chat_template": host.chat_template or "",
         "chat_template_caps": _template_caps(host),
         "bos_token": template.bos_token if template is not None else "",
@@ -321,7 +321,7 @@ def chat_props(host: ModelHost, embedding: EmbeddingHost | None, reranker: Reran
         "is_sleeping": False,
         "cors_proxy_enabled": False,
         "media_marker": MEDIA_MARKER,  # where /completion's multimodal_data goes in a prompt
-        "ui_settings": {},
+        "ui_settings": config.ui_settings,
         **beside_props(embedding, reranker),
     }
 

@@ -5,7 +5,7 @@ runs without it; here that is always so (the flags are refused at start). Realti
 chat (`/v1/realtime`, a WebSocket the spec mounts for a Nemotron VoiceChat checkpoint)
 is refused the same way, its WebSocket handshake answered 501 too. And the web
 UI's MCP proxy (`/cors-proxy`), which llama-server answers 403 "this feature is
-disabled" unless started with --webui-mcp-proxy (refused here: mlxcel serves no web UI)."""
+disabled" unless started with --webui-mcp-proxy (refused here: mlxcel's web UI has no MCP client)."""
 
 from __future__ import annotations
 

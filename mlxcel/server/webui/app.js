@@ -6,6 +6,9 @@
 (() => {
   const PREFIX = document.querySelector('meta[name="mlxcel-prefix"]').content;
   const SAMPLING = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
+  // the server's defaults (--webui-config, /props ui_settings) under llama-server's UI names or ours
+  const SERVER_SETTINGS = {systemMessage: "system", system: "system",
+    ...Object.fromEntries(SAMPLING.map((key) => [key, key]))};
   const MAX_IMAGE_BYTES = 8 * 1024 * 1024;
   const MAX_TEXT_BYTES = 1024 * 1024;
   const $ = (id) => document.getElementById(id);
@@ -34,6 +37,7 @@
     conversations: store.load("conversations", []),
     current: store.load("current", null),
     settings: store.load("settings", {}),
+    serverSettings: {},  // defaults the server gives the UI; the user's own settings win
     models: [],
     vision: false,
     controller: null,  // the running generation's AbortController
@@ -260,8 +264,10 @@
     try {
       const props = await getJson("/props" + (model && state.models.length > 1 ? "?model=" + encodeURIComponent(model) : ""));
       state.vision = Boolean(props?.modalities?.vision);
+      state.serverSettings = serverSettings(props?.ui_settings ?? props?.webui_settings);
     } catch {
       state.vision = false;
+      state.serverSettings = {};
     }
     $("attach").accept = state.vision ? "" : "text/*,.md,.py,.js,.ts,.json,.csv,.tsv,.yaml,.yml,.toml,.xml,.html,"
       + ".css,.c,.h,.cpp,.rs,.go,.java,.rb,.sh,.sql,.log,.ini,.cfg";
@@ -280,7 +286,8 @@
 
   function wireMessages(messages) {
     const out = [];
-    if (state.settings.system) out.push({role: "system", content: state.settings.system});
+    const system = setting("system");
+    if (system) out.push({role: "system", content: system});
     for (const m of messages) {
       if (m.role === "assistant" && (m.error || !m.content)) continue;  // failed or stopped before any text
       const text = m.role === "user" ? withFiles(m) : m.content;
@@ -299,8 +306,8 @@
   function sampling() {
     const out = {};
     for (const key of SAMPLING) {
-      const value = state.settings[key];
-      if (value !== undefined && value !== null && value !== "") out[key] = Number(value);
+      const value = setting(key);
+      if (value !== "" && Number.isFinite(Number(value))) out[key] = Number(value);
     }
     return out;
   }
@@ -602,10 +609,30 @@
 
   // --- settings --------------------------------------------------------------------
 
+  function serverSettings(given) {
+    const out = {};
+    if (!given || typeof given !== "object" || Array.isArray(given)) return out;
+    for (const [name, key] of Object.entries(SERVER_SETTINGS)) {
+      const value = given[name];
+      if ((typeof value === "string" || typeof value === "number") && !(key in out)) out[key] = String(value);
+    }
+    return out;
+  }
+
+  // the user's own value, else the server's default for the UI, else "" (the API's default)
+  function setting(key) {
+    const own = state.settings[key];
+    if (own !== undefined && own !== null && own !== "") return String(own);
+    return state.serverSettings[key] ?? "";
+  }
+
   function openSettings() {
     const form = $("settings-form");
     for (const field of form.elements) {
-      if (field.name) field.value = state.settings[field.name] ?? "";
+      if (!field.name) continue;
+      field.value = state.settings[field.name] ?? "";
+      const fallback = state.serverSettings[field.name];
+      field.placeholder = fallback === undefined || field.name === "api_key" ? "" : "server: " + fallback;
     }
     if (!$("settings").open) $("settings").showModal();
   }
