@@ -6,8 +6,8 @@ from mlxcel.api.responses.events import EventSequence, OutputBuilder, sse_event
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 
 
-def _run(deltas, calls=(), status="completed", parallel=True):
-    builder = OutputBuilder(EventSequence(), parallel_tool_calls=parallel)
+def _run(deltas, calls=(), status="completed"):
+    builder = OutputBuilder(EventSequence())
     events = []
     for delta in deltas:
         events += builder.feed(delta)
@@ -52,13 +52,6 @@ def test_function_call_arguments_stream_and_end_equal_to_the_final_parse():
     assert events[3]["arguments"] == '{"x": 1}'
     assert output == [{"id": events[0]["item"]["id"], "type": "function_call", "call_id": "call_a", "name": "f",
                        "arguments": '{"x": 1}', "status": "completed"}]
-
-
-def test_parallel_tool_calls_false_keeps_the_first_call():
-    deltas = [ParsedDelta(tool_calls=[ToolCallDelta(0, id="a", name="f"), ToolCallDelta(0, arguments="{}"),
-                                      ToolCallDelta(1, id="b", name="g"), ToolCallDelta(1, arguments="{}")])]
-    output, _ = _run(deltas, [ToolCall("f", "{}", "a"), ToolCall("g", "{}", "b")], parallel=False)
-    assert [i["call_id"] for i in output] == ["a"]
 
 
 def test_empty_generation_still_has_a_message_and_incomplete_marks_it():

@@ -8,7 +8,8 @@ import pytest
 from mlxcel.api.responses.capsule import Capsule, decode_capsule, encode_capsule
 from mlxcel.api.responses.input_items import SUMMARY_HEADING, as_items, collapse, items_to_messages, replay
 from mlxcel.api.responses.reasoning_echo import ReasoningEcho
-from mlxcel.api.responses.translate import chat_messages, chat_tool_choice, chat_tools, response_format
+from mlxcel.api.responses.translate import chat_messages, chat_tool_choice, chat_tools, response_format, turn_spec
+from mlxcel.api.responses.wire import ResponsesRequest
 from mlxcel.chat.errors import ChatInputError
 
 CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}
@@ -158,3 +159,14 @@ def test_reasoning_echo_skips_a_compaction_item_in_the_output():
                    {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "think"}]},
                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}])
     assert echo.lookup({"role": "assistant", "content": "ok"}) == "think"
+
+
+@pytest.mark.parametrize("parallel, limit", [(False, 1), (True, None), (None, None)])
+def test_parallel_tool_calls_false_limits_the_turn_to_one_call(parallel, limit):
+    """The turn's parser enforces the limit (and stops the generation there) for every API."""
+    data = {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {}}]}
+    if parallel is not None:
+        data["parallel_tool_calls"] = parallel
+    body = ResponsesRequest.model_validate(data)
+    spec = turn_spec(data, body, [{"type": "message", "role": "user", "content": "hi"}], {})
+    assert spec.max_tool_calls == limit and [t["function"]["name"] for t in spec.tools] == ["f"]

@@ -59,9 +59,8 @@ class _Item:
 
 
 class OutputBuilder:
-    def __init__(self, event: EventSequence, first_index: int = 0, parallel_tool_calls: bool = True) -> None:
+    def __init__(self, event: EventSequence, first_index: int = 0) -> None:
         self.event = event
-        self.parallel_tool_calls = parallel_tool_calls
         self._next_index = first_index
         self._items: list[_Item] = []
         self._current: _Item | None = None  # the open reasoning or message item
@@ -114,8 +113,6 @@ class OutputBuilder:
         return item
 
     def _call_delta(self, call: ToolCallDelta) -> list[dict]:
-        if call.index > 0 and not self.parallel_tool_calls:
-            return []
         events: list[dict] = []
         item = self._calls.get(call.index)
         if item is None:

@@ -79,7 +79,6 @@ class ResponseRun:
         self.background = body.background
         self.policy = compaction_policy(body.context_management)
         self.conversation = conversation_id(body)
-        self.parallel_tool_calls = body.parallel_tool_calls is not False
         self.history: list[dict] = []  # what the output continues: prior history, then the input
         self.size = 0  # rough bytes of the request and its history (a background job's admission)
         self.spec: ChatTurnSpec | None = None
@@ -179,7 +178,7 @@ class ResponseRun:
             yield event("response.output_item.added", output_index=0, item=c.item)
             yield event("response.output_item.done", output_index=0, item=c.item)
             prefix.append(c.item)
-        builder = OutputBuilder(event, len(prefix), self.parallel_tool_calls)
+        builder = OutputBuilder(event, len(prefix))
         formatter = LogprobFormatter(self.host.tokenizer) if self.spec.logprobs is not None else None
         outcome: ChatOutcome | None = None
         timings = LiveTimings() if self.body.timings_per_token else None
@@ -204,7 +203,7 @@ class ResponseRun:
         for delta in (outcome.tail, ParsedDelta(tool_calls=outcome.owed)):
             for e in builder.feed(delta):
                 yield e
-        calls = outcome.final.tool_calls if self.parallel_tool_calls else outcome.final.tool_calls[:1]
+        calls = outcome.final.tool_calls  # one at most with parallel_tool_calls false: the turn stops there
         status, details, error = _status(outcome.finish)
         if outcome.finish.reason is FinishReason.ERROR:
             self.failed_generation = outcome.finish
