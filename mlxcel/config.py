@@ -158,6 +158,7 @@ class ServerConfig:
     slots_endpoint: bool = True
     webui: bool = True  # the chat web UI at / for browsers (server/webui)
     ui_settings: dict = field(default_factory=dict)  # --webui-config: the web UI's default settings
+    server_tools: tuple[str, ...] = ()  # --tools: the built-in tools POST /tools runs (toolbox)
     cache_prompt: bool = True
     sampling: SamplingParams = field(default_factory=SamplingParams)
     flash_attn: str = "auto"  # on | off | auto

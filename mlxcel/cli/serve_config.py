@@ -97,6 +97,17 @@ def _template_kwargs(text: str | None) -> dict:
         raise UsageError(f"--chat-template-kwargs: {exc}") from None
 
 
+def _server_tools(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    from mlxcel.toolbox import tool_names
+
+    try:
+        return tool_names(text)
+    except ValueError as exc:
+        raise UsageError(f"--tools: {exc}") from None
+
+
 def _tool_call_parser(name: str | None) -> str | None:
     if name is None:
         return None
@@ -233,6 +244,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     except GrammarUsageError as exc:
         raise UsageError(str(exc)) from None
     sampling = sampling_defaults(args)
+    tools = _server_tools(args.server_tools)
     return ServerConfig(
         model=args.model,
         cluster=cluster,
@@ -247,7 +259,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         tags=args.tags or [],
         hosts=args.host,
         api_prefix=args.api_prefix,
-        cors_origins=args.cors_origins,
+        cors_origins=args.cors_origins if args.cors_origins is not None else ("localhost" if tools else "*"),
         cors_methods=args.cors_methods,
         cors_headers=args.cors_headers,
         cors_credentials=args.cors_credentials,
@@ -280,6 +292,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         slots_endpoint=args.slots,
         webui=args.webui,
         ui_settings=ui_settings(args.ui_config, args.ui_config_file),
+        server_tools=tools,
         cache_prompt=args.cache_prompt,
         sampling=sampling,
         flash_attn=args.flash_attn,

@@ -186,8 +186,14 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "default most tokens to generate (-1: until end of generation or of the slot's context)"),
     (("--api-prefix",), "api_prefix", _api_prefix, "", "LLAMA_ARG_API_PREFIX",
      "path prefix every route is served under, without the trailing slash"),
-    (("--cors-origins",), "cors_origins", str, "*", "LLAMA_ARG_CORS_ORIGINS",
-     "allowed CORS origins, comma-separated; '*' allows any, 'localhost' only localhost pages"),
+    (("--cors-origins",), "cors_origins", str, None, "LLAMA_ARG_CORS_ORIGINS",
+     "allowed CORS origins, comma-separated; '*' allows any, 'localhost' only localhost pages (default: '*', "
+     "'localhost' with --tools)"),
+    (("--tools",), "server_tools", str, None, "LLAMA_ARG_TOOLS",
+     "built-in tools the web UI's agent may run on this machine through POST /tools, comma-separated, or 'all': "
+     "read_file, file_glob_search, grep_search, exec_shell_command, write_file, edit_file, get_info (default: "
+     "none). They read and write files and run commands as the server's user: do not enable in untrusted "
+     "environments"),
     (("--cors-methods",), "cors_methods", str, "GET, POST, DELETE, OPTIONS", "LLAMA_ARG_CORS_METHODS",
      "CORS methods allowed, comma-separated"),
     (("--cors-headers",), "cors_headers", str, "*", "LLAMA_ARG_CORS_HEADERS", "CORS headers allowed, comma-separated"),

@@ -37,7 +37,7 @@ from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.http.stream_sessions import StreamSessions
 from mlxcel.observability import metrics
 from mlxcel.server.idle_sleep import IdleSleep, IdleSleepMiddleware, SleepPlan, watching
-from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams, unserved
+from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams, tools, unserved
 from mlxcel.server.routes.vertex import add_vertex_routes
 from mlxcel.server.startup_gc import settle_startup_objects
 from mlxcel.server.webui import ASSET_PATHS as WEBUI_ASSETS
@@ -46,6 +46,7 @@ from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.state.store import StateBackend
 from mlxcel.state.url import open_state
+from mlxcel.toolbox import build_tools
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.live_completions import LiveCompletions
 from mlxcel.turn.model_host import ModelHost
@@ -162,6 +163,7 @@ def create_app(
     app.state.stt_host = stt_host  # None without --stt-model: the audio routes answer 501
     app.state.tts_host = tts_host
     app.state.responses = responses_state
+    app.state.server_tools = build_tools(config.server_tools)  # --tools (none: /tools answers 403)
     install_error_handlers(app)
     app.include_router(info.router)
     app.include_router(cache.router)
@@ -182,6 +184,7 @@ def create_app(
     app.include_router(embeddings.router)
     app.include_router(transcriptions.router)
     app.include_router(speech_routes.router)
+    app.include_router(tools.router)  # --tools: the web UI's agent tools
     app.include_router(unserved.router)  # image generation, structured decisions: 501 naming what they need
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, sleep
@@ -193,7 +196,7 @@ def create_app(
         # middleware again, waking the model its route needs (and only that one)
         predict = frozenset({vertex.predict_route} if vertex is not None else ())
         app.add_middleware(IdleSleepMiddleware, plan=sleepers, routes=lambda: app.router.routes,
-                           describing=vertex_health, modelless=unserved.PATHS | predict)
+                           describing=vertex_health, modelless=unserved.PATHS | tools.PATHS | predict)
     if config.webui:  # --path's own index.html, added after it, is served first
         app.add_middleware(WebUIMiddleware, prefix=config.api_prefix or "")
     if config.static_path:
@@ -206,6 +209,7 @@ def create_app(
     if config.api_prefix:
         app.add_middleware(ApiPrefixMiddleware, prefix=config.api_prefix)
     policy = CorsPolicy(config.cors_origins, config.cors_methods, config.cors_headers, config.cors_credentials)
+    app.state.cors_policy = policy  # POST /tools refuses pages it does not allow
     app.add_middleware(CorsMiddleware, policy=policy)
     if config.metrics_port is not None:  # on that port, /metrics alone
         app.add_middleware(MetricsPortMiddleware, port=config.metrics_port, prefix=config.api_prefix)

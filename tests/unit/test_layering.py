@@ -22,6 +22,7 @@ LAYERS = [
     {"chat"},
     {"turn"},
     {"speech"},
+    {"toolbox"},
     {"fleet"},
     {"http"},
     {"api"},
@@ -30,7 +31,8 @@ LAYERS = [
     {"cluster"},
     {"cli", "__main__"},
 ]
-HTTP_FREE = {"engine", "models", "config", "state", "media", "structured", "chat", "turn", "speech", "fleet"}
+HTTP_FREE = {"engine", "models", "config", "state", "media", "structured", "chat", "turn", "speech", "toolbox",
+             "fleet"}
 HTTP_MODULES = ("fastapi", "starlette", "uvicorn")
 
 

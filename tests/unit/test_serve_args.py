@@ -51,7 +51,7 @@ def test_unimplemented_tuning_flags_are_split_off():
     assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
 
 
-@pytest.mark.parametrize("flag", ["--webui-mcp-proxy", "--mmproj-url", "--tools",
+@pytest.mark.parametrize("flag", ["--webui-mcp-proxy", "--mmproj-url", "--agent",
                                   "-hf", "--webui-mcp-proxy"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):

@@ -1,0 +1,108 @@
+"""exec_shell_command and get_info. A command runs in its own process group under
+`sh -c`, with a deadline; on the deadline, or when the caller goes away, the whole group
+is killed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import signal
+from collections.abc import AsyncIterator
+
+from mlxcel.toolbox.base import ServerTool, ToolContext
+
+OUTPUT_MAX = 16 * 1024
+TIMEOUT_MAX = 60
+
+
+class ExecShellCommand(ServerTool):
+    name = "exec_shell_command"
+    display_name = "Execute shell command"
+    writes = True
+    streams = True
+    description = "Execute a shell command and return its output (stdout and stderr combined)."
+    properties = {
+        "command": {"type": "string", "description": "Shell command to execute"},
+        "timeout": {"type": "integer", "description": f"Timeout in seconds (default 10, max {TIMEOUT_MAX})"},
+        "max_output_size": {"type": "integer", "description": f"Maximum output size in bytes (default {OUTPUT_MAX})"},
+    }
+    required = ("command",)
+
+    async def invoke(self, params: dict, call: ToolContext) -> dict:
+        parts = [chunk async for chunk in self.stream(params, call)]
+        return {"plain_text_response": "".join(parts)}
+
+    async def stream(self, params: dict, call: ToolContext) -> AsyncIterator[str]:
+        """The output as it comes (cut at max_output_size, the rest drained), then
+        "[exit code: N]"; closing the iterator early kills the command."""
+        timeout = max(1, min(params.get("timeout", 10), TIMEOUT_MAX))
+        limit = max(1, min(params.get("max_output_size", OUTPUT_MAX), OUTPUT_MAX))
+        child = await asyncio.create_subprocess_exec(
+            "sh", "-c", params["command"], cwd=call.cwd, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        timed_out = False
+        sent = 0
+        decoder = _Utf8()
+        try:
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    timed_out = True
+                    break
+                try:
+                    data = await asyncio.wait_for(child.stdout.read(4096), left)
+                except asyncio.TimeoutError:
+                    timed_out = True
+                    break
+                if not data:
+                    break
+                if sent < limit:
+                    piece = data[:limit - sent]
+                    sent += len(piece)
+                    text = decoder.feed(piece, final=sent >= limit)
+                    if text:
+                        yield text
+                    if sent >= limit:
+                        yield "\n[output truncated]"
+            if timed_out:
+                _kill(child)
+            code = await child.wait()
+            yield f"\n[exit code: {code}]" + (" [exit due to timed out]" if timed_out else "")
+        finally:
+            if child.returncode is None:  # the caller left, or the deadline passed
+                _kill(child)
+                with contextlib.suppress(ProcessLookupError):
+                    await child.wait()
+
+
+def _kill(child: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
+
+
+class _Utf8:
+    """Bytes to text across reads that split a character."""
+
+    def __init__(self) -> None:
+        import codecs
+
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, data: bytes, final: bool = False) -> str:
+        return self._decoder.decode(data, final)
+
+
+class GetInfo(ServerTool):
+    name = "get_info"
+    display_name = "Get Runtime Info"
+    description = "Returns runtime info: the OS name/version and the current working directory"
+    properties: dict = {}
+
+    async def invoke(self, params: dict, call: ToolContext) -> dict:
+        u = platform.uname()
+        return {"os": f"{u.system} {u.node} {u.release} {u.version} {u.machine}".strip(),
+                "cwd": call.cwd or os.getcwd()}

@@ -1,0 +1,192 @@
+"""POST /tools and GET /tools (llama-server's --tools) on a real server: the listing,
+calls in the caller's folder, a streamed shell command, a client that leaves killing its
+command, the event loop free while a command or a search runs, and every malformed or
+cross-site call refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.server_process import ServerProcess
+
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def tooled():
+    proc = ServerProcess("-c", "512", "-np", "1", "--tools", "all")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def client(tooled):
+    with tooled.client() as client:
+        yield client
+
+
+def call(client, tool, params, cwd=None, **extra):
+    headers = {**JSON, **({"x-tool-cwd": str(cwd)} if cwd else {}), **extra.pop("headers", {})}
+    return client.post("/tools", content=json.dumps({"tool": tool, "params": params, **extra}), headers=headers)
+
+
+def test_without_tools_both_routes_are_disabled(http):
+    for answer in (http.get("/tools"), http.post("/tools", json={"tool": "get_info"})):
+        assert answer.status_code == 403 and answer.json()["error"]["type"] == "feature_disabled"
+
+
+def test_the_listing_names_each_tool_its_permission_and_definition(client):
+    listing = client.get("/tools").json()
+    assert [t["tool"] for t in listing] == ["read_file", "file_glob_search", "grep_search", "exec_shell_command",
+                                            "write_file", "edit_file", "get_info"]
+    writes = {t["tool"] for t in listing if t["permissions"]["write"]}
+    assert writes == {"exec_shell_command", "write_file", "edit_file"}
+    read = listing[0]
+    assert read["type"] == "server" and read["display_name"] == "Read file"
+    assert read["definition"]["function"]["parameters"]["required"] == ["path"]
+
+
+def test_calls_run_in_the_callers_folder(client, tmp_path):
+    written = call(client, "write_file", {"path": "notes/a.txt", "content": "alpha\nbeta\n"}, tmp_path).json()
+    assert written == {"result": "file written successfully", "path": "notes/a.txt", "bytes": 11}
+    assert call(client, "read_file", {"path": "notes/a.txt", "append_loc": True}, tmp_path).json() == {
+        "plain_text_response": "1\u2192alpha\n2\u2192beta\n"}
+    edited = call(client, "edit_file", {"path": "notes/a.txt", "edits": [{"old_text": "beta", "new_text": "gamma"}]},
+                  tmp_path).json()
+    assert edited["edits_applied"] == 1 and (tmp_path / "notes/a.txt").read_text() == "alpha\ngamma\n"
+    found = call(client, "file_glob_search", {"path": ".", "include": "*.txt"}, tmp_path).json()
+    assert found["entries"] == [{"path": "notes/a.txt", "type": "file"}] and found["base"] == str(tmp_path)
+    grep = call(client, "grep_search", {"path": ".", "pattern": "gam+a", "return_line_numbers": True}, tmp_path)
+    assert grep.json()["plain_text_response"].startswith("notes/a.txt:2:gamma\n")
+    shell = call(client, "exec_shell_command", {"command": "pwd && exit 4"}, tmp_path).json()
+    assert shell == {"plain_text_response": f"{tmp_path}\n\n[exit code: 4]"}
+    assert call(client, "get_info", {}, tmp_path).json()["cwd"] == str(tmp_path)
+    # a tool's own failure is its answer, for the model to read
+    assert call(client, "read_file", {"path": "missing.txt"}, tmp_path).json() == {
+        "error": "cannot stat file: missing.txt"}
+    raw = call(client, "read_file", {"path": "notes/a.txt"}, tmp_path, headers={"x-resp-type": "base64"}).json()
+    assert raw == {"base64": "YWxwaGEKZ2FtbWEK", "size_bytes": 12}
+
+
+def test_a_shell_command_streams_its_output_then_done(client, tmp_path):
+    body = {"tool": "exec_shell_command", "stream": True, "params": {"command": "echo one; sleep 0.3; echo two"}}
+    events, arrived = [], []
+    with client.stream("POST", "/tools", content=json.dumps(body), headers=JSON) as answer:
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        for line in answer.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                arrived.append(time.monotonic())
+    assert events == [{"chunk": "one\n"}, {"chunk": "two\n"}, {"chunk": "\n[exit code: 0]"}, {"done": True}]
+    assert arrived[1] - arrived[0] > 0.2  # each piece as the command wrote it
+    refused = client.post("/tools", content=json.dumps({"tool": "read_file", "stream": True, "params": {"path": "x"}}),
+                          headers=JSON)
+    assert refused.status_code == 404 and "does not support stream" in refused.json()["error"]["message"]
+
+
+def test_a_client_that_leaves_kills_its_command_and_the_loop_stays_free(client, tooled, tmp_path):
+    pids = tmp_path / "pids"
+    beats: list[float] = []
+    stop = threading.Event()
+
+    def heartbeat():
+        with tooled.client(timeout=5) as probe:
+            while not stop.is_set():
+                started = time.monotonic()
+                assert probe.get("/health").status_code == 200
+                beats.append(time.monotonic() - started)
+                time.sleep(0.05)
+
+    watcher = threading.Thread(target=heartbeat)
+    watcher.start()
+    try:
+        command = f"sleep 120 & echo $! > {pids}; echo $$ >> {pids}; echo ready; wait"
+        body = {"tool": "exec_shell_command", "stream": True, "params": {"command": command, "timeout": 60}}
+        with client.stream("POST", "/tools", content=json.dumps(body), headers=JSON) as answer:
+            for line in answer.iter_lines():
+                if "ready" in line:
+                    break  # and leave
+        deadline = time.monotonic() + 10
+        for pid in map(int, pids.read_text().split()):
+            while _alive(pid):
+                assert time.monotonic() < deadline, f"process {pid} outlived its client"
+                time.sleep(0.1)
+        # a search that backtracks runs in a child process; the loop keeps answering meanwhile
+        (tmp_path / "a.txt").write_text("a" * 26 + "!\n")
+        started = time.monotonic()
+        grep = call(client, "grep_search", {"path": str(tmp_path), "pattern": "(a+)+$"}).json()
+        assert "Total matches: 0" in grep["plain_text_response"] and time.monotonic() - started > 0.5
+    finally:
+        stop.set()
+        watcher.join()
+    assert len(beats) > 5 and max(beats) < 1.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("body, headers, status, needle", [
+    ('{"tool": "rm_rf"}', JSON, 404, 'unknown tool "rm_rf"'),
+    ('{"params": {}}', JSON, 400, "'tool'"),
+    ('{"tool": "read_file", "params": []}', JSON, 400, "'params'"),
+    ('{"tool": "read_file", "params": {"path": 7}}', JSON, 400, "'path' must be a string"),
+    ('{"tool": "read_file", "params": {}}', JSON, 400, "missing argument 'path'"),
+    ('{"tool": "exec_shell_command", "params": {"command": "id", "timeout": "9"}}', JSON, 400, "'timeout'"),
+    ('{"tool": "read_file", "stream": "yes", "params": {"path": "x"}}', JSON, 400, "'stream'"),
+    ('{"tool": "read_file", "params": {"path": "\\ud800"}}', JSON, 400, ""),
+    ('{"tool": "read_file", "params": {"path": NaN}}', JSON, 400, ""),
+    ('{"tool": ', JSON, 400, ""),
+    ('[1]', JSON, 400, ""),
+    ('{"tool": "get_info", "params": {}}', {**JSON, "x-tool-runtime": "docker-container:abc"}, 400, "x-tool-runtime"),
+    ('{"tool": "get_info", "params": {}}', {**JSON, "x-tool-cwd": "/no/such/dir"}, 400, "x-tool-cwd"),
+    ('{"tool": "get_info", "params": {}}', {**JSON, "x-resp-type": "hex"}, 400, "x-resp-type"),
+    # a page elsewhere cannot call, not even with a body the browser sends without asking
+    ('{"tool": "exec_shell_command", "params": {"command": "touch /tmp/mlxcel-pwned"}}',
+     {"Content-Type": "text/plain"}, 415, "application/json"),
+    ('{"tool": "exec_shell_command", "params": {"command": "touch /tmp/mlxcel-pwned"}}',
+     {**JSON, "Origin": "https://evil.example"}, 403, "evil.example"),
+    ('{"tool": "exec_shell_command", "params": {"command": "touch /tmp/mlxcel-pwned"}}',
+     {**JSON, "Origin": "null"}, 403, "CORS"),
+])
+def test_malformed_and_cross_site_calls_are_refused_before_anything_runs(client, body, headers, status, needle):
+    answer = client.post("/tools", content=body, headers=headers)
+    assert answer.status_code == status and needle in answer.json()["error"]["message"]
+    assert client.get("/health").status_code == 200
+
+
+def test_local_pages_may_call_and_the_cors_default_is_localhost(client, tmp_path):
+    from pathlib import Path
+
+    assert not Path("/tmp/mlxcel-pwned").exists()
+    local = call(client, "get_info", {}, headers={"Origin": "http://localhost:5173"})
+    assert local.status_code == 200 and local.headers["access-control-allow-origin"] == "http://localhost:5173"
+    assert call(client, "get_info", {}, headers={"Origin": "http://127.0.0.1:8080"}).status_code == 200
+    preflight = client.options("/tools", headers={"Origin": "https://evil.example",
+                                                  "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in preflight.headers
+    content = b'{"tool": "write_file", "params": {"path": "x", "content": "' + b"a" * (41 << 20) + b'"}}'
+    big = client.post("/tools", content=content, headers={**JSON, "x-tool-cwd": str(tmp_path)})
+    assert big.status_code == 413 and not (tmp_path / "x").exists()
+
+
+def test_an_open_cors_policy_given_explicitly_is_kept():
+    proc = ServerProcess("-c", "256", "-np", "1", "--tools", "get_info", "--cors-origins", "*")
+    try:
+        proc.wait_ready()
+        with proc.client() as client:
+            assert [t["tool"] for t in client.get("/tools").json()] == ["get_info"]
+            assert call(client, "get_info", {}, headers={"Origin": "https://app.example"}).status_code == 200
+            assert call(client, "read_file", {"path": "/etc/hostname"}).status_code == 404  # not enabled
+    finally:
+        proc.stop()
