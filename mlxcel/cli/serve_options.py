@@ -203,7 +203,7 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
     (("--webui-config", "--ui-config"), "ui_config", str, None, "LLAMA_ARG_UI_CONFIG",
      "a JSON object of the web UI's default settings (systemMessage, temperature, top_k, top_p, min_p, "
-     "max_tokens, seed); a user's own settings win over them; /props lists it as ui_settings"),
+     "max_tokens, seed, agenticMaxTurns); a user's own settings win over them; /props lists it as ui_settings"),
     (("--webui-config-file", "--ui-config-file"), "ui_config_file", str, None, "LLAMA_ARG_UI_CONFIG_FILE",
      "the same JSON object, read from a file"),
     (("--path",), "static_path", str, None, "LLAMA_ARG_STATIC_PATH",

@@ -278,3 +278,67 @@ def test_a_reply_cut_at_the_token_limit_can_be_continued(server, page):
     assert len(messages) == 2  # the same reply, continued
     assert messages[1].startswith(first) and len(messages[1]) > len(first)
     assert "8 tokens" in page.locator(".message.assistant .stats").inner_text()  # the continuation's own
+
+
+@pytest.fixture(scope="module")
+def agent():
+    """Qwen2.5-Coder (it calls tools) with two of the server's tools."""
+    proc = ServerProcess("-c", "4096", "-np", "1", "--tools", "read_file,write_file",
+                         model="qwen2.5-coder-0.5b-instruct")
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+def test_the_model_uses_the_servers_tools_and_write_tools_ask_first(agent, page, tmp_path):
+    """Two model turns a message (the "Tool turns" setting): the call, then the answer
+    made with the tool's result (a second turn's calls are not run)."""
+    secret, out = tmp_path / "secret.txt", tmp_path / "out.txt"
+    secret.write_text("The secret word is periwinkle.\n")
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/v1/chat/completions") else None)
+    page.goto(agent.base_url + "/")
+    expect(page.locator("#tools-toggle")).to_be_visible()
+    expect(page.locator("#use-tools")).to_be_checked()
+    _settings(page, max_tokens=120, temperature=0, max_tool_turns=2)
+
+    def ask(prompt: str) -> None:
+        page.fill("#prompt", prompt)
+        page.press("#prompt", "Enter")
+        expect(page.locator("#stop")).to_be_hidden(timeout=90_000)  # every turn done
+
+    ask(f"Read the file {secret} and tell me the secret word.")
+    expect(page.locator(".message.tool summary")).to_have_text(["Result of read_file"])
+    expect(page.locator(".message.assistant")).to_have_count(2)
+    assert len(sent) == 2 and [t["function"]["name"] for t in sent[0]["tools"]] == ["read_file", "write_file"]
+    call, result = sent[1]["messages"][-2:]  # the model's call and the tool's answer went back to it
+    assert call["tool_calls"][0]["function"]["name"] == "read_file" and result["role"] == "tool"
+    assert "periwinkle" in result["content"] and result["tool_call_id"] == call["tool_calls"][0]["id"]
+
+    page.click("#new-chat")
+    asked: list[str] = []
+
+    def refuse(dialog):
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", refuse)
+    ask(f"Write the text hello to the file {out}")
+    assert len(asked) == 1 and asked[0].startswith("Allow Write file?") and str(out) in asked[0]
+    assert not out.exists() and sent[-1]["messages"][-1] == {
+        "role": "tool", "tool_call_id": sent[-1]["messages"][-2]["tool_calls"][0]["id"],
+        "content": '{"error":"the user did not allow this call"}'}
+
+    page.remove_listener("dialog", refuse)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click(".message.assistant:last-child button:has-text('Regenerate')")
+    expect(page.locator("#stop")).to_be_visible()
+    expect(page.locator("#stop")).to_be_hidden(timeout=90_000)
+    expect(page.locator(".message.tool summary")).to_have_text(["Result of write_file"])
+    assert out.exists() and "written" in sent[-1]["messages"][-1]["content"]
+
+    page.uncheck("#use-tools")  # off: the requests carry no tools
+    page.click("#new-chat")
+    ask("Hi")
+    assert "tools" not in sent[-1]

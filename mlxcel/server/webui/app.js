@@ -7,10 +7,12 @@
   const PREFIX = document.querySelector('meta[name="mlxcel-prefix"]').content;
   const SAMPLING = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
   // the server's defaults (--webui-config, /props ui_settings) under llama-server's UI names or ours
-  const SERVER_SETTINGS = {systemMessage: "system", system: "system",
-    ...Object.fromEntries(SAMPLING.map((key) => [key, key]))};
+  const SERVER_SETTINGS = {systemMessage: "system", system: "system", agenticMaxTurns: "max_tool_turns",
+    max_tool_turns: "max_tool_turns", ...Object.fromEntries(SAMPLING.map((key) => [key, key]))};
   const MAX_IMAGE_BYTES = 8 * 1024 * 1024;
   const MAX_TEXT_BYTES = 1024 * 1024;
+  const MAX_TOOL_TURNS = 20;  // model turns one message may take with tools (default; "Tool turns" setting)
+  const TOOL_RESULT_CHARS = 64 * 1024;  // of a tool's answer kept for the model
   const $ = (id) => document.getElementById(id);
 
   // --- storage --------------------------------------------------------------
@@ -38,6 +40,7 @@
     current: store.load("current", null),
     settings: store.load("settings", {}),
     serverSettings: {},  // defaults the server gives the UI; the user's own settings win
+    tools: [],  // the server's tools (GET /tools, --tools): {tool, display_name, permissions, definition}
     models: [],
     vision: false,
     controller: null,  // the running generation's AbortController
@@ -252,6 +255,7 @@
       if (wanted && state.models.includes(wanted)) select.value = wanted;
       $("server-state").textContent = state.models.length ? "" : "no model is served";
       await loadProps();
+      await loadTools();
       hideNotice();
     } catch (error) {
       $("server-state").textContent = "server unreachable";
@@ -288,7 +292,18 @@
     const out = [];
     const system = setting("system");
     if (system) out.push({role: "system", content: system});
+    const answered = new Set(messages.filter((m) => m.role === "tool").map((m) => m.tool_call_id));
     for (const m of messages) {
+      if (m.role === "tool") {
+        out.push({role: "tool", tool_call_id: m.tool_call_id, content: m.content});
+        continue;
+      }
+      const calls = m.role === "assistant" ? (m.tool_calls || []).filter((call) => answered.has(call.id)) : [];
+      if (calls.length) {  // calls never run (stopped, or out of turns) are left out
+        out.push({role: "assistant", content: m.content || null, tool_calls: calls.map((call) => (
+          {id: call.id, type: "function", function: {name: call.name, arguments: call.arguments}}))});
+        continue;
+      }
       if (m.role === "assistant" && (m.error || !m.content)) continue;  // failed or stopped before any text
       const text = m.role === "user" ? withFiles(m) : m.content;
       if (m.role === "user" && m.images?.length) {
@@ -313,13 +328,40 @@
   }
 
   // a new reply to the conversation, or (`cut`: its last reply) that reply continued:
-  // the server continues a final assistant message and streams the whole of it again
+  // the server continues a final assistant message and streams the whole of it again.
+  // With the server's tools on, a reply that calls tools has them run (write tools only
+  // after the user allows it), their answers go back, and the model goes on.
   async function generate(c, cut = null) {
+    const controller = new AbortController();
+    state.controller = controller;
+    setBusy(true);
+    const turns = Math.max(1, parseInt(setting("max_tool_turns"), 10) || MAX_TOOL_TURNS);
+    try {
+      for (let turn = 1; ; turn += 1) {
+        const reply = await streamTurn(c, cut, controller);
+        cut = null;
+        if (!reply.tool_calls?.length || reply.error || reply.stopped) break;
+        if (turn >= turns) {
+          reply.halted = "its tool calls were not run: " + turns + " model turns reached (Settings: Tool turns)";
+          break;
+        }
+        if (!await runTools(c, reply, controller)) break;
+      }
+    } finally {
+      if (state.controller === controller) state.controller = null;
+      c.updated = Date.now();
+      saveConversations();
+      setBusy(false);
+      renderAll();
+    }
+  }
+
+  async function streamTurn(c, cut, controller) {
     const history = wireMessages(c.messages);
     const before = cut ? cut.content : "";
     const reply = cut || {role: "assistant", content: "", reasoning: ""};
     if (cut) {
-      for (const key of ["finish", "stopped", "error", "stats"]) delete reply[key];
+      for (const key of ["finish", "stopped", "error", "stats", "halted"]) delete reply[key];
       reply.content = "";
     } else {
       c.messages.push(reply);
@@ -327,30 +369,36 @@
     c.model = $("model").value;
     c.updated = Date.now();
     saveConversations();
-    const controller = new AbortController();
-    state.controller = controller;
-    setBusy(true);
     renderAll();
     const started = performance.now();
     let firstAt = 0;
     let usage = null;
     let timings = null;
+    const calls = [];  // by the stream's tool-call index
+    const tools = toolsOn() ? {tools: state.tools.map((t) => t.definition)} : {};
     try {
       const response = await fetch(PREFIX + "/v1/chat/completions", {
         method: "POST", headers: headers(), signal: controller.signal,
         body: JSON.stringify({model: c.model || undefined, messages: history, stream: true,
-                              stream_options: {include_usage: true}, ...sampling()}),
+                              stream_options: {include_usage: true}, ...tools, ...sampling()}),
       });
       if (!response.ok) throw await failure(response);
       for await (const event of events(response)) {
         if (event.error) throw new Error(event.error.message || "the generation failed");
         const choice = event.choices?.[0];
         if (choice?.delta) {
-          const {content, reasoning_content: reasoning} = choice.delta;
-          if (content || reasoning) {
+          const {content, reasoning_content: reasoning, tool_calls: deltas} = choice.delta;
+          if (content || reasoning || deltas?.length) {
             firstAt ||= performance.now();
             if (content) reply.content += content;
             if (reasoning) reply.reasoning += reasoning;
+            for (const delta of deltas || []) {
+              const call = calls[delta.index ?? 0] ||= {id: "", name: "", arguments: ""};
+              if (delta.id) call.id = delta.id;
+              if (delta.function?.name) call.name += delta.function.name;
+              if (delta.function?.arguments) call.arguments += delta.function.arguments;
+              reply.tool_calls = calls.filter(Boolean);
+            }
             scheduleRender();
           }
         }
@@ -370,11 +418,71 @@
                        perSecond: seconds > 0 ? usage.completion_tokens / seconds : 0,
                        firstMs: firstAt ? firstAt - started : null};
       }
-      if (state.controller === controller) state.controller = null;
       c.updated = Date.now();
       saveConversations();
-      setBusy(false);
       renderAll();
+    }
+    return reply;
+  }
+
+  // --- server tools --------------------------------------------------------------
+
+  const toolsOn = () => state.tools.length > 0 && $("use-tools").checked;
+
+  async function loadTools() {
+    try {
+      const response = await fetch(PREFIX + "/tools", {headers: headers()});
+      state.tools = response.ok ? (await response.json()).filter((t) => t?.definition?.function?.name) : [];
+    } catch {
+      state.tools = [];
+    }
+    $("tools-toggle").hidden = state.tools.length === 0;
+    $("use-tools").checked = state.settings.use_tools !== false;
+  }
+
+  // each call of `reply` run in turn, its answer added as a tool message; false when
+  // the user stopped
+  async function runTools(c, reply, controller) {
+    for (const call of reply.tool_calls) {
+      call.id ||= "call_" + newId();
+      const result = {role: "tool", tool_call_id: call.id, name: call.name, content: ""};
+      c.messages.push(result);
+      renderAll();
+      result.content = await callTool(call, controller);
+      if (controller.signal.aborted) {
+        result.content ||= JSON.stringify({error: "stopped by the user"});
+        return false;
+      }
+      saveConversations();
+      renderAll();
+    }
+    return true;
+  }
+
+  async function callTool(call, controller) {
+    const tool = state.tools.find((t) => t.definition.function.name === call.name);
+    if (!tool) return JSON.stringify({error: "unknown tool " + JSON.stringify(call.name)});
+    let params;
+    try {
+      params = call.arguments.trim() ? JSON.parse(call.arguments) : {};
+    } catch {
+      return JSON.stringify({error: "the arguments are not valid JSON"});
+    }
+    if (tool.permissions?.write
+        && !window.confirm("Allow " + (tool.display_name || call.name) + "?\n\n" + JSON.stringify(params, null, 2))) {
+      return JSON.stringify({error: "the user did not allow this call"});
+    }
+    try {
+      const response = await fetch(PREFIX + "/tools", {
+        method: "POST", headers: headers(), signal: controller.signal,
+        body: JSON.stringify({tool: tool.tool, params}),
+      });
+      const body = await response.json().catch(() => ({}));
+      const text = !response.ok ? JSON.stringify({error: body?.error?.message || response.statusText})
+        : typeof body.plain_text_response === "string" ? body.plain_text_response : JSON.stringify(body);
+      return text.length > TOOL_RESULT_CHARS ? text.slice(0, TOOL_RESULT_CHARS) + "\n[cut]" : text;
+    } catch (error) {
+      return error.name === "AbortError" ? "" : JSON.stringify({error: error.message});
     }
   }
 
@@ -394,7 +502,7 @@
 
   function regenerate(c) {
     if (state.controller) return;
-    while (c.messages.length && c.messages[c.messages.length - 1].role === "assistant") c.messages.pop();
+    while (c.messages.length && c.messages[c.messages.length - 1].role !== "user") c.messages.pop();
     if (c.messages.length) generate(c);
   }
 
@@ -444,6 +552,11 @@
       if (m.files?.length) {
         bubble.append(el("div", {class: "files"}, ...m.files.map((f) => el("span", {class: "file"}, f.name))));
       }
+    } else if (m.role === "tool") {
+      const details = el("details", {class: "tool-result"},
+                         el("summary", {}, (m.content ? "Result of " : "Running ") + m.name + (m.content ? "" : "…")),
+                         el("pre", {}, m.content));
+      bubble.append(details);
     } else {
       if (m.reasoning) {
         const summary = el("summary", {}, running && !m.content ? "Thinking…" : "Thoughts");
@@ -453,18 +566,23 @@
         bubble.append(details);
       }
       bubble.append(renderMarkdown(m.content));
+      for (const call of m.tool_calls || []) {
+        bubble.append(el("details", {class: "tool-call"}, el("summary", {}, "Calls " + call.name),
+                         el("pre", {}, call.arguments)));
+      }
     }
     view.append(bubble);
     const tools = el("div", {class: "tools"});
     if (m.error) tools.append(el("span", {class: "error"}, "Error: " + m.error));
     if (m.stopped) tools.append(el("span", {}, "stopped"));
     if (m.finish === "length") tools.append(el("span", {}, "cut at the token limit"));
+    if (m.halted) tools.append(el("span", {class: "halted"}, m.halted));
     if (m.stats) tools.append(el("span", {class: "stats"}, statsText(m.stats)));
-    if (!running) {
+    if (!running && m.role !== "tool") {
       tools.append(toolButton("Copy", (e) => copyText(m.content, e.currentTarget)));
       if (m.role === "user") tools.append(toolButton("Edit", () => editMessage(c, index, view)));
       if (m.role === "assistant" && last) tools.append(toolButton("Regenerate", () => regenerate(c)));
-      if (m.role === "assistant" && last && m.content && (m.finish === "length" || m.stopped)) {
+      if (m.role === "assistant" && last && m.content && !m.tool_calls?.length && (m.finish === "length" || m.stopped)) {
         tools.append(toolButton("Continue", () => { if (!state.controller) generate(c, m); }));
       }
     }
@@ -498,7 +616,7 @@
   function cachedView(c, m, index) {
     const running = index === c.messages.length - 1 && state.controller !== null;
     const key = [c.id, index, c.messages.length, running, m.content.length, m.reasoning?.length, m.error, m.stopped,
-                 m.finish, Boolean(m.stats)].join("|");
+                 m.finish, Boolean(m.stats), m.halted, (m.tool_calls || []).map((t) => t.name + t.arguments.length)].join("|");
     const cached = views.get(m);
     if (cached && cached.key === key) return cached.view;
     const view = messageView(c, m, index);
@@ -638,7 +756,7 @@
   }
 
   function saveSettings() {
-    const settings = {model: state.settings.model};
+    const settings = {model: state.settings.model, use_tools: state.settings.use_tools};
     for (const field of $("settings-form").elements) {
       if (field.name && field.value !== "") settings[field.name] = field.value;
     }
@@ -680,6 +798,10 @@
     loadProps();
   });
   $("open-settings").addEventListener("click", openSettings);
+  $("use-tools").addEventListener("change", () => {
+    state.settings.use_tools = $("use-tools").checked;
+    store.save("settings", state.settings);
+  });
   $("settings").addEventListener("close", () => {
     if ($("settings").returnValue === "save") saveSettings();
   });
