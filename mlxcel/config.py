@@ -11,6 +11,19 @@ from mlxcel.engine.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
+class McpServer:
+    """One --mcp-servers-config / --mcp-servers-json entry: a stdio MCP server whose tools
+    POST /tools serves as `<name>_<tool>`."""
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # merged over the server's own environment
+    cwd: str | None = None
+    timeout_ms: int = 30_000  # one tool call's
+
+
+@dataclass(frozen=True)
 class TlsFiles:
     """--ssl-key-file / --ssl-cert-file: the PEM pair every listener serves HTTPS with."""
 
@@ -159,6 +172,7 @@ class ServerConfig:
     webui: bool = True  # the chat web UI at / for browsers (server/webui)
     ui_settings: dict = field(default_factory=dict)  # --webui-config: the web UI's default settings
     server_tools: tuple[str, ...] = ()  # --tools: the built-in tools POST /tools runs (toolbox)
+    mcp_servers: tuple[McpServer, ...] = ()  # --mcp-servers-config/-json: their tools beside those
     cache_prompt: bool = True
     sampling: SamplingParams = field(default_factory=SamplingParams)
     flash_attn: str = "auto"  # on | off | auto

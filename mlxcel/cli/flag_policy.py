@@ -27,7 +27,7 @@ _refuse("downloads a multimodal projector (give --mmproj a path)", "-mmu", "--mm
 _refuse("changes how video is cut into frames (mlxcel samples frames with --video-max-frames and the part's fps)",
         "--video-ffmpeg-dir", "--video-timestamp-interval")
 _refuse("serves other routes or web UI features (not implemented)",
-        "--tools-runtime", "-ag", "--agent", "--mcp-servers-config", "--mcp-servers-json",
+        "--tools-runtime", "-ag", "--agent",
         "--webui-mcp-proxy", "--ui-mcp-proxy")
 
 

@@ -27,6 +27,7 @@ from mlxcel.cli.serve_files import (
     prompts_dir,
     read_api_keys,
     slot_save_path,
+    mcp_servers,
     static_path,
     ui_settings,
 )
@@ -245,6 +246,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         raise UsageError(str(exc)) from None
     sampling = sampling_defaults(args)
     tools = _server_tools(args.server_tools)
+    mcp = mcp_servers(args.mcp_servers_config, args.mcp_servers_json)
     return ServerConfig(
         model=args.model,
         cluster=cluster,
@@ -259,7 +261,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         tags=args.tags or [],
         hosts=args.host,
         api_prefix=args.api_prefix,
-        cors_origins=args.cors_origins if args.cors_origins is not None else ("localhost" if tools else "*"),
+        cors_origins=args.cors_origins if args.cors_origins is not None else ("localhost" if tools or mcp else "*"),
         cors_methods=args.cors_methods,
         cors_headers=args.cors_headers,
         cors_credentials=args.cors_credentials,
@@ -293,6 +295,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         webui=args.webui,
         ui_settings=ui_settings(args.ui_config, args.ui_config_file),
         server_tools=tools,
+        mcp_servers=mcp,
         cache_prompt=args.cache_prompt,
         sampling=sampling,
         flash_attn=args.flash_attn,

@@ -105,6 +105,37 @@ def ui_settings(text: str | None, file: str | None) -> dict:
     return settings
 
 
+def mcp_servers(file: str | None, text: str | None) -> tuple:
+    """--mcp-servers-config PATH and --mcp-servers-json JSON: their servers, the file's
+    first; a name both define is kept once (the first), with a warning."""
+    from mlxcel.toolbox.mcp_config import log, parse_mcp_servers
+
+    found = []
+    for flag, value in (("--mcp-servers-config", file), ("--mcp-servers-json", text)):
+        if value is None:
+            continue
+        if flag == "--mcp-servers-config":
+            try:
+                with open(Path(value).expanduser(), "rb") as handle:
+                    value = handle.read(UI_CONFIG_MAX_BYTES + 1).decode("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"{flag}: cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+        if len(value) > UI_CONFIG_MAX_BYTES:
+            raise UsageError(f"{flag}: over {UI_CONFIG_MAX_BYTES} bytes")
+        try:
+            found += parse_mcp_servers(value, flag)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    servers, names = [], set()
+    for server in found:
+        if server.name in names:
+            log.warning("MCP config: server name %r is defined twice, keeping the first", server.name)
+            continue
+        names.add(server.name)
+        servers.append(server)
+    return tuple(servers)
+
+
 def slot_save_path(text: str | None) -> str | None:
     """The slot files' directory, made if missing; a start that cannot write there fails."""
     if text is None:

@@ -206,6 +206,12 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "max_tokens, seed, agenticMaxTurns); a user's own settings win over them; /props lists it as ui_settings"),
     (("--webui-config-file", "--ui-config-file"), "ui_config_file", str, None, "LLAMA_ARG_UI_CONFIG_FILE",
      "the same JSON object, read from a file"),
+    (("--mcp-servers-config",), "mcp_servers_config", str, None, "LLAMA_ARG_MCP_SERVERS_CONFIG",
+     "a JSON file of MCP servers (Cursor's format: {\"mcpServers\": {NAME: {\"command\", \"args\", \"env\", "
+     "\"cwd\", \"timeout_ms\"}}}) whose tools POST /tools serves as NAME_TOOL; they run as the server's user: do "
+     "not enable in untrusted environments"),
+    (("--mcp-servers-json",), "mcp_servers_json", str, None, "LLAMA_ARG_MCP_SERVERS_JSON",
+     "the same MCP server definitions as inline JSON"),
     (("--path",), "static_path", str, None, "LLAMA_ARG_STATIC_PATH",
      "serve the files of this folder as they are (GET /: its index.html), beside the API"),
     (("--models-dir",), "models_dir", str, None, "LLAMA_ARG_MODELS_DIR",

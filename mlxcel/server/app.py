@@ -47,6 +47,7 @@ from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.state.store import StateBackend
 from mlxcel.state.url import open_state
 from mlxcel.toolbox import build_tools
+from mlxcel.toolbox.mcp import McpHub, add_mcp_tools
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.live_completions import LiveCompletions
 from mlxcel.turn.model_host import ModelHost
@@ -114,6 +115,8 @@ def create_app(
     stt_host = SttHost(config, config.stt_model) if config.stt_model else None
     tts_host = SpeechHost(config, config.tts_model) if config.tts_model else None
     monitor = ServerMonitor(config, host, fleet)
+    server_tools = build_tools(config.server_tools)  # --tools (none, and no MCP tools: /tools answers 403)
+    mcp_hub = McpHub(config.mcp_servers) if config.mcp_servers else None
     served = served_worker(host, embedding_host, reranker)
     sleepers = idle_sleepers(config, host, served, embedding_host, reranker, stt_host, tts_host, responses_state)
 
@@ -130,6 +133,8 @@ def create_app(
             if service is not None:
                 service.start_loading(on_failure)
         responses_state.start()
+        if mcp_hub is not None:  # each server started once to list its tools
+            add_mcp_tools(server_tools, await mcp_hub.discover())
         governor = asyncio.get_running_loop().create_task(monitor.run())
         job_watch = asyncio.get_running_loop().create_task(responses_state.watch())
         settle_startup_objects()
@@ -148,6 +153,8 @@ def create_app(
         for service in (embedding_host, reranker, stt_host, tts_host):
             if service is not None:
                 service.shutdown()
+        if mcp_hub is not None:
+            await mcp_hub.close()
         state.close()
 
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -163,7 +170,7 @@ def create_app(
     app.state.stt_host = stt_host  # None without --stt-model: the audio routes answer 501
     app.state.tts_host = tts_host
     app.state.responses = responses_state
-    app.state.server_tools = build_tools(config.server_tools)  # --tools (none: /tools answers 403)
+    app.state.server_tools = server_tools
     install_error_handlers(app)
     app.include_router(info.router)
     app.include_router(cache.router)

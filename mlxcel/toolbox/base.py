@@ -60,8 +60,8 @@ def check_params(tool: ServerTool, params: dict) -> None:
         spec = tool.properties.get(name)
         if spec is None:
             continue
-        kind = spec.get("type")
-        if not _CHECKS.get(kind, lambda v: True)(value):
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if isinstance(kind, str) and not _CHECKS.get(kind, lambda v: True)(value):
             raise ParamError(f"{tool.name}: argument {name!r} must be {_NAMES.get(kind, kind)}")
 
 

@@ -6,8 +6,10 @@ cross-site call refused before anything runs."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -166,8 +168,6 @@ def test_malformed_and_cross_site_calls_are_refused_before_anything_runs(client,
 
 
 def test_local_pages_may_call_and_the_cors_default_is_localhost(client, tmp_path):
-    from pathlib import Path
-
     assert not Path("/tmp/mlxcel-pwned").exists()
     local = call(client, "get_info", {}, headers={"Origin": "http://localhost:5173"})
     assert local.status_code == 200 and local.headers["access-control-allow-origin"] == "http://localhost:5173"
@@ -190,3 +190,48 @@ def test_an_open_cors_policy_given_explicitly_is_kept():
             assert call(client, "read_file", {"path": "/etc/hostname"}).status_code == 404  # not enabled
     finally:
         proc.stop()
+
+
+MCP_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "mcp_server.py"
+
+
+@pytest.fixture(scope="module")
+def mcp():
+    servers = {"mcpServers": {
+        "demo": {"command": sys.executable, "args": [str(MCP_SERVER)], "env": {"MCP_PAGE": "2"}, "timeout_ms": 1500},
+        "ghost": {"command": "/no/such/mcp-server"},
+        "nameless": {"args": ["skipped: no command"]},
+    }}
+    proc = ServerProcess("-c", "256", "-np", "1", "--mcp-servers-json", json.dumps(servers))
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+def test_mcp_servers_tools_are_listed_and_called(mcp):
+    with mcp.client() as client:
+        listing = {t["tool"]: t for t in client.get("/tools").json()}
+        assert list(listing) == ["demo_echo", "demo_fail", "demo_slow", "demo_die", "demo_pid"]  # three pages
+        assert all(t["type"] == "mcp" for t in listing.values())
+        assert [name for name, t in listing.items() if not t["permissions"]["write"]] == ["demo_pid"]  # read-only
+        assert listing["demo_echo"]["definition"]["function"]["parameters"]["required"] == ["text"]
+        assert call(client, "demo_echo", {"text": "hello"}).json() == {"plain_text_response": "hello\n(echoed)"}
+        assert call(client, "demo_fail", {}).json() == {"error": "it broke"}
+        assert call(client, "demo_echo", {}).status_code == 400  # its schema's required argument
+        assert call(client, "demo_echo", {"text": "x"}, headers={"Origin": "https://evil.example"}).status_code == 403
+        assert "MCP server 'ghost'" in mcp.log() and "no command" in mcp.log()
+
+
+def test_a_hung_or_dead_mcp_server_is_replaced_on_the_next_call(mcp):
+    with mcp.client() as client:
+        first = call(client, "demo_pid", {}).json()["plain_text_response"]
+        assert call(client, "demo_pid", {}).json()["plain_text_response"] == first  # kept between calls
+        started = time.monotonic()
+        assert call(client, "demo_slow", {}).json() == {"error": "request timed out"}
+        assert time.monotonic() - started < 5
+        assert not _alive(int(first))  # the hung server was killed
+        second = call(client, "demo_pid", {}).json()["plain_text_response"]
+        assert second != first
+        assert call(client, "demo_die", {}).json() == {"error": "transport closed"}
+        assert call(client, "demo_pid", {}).json()["plain_text_response"] not in (first, second)

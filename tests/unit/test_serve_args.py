@@ -422,3 +422,31 @@ def test_metrics_port_turns_metrics_on_and_must_stand_apart():
         parse_serve_args(["--port", "9100", "--metrics-port", "9100"])
     with pytest.raises(UsageError, match="replicas serves its metrics"):
         parse_serve_args(["--metrics-port", "9100", "--replicas", "2"])
+
+
+def test_mcp_servers_come_from_a_file_and_inline_json(tmp_path, caplog):
+    base = ["-m", "smollm2-135m-instruct"]
+    listed = {"mcpServers": {"files": {"command": "npx", "args": ["-y", "server"], "env": {"K": "v"}, "cwd": "/tmp",
+                                       "timeout_ms": 5000},
+                             "bare": {"command": "/bin/srv"}, "empty": {"args": []}}}
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps(listed))
+    inline = json.dumps({"mcpServers": {"bare": {"command": "/other"}, "more": {"command": "m"}}})
+    config = parse_serve_args(base + ["--mcp-servers-config", str(path), "--mcp-servers-json", inline])
+    assert [s.name for s in config.mcp_servers] == ["files", "bare", "more"]  # the file's "bare" kept
+    files = config.mcp_servers[0]
+    assert (files.command, files.args, files.env, files.cwd, files.timeout_ms) == (
+        "npx", ("-y", "server"), (("K", "v"),), "/tmp", 5000)
+    assert config.mcp_servers[1].timeout_ms == 30_000 and config.cors_origins == "localhost"
+    assert "'empty' has no command" in caplog.text and "defined twice" in caplog.text
+    for value, reason in (("{", "not valid JSON"), ("[]", "mcpServers"), ('{"mcpServers": []}', "mcpServers"),
+                          ('{"mcpServers": {"a b": {"command": "x"}}}', "server name"),
+                          ('{"mcpServers": {"a": "x"}}', "must be an object"),
+                          ('{"mcpServers": {"a": {"command": "x", "args": "y"}}}', "args"),
+                          ('{"mcpServers": {"a": {"command": "x", "env": {"A": 1}}}}', "env"),
+                          ('{"mcpServers": {"a": {"command": "x", "timeout_ms": 0}}}', "timeout_ms"),
+                          ('{"mcpServers": {"a": {"command": "x", "timeout_ms": true}}}', "timeout_ms")):
+        with pytest.raises(UsageError, match=reason):
+            parse_serve_args(base + ["--mcp-servers-json", value])
+    with pytest.raises(UsageError, match="cannot read"):
+        parse_serve_args(base + ["--mcp-servers-config", str(tmp_path / "none.json")])
