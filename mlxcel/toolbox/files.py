@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
+import errno
+import io
 import os
+import stat
 from pathlib import Path
 
 from mlxcel.toolbox.base import ServerTool, ToolContext
@@ -57,7 +60,8 @@ class ReadFile(ServerTool):
         out: list[str] = []
         used = 0
         try:
-            with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+            with io.TextIOWrapper(_open_regular(path, os.O_RDONLY), encoding="utf-8", errors="replace",
+                                  newline="") as handle:
                 for number, line in enumerate(handle, 1):
                     if number < start:
                         continue
@@ -75,9 +79,23 @@ class ReadFile(ServerTool):
         return {"plain_text_response": "".join(out)}
 
 
+def _open_regular(path: Path, flags: int):
+    """A regular file, opened and read without blocking: a FIFO, a device or a /proc file
+    that waits for data (/proc/kmsg) could hold a worker thread for ever, and threads
+    cannot be killed. (Regular files on disk ignore O_NONBLOCK.)"""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.fdopen(fd, "rb" if flags == os.O_RDONLY else "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _read_bytes(path: Path, given: str, limit: int) -> bytes:
     try:
-        with open(path, "rb") as handle:
+        with _open_regular(path, os.O_RDONLY) as handle:
             return handle.read(limit + 1)[:limit]
     except OSError:
         raise ToolError(f"failed to open file: {given}") from None
@@ -89,7 +107,7 @@ def _write(path: Path, given: str, text: str) -> None:
         raise ToolError(f"content too large ({len(data)} bytes, max {WRITE_MAX})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as handle:
+        with _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as handle:
             handle.write(data)
     except OSError as exc:
         raise ToolError(f"failed to write file: {given}: {exc.strerror or exc}") from None

@@ -38,6 +38,7 @@ def resolve(path: str, cwd: str | None) -> Path:
 
 @lru_cache(maxsize=256)
 def _glob_regex(pattern: str) -> re.Pattern:
+    pattern = re.sub(r"(\*\*/)+", "**/", re.sub(r"\*{3,}", "**", pattern))  # runs of stars match the same
     out, i = [], 0
     while i < len(pattern):
         c = pattern[i]

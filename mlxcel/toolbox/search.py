@@ -1,18 +1,22 @@
-"""file_glob_search and grep_search. A grep runs in a child process with a deadline: a
-model's regular expression can backtrack for ever, and a child can be killed."""
+"""file_glob_search and grep_search. Both run in a child process with a deadline
+(search_worker.py): a model's regular expression or glob can backtrack for ever, a walk
+of a huge tree can take minutes, and a child, unlike a thread, can be killed."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import sys
 
 from mlxcel.toolbox.base import ServerTool, ToolContext
-from mlxcel.toolbox.paths import ToolError, glob_match, list_entries, resolve
+from mlxcel.toolbox.paths import ToolError, resolve
 
 SEARCH_MAX = 100
-GREP_SECONDS = 30
-GREP_OUTPUT_MAX = 4 << 20
+SEARCH_SECONDS = 30
+PATTERN_MAX = 1024  # characters of a glob
 _ANCHORING = ("A pattern with no '/' (e.g. \"*.cpp\") matches the file's basename at any depth. A pattern containing "
               "'/' matches the full relative path; unless already anchored with \"**/\" or a leading '/', it is "
               "automatically prefixed with \"**/\".")
@@ -47,20 +51,10 @@ class FileGlobSearch(ServerTool):
         limit = params.get("limit", SEARCH_MAX)
         if limit < 1:
             raise ToolError(f"invalid limit: {limit} (expected 1 or more)")
-        include, exclude = params.get("include", "**"), params.get("exclude", "")
-        listing = await asyncio.to_thread(list_entries, base, max(0, params.get("max_depth", 0)), kind)
-        matches = [e for e in listing.entries
-                   if glob_match(include, e.relative) and not (exclude and glob_match(exclude, e.relative))]
-        shown = matches[:min(limit, SEARCH_MAX)]
-        text = "".join(e.relative + ("/" if e.is_dir else "") + "\n" for e in shown)
-        text += f"\n---\nTotal matches: {len(matches)}\n"
-        if len(matches) > len(shown):
-            text += (f"[{len(shown)} results limit reached ({len(matches)} total matches). Refine the glob pattern to "
-                     "narrow the search.]\n")
-        if listing.truncated:
-            text += "[results truncated: time budget or unreadable directory]\n"
-        return {"plain_text_response": text, "base": str(base),
-                "entries": [{"path": e.relative, "type": "dir" if e.is_dir else "file"} for e in shown]}
+        _check_globs(params)
+        return await run_search({"kind": "glob", "path": str(base), "type": kind, "limit": min(limit, SEARCH_MAX),
+                                 "max_depth": max(0, params.get("max_depth", 0)),
+                                 **{k: params[k] for k in ("include", "exclude") if k in params}})
 
 
 class GrepSearch(ServerTool):
@@ -86,24 +80,36 @@ class GrepSearch(ServerTool):
     required = ("path", "pattern")
 
     async def invoke(self, params: dict, call: ToolContext) -> dict:
-        job = {**{k: params[k] for k in self.properties if k in params}, "path": str(resolve(params["path"], call.cwd)),
-               "display": params["path"]}
-        child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mlxcel.toolbox.grep_worker", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-        try:
-            out, _ = await asyncio.wait_for(child.communicate(json.dumps(job).encode()), GREP_SECONDS)
-        except asyncio.TimeoutError:
-            raise ToolError(f"the search took over {GREP_SECONDS} s and was stopped; narrow the path or simplify "
-                            "the pattern") from None
-        finally:
-            if child.returncode is None:
-                child.kill()
-                await child.wait()
-        try:
-            answer = json.loads(out[:GREP_OUTPUT_MAX])
-        except ValueError:
-            raise ToolError("the search failed") from None
-        if "error" in answer:
-            raise ToolError(answer["error"])
-        return answer
+        _check_globs(params)
+        return await run_search({**{k: params[k] for k in self.properties if k in params}, "kind": "grep",
+                                 "path": str(resolve(params["path"], call.cwd)), "display": params["path"]})
+
+
+def _check_globs(params: dict) -> None:
+    for key in ("include", "exclude"):
+        if len(params.get(key, "")) > PATTERN_MAX:
+            raise ToolError(f"{key}: a glob of at most {PATTERN_MAX} characters")
+
+
+async def run_search(job: dict) -> dict:
+    """`job` done by a child process, killed if it is not done in SEARCH_SECONDS."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-m", "mlxcel.toolbox.search_worker", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, _ = await asyncio.wait_for(child.communicate(json.dumps(job).encode()), SEARCH_SECONDS)
+    except asyncio.TimeoutError:
+        raise ToolError(f"the search took over {SEARCH_SECONDS} s and was stopped; narrow the path or simplify "
+                        "the pattern") from None
+    finally:
+        if child.returncode is None:  # with what it started (git)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            await child.wait()
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        raise ToolError("the search failed") from None
+    if "error" in answer:
+        raise ToolError(answer["error"])
+    return answer

@@ -138,6 +138,29 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_at_most_sixteen_calls_run_at_once(tooled):
+    """A seventeenth call is answered 429 while sixteen run; when they end, calls run again."""
+    body = json.dumps({"tool": "exec_shell_command", "stream": True, "params": {"command": "echo up; sleep 30"}})
+    with tooled.client() as client:
+        streams = [client.stream("POST", "/tools", content=body, headers=JSON) for _ in range(16)]
+        readers = []  # kept: a line iterator that is collected closes its stream
+        try:
+            for stream in streams:
+                answer = stream.__enter__()
+                readers.append(answer.iter_lines())
+                assert answer.status_code == 200 and "up" in next(readers[-1])
+            refused = call(client, "get_info", {})
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+        finally:
+            for stream in streams:
+                stream.__exit__(None, None, None)
+        deadline = time.monotonic() + 10
+        while (answer := call(client, "get_info", {})).status_code == 429:
+            assert time.monotonic() < deadline, "the closed streams still count as running"
+            time.sleep(0.1)
+        assert answer.status_code == 200
+
+
 @pytest.mark.parametrize("body, headers, status, needle", [
     ('{"tool": "rm_rf"}', JSON, 404, 'unknown tool "rm_rf"'),
     ('{"params": {}}', JSON, 400, "'tool'"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -75,6 +76,7 @@ def test_browsers_get_the_page_and_api_clients_the_health_answer(http):
 def test_a_chat_streams_survives_a_reload_and_can_be_regenerated_and_edited(server, page):
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)
+    expect(page.locator("#tools-toggle")).to_be_hidden()  # a server without --tools
     _settings(page, max_tokens=24, temperature=0, seed=1)
     page.fill("#prompt", "Write a long poem about the sea.")
     page.press("#prompt", "Enter")
@@ -109,7 +111,7 @@ def test_a_chat_streams_survives_a_reload_and_can_be_regenerated_and_edited(serv
 def test_stop_ends_the_generation_and_frees_its_slot(server, http, page):
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)
-    _settings(page, max_tokens=900, temperature=1)
+    _settings(page, max_tokens=900, temperature=0)  # greedy: 600+ tokens, never an early end
     page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
     page.press("#prompt", "Enter")
     expect(page.locator(".message.assistant.pending .bubble")).not_to_have_text("", timeout=60_000)
@@ -238,17 +240,17 @@ def test_a_text_file_goes_with_the_message_and_esc_stops(server, http, page, tmp
                                       "0d0a2db40000000049454e44ae426082"))
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)
-    _settings(page, max_tokens=600, temperature=1)
+    _settings(page, max_tokens=600, temperature=0)  # greedy: this prompt runs to max_tokens
     page.set_input_files("#attach", [str(picture)])
     expect(page.locator("#notice")).to_contain_text("no images")
     page.set_input_files("#attach", [str(notes)])
     expect(page.locator("#attachments .file")).to_have_text(["notes.md"])
     with page.expect_request("**/v1/chat/completions") as sent:
-        page.fill("#prompt", "What is the secret word? Then write a long essay about it.")
+        page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
         page.press("#prompt", "Enter")
     body = sent.value.post_data_json
-    assert body["messages"][-1] == {"role": "user", "content": "What is the secret word? Then write a long essay "
-                                    "about it.\n\nFile notes.md:\nThe secret word is periwinkle.\n"}
+    assert body["messages"][-1] == {"role": "user", "content": "Write a very long story about a lighthouse keeper."
+                                    "\n\nFile notes.md:\nThe secret word is periwinkle.\n"}
     expect(page.locator("#attachments .file")).to_have_count(0)  # sent with this message, not the next
     expect(page.locator(".message.user .file")).to_have_text(["notes.md"])
     expect(page.locator(".message.assistant.pending .bubble")).not_to_have_text("", timeout=60_000)
@@ -342,3 +344,42 @@ def test_the_model_uses_the_servers_tools_and_write_tools_ask_first(agent, page,
     page.click("#new-chat")
     ask("Hi")
     assert "tools" not in sent[-1]
+
+
+def test_conversations_export_and_import_as_data_only(server, page, tmp_path):
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    _settings(page, max_tokens=6, temperature=0)
+    page.fill("#prompt", "Say hi")
+    page.press("#prompt", "Enter")
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    with page.expect_download() as download:
+        page.click("#export")
+    exported = json.loads(Path(download.value.path()).read_text())
+    [chat] = exported["conversations"]
+    assert [m["role"] for m in chat["messages"]] == ["user", "assistant"] and chat["messages"][0]["content"] == "Say hi"
+
+    hostile = {"conversations": [
+        chat,  # the same id again: imported beside it under a new id
+        {"id": "x", "title": "<b>bold</b>", "updated": 1, "messages": [
+            {"role": "user", "content": "<img src=x onerror=\"window.pwned=1\">", "onclick": "x",
+             "images": ["javascript:alert(1)", "data:image/png;base64,iVBORw0KGgo="]},
+            {"role": "system", "content": "dropped: not a role this page writes"},
+            {"role": "assistant", "content": "[link](javascript:alert(1))", "tool_calls": [{"id": 1}]},
+            {"role": "tool", "content": "no call id: dropped"},
+        ]},
+        "not a conversation",
+    ]}
+    archive = tmp_path / "chats.json"
+    archive.write_text(json.dumps(hostile))
+    page.set_input_files("#import", str(archive))
+    expect(page.locator("#notice")).to_have_text("2 conversations imported.")
+    expect(page.locator(".conversation")).to_have_count(3)
+    page.click(".conversation .open:has-text('<b>bold</b>')")  # the title is text
+    expect(page.locator(".message")).to_have_count(2)
+    expect(page.locator(".message.user .bubble")).to_contain_text('<img src=x onerror="window.pwned=1">')
+    assert page.locator(".message.user .bubble img").count() == 1  # only the data: image
+    assert page.locator("#messages a").count() == 0 and page.evaluate("window.pwned") is None
+    stored = page.evaluate("JSON.parse(localStorage.getItem('mlxcel.conversations'))")
+    ids = [c["id"] for c in stored]
+    assert len(set(ids)) == 3 and "onclick" not in json.dumps(stored)

@@ -187,7 +187,7 @@ def test_grep_search_matches_with_context_and_options(tmp_path):
 
 
 def test_a_backtracking_grep_is_killed_at_its_deadline_without_blocking_the_loop(tmp_path, monkeypatch):
-    monkeypatch.setattr(search_module, "GREP_SECONDS", 1.5)
+    monkeypatch.setattr(search_module, "SEARCH_SECONDS", 1.5)
     (tmp_path / "a.txt").write_text("a" * 40 + "!\n")
 
     async def both():
@@ -210,6 +210,18 @@ def test_a_backtracking_grep_is_killed_at_its_deadline_without_blocking_the_loop
 
     took, ticks = asyncio.run(both())
     assert 1.4 < took < 5 and ticks > 15  # the loop kept running while the child backtracked
+
+
+def test_a_backtracking_glob_is_killed_at_its_deadline_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(search_module, "SEARCH_SECONDS", 1.5)
+    (tmp_path / ("a" * 60)).write_text("")
+    started = time.monotonic()
+    with pytest.raises(ToolError, match="was stopped"):
+        run("file_glob_search", {"path": str(tmp_path), "include": "*a" * 30 + "b"})
+    assert time.monotonic() - started < 5
+    with pytest.raises(ToolError, match="at most 1024"):
+        run("grep_search", {"path": str(tmp_path), "pattern": "x", "exclude": "*" * 1025})
+    assert glob_match("**/**/**/*.py", "a.py") and glob_match("src/***/*.py", "x/src/a/b.py")
 
 
 def test_shell_commands_report_exit_codes_cap_output_and_time_out(tmp_path):
@@ -252,3 +264,19 @@ def _alive(pid: int) -> bool:
 def test_get_info_names_the_system_and_folder(tmp_path):
     answer = run("get_info", {}, tmp_path)
     assert answer["cwd"] == str(tmp_path) and answer["os"].startswith(os.uname().sysname)
+
+
+def test_fifos_and_waiting_files_never_block_a_worker(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    for name, params in (("read_file", {"path": str(fifo)}), ("write_file", {"path": str(fifo), "content": "x"}),
+                         ("edit_file", {"path": str(fifo), "edits": [{"old_text": "a", "new_text": "b"}]})):
+        with pytest.raises(ToolError):
+            run(name, params)
+    if os.access("/proc/kmsg", os.R_OK):  # a /proc file that waits for the kernel's next message
+        try:
+            run("read_file", {"path": "/proc/kmsg", "end_line": 1})
+        except ToolError:
+            pass
+    assert time.monotonic() - started < 5

@@ -25,6 +25,24 @@ from mlxcel.toolbox import ParamError, ServerTool, ToolContext, ToolError, check
 router = APIRouter()
 PATHS = frozenset({"/tools"})
 BODY_MAX = 40 << 20  # write_file's 16 MB of content, escaped
+RUNNING_MAX = 16  # tool calls at once; more are answered 429
+
+
+class _Running:
+    """Tool calls running now (a streamed one until its stream ends)."""
+
+    count = 0
+
+    @classmethod
+    def enter(cls) -> None:
+        if cls.count >= RUNNING_MAX:
+            raise APIError(429, f"{RUNNING_MAX} tool calls are running; try again when one ends", "rate_limit_error",
+                           retry_after=1)
+        cls.count += 1
+
+    @classmethod
+    def leave(cls) -> None:
+        cls.count -= 1
 
 
 def _tools(request: Request) -> dict[str, ServerTool]:
@@ -61,14 +79,18 @@ async def call_tool(request: Request):
     except ParamError as exc:
         raise invalid_request(str(exc)) from None
     call = _context(request)
+    _Running.enter()
     if stream:
-        return WatchedStreamResponse(_events(tool, params, call), b"text/event-stream; charset=utf-8")
+        return WatchedStreamResponse(_events(tool, params, call), b"text/event-stream; charset=utf-8",
+                                     on_close=_Running.leave)
     try:
         return await tool.invoke(params, call)
     except ToolError as exc:
         return {"error": str(exc)}
     except OSError as exc:
         return {"error": f"the tool failed: {exc.strerror or exc}"}
+    finally:
+        _Running.leave()
 
 
 def _check_caller(request: Request) -> None:

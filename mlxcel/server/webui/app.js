@@ -725,6 +725,73 @@
     return [m.content, ...m.files.map((f) => "File " + f.name + ":\n" + f.text)].join("\n\n");
   }
 
+  // --- export and import ----------------------------------------------------------
+
+  function exportConversations() {
+    const blob = new Blob([JSON.stringify({mlxcel_conversations: 1, conversations: state.conversations}, null, 1)],
+                          {type: "application/json"});
+    const a = el("a", {href: URL.createObjectURL(blob), download: "mlxcel-conversations.json"});
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  }
+
+  const ROLES = new Set(["user", "assistant", "tool"]);
+  const isText = (v) => typeof v === "string";
+
+  // only the fields this page writes, each of its type: a file is data, never markup
+  function importedMessage(m) {
+    if (!m || typeof m !== "object" || !ROLES.has(m.role) || !isText(m.content)) return null;
+    const out = {role: m.role, content: m.content};
+    if (m.role === "assistant") {
+      out.reasoning = isText(m.reasoning) ? m.reasoning : "";
+      if (Array.isArray(m.tool_calls)) {
+        out.tool_calls = m.tool_calls.filter((t) => t && isText(t.id) && isText(t.name) && isText(t.arguments))
+          .map(({id, name, arguments: args}) => ({id, name, arguments: args}));
+      }
+      if (m.finish === "length") out.finish = "length";
+    }
+    if (m.role === "tool") {
+      if (!isText(m.tool_call_id) || !isText(m.name)) return null;
+      Object.assign(out, {tool_call_id: m.tool_call_id, name: m.name});
+    }
+    if (m.role === "user" && Array.isArray(m.files)) {
+      out.files = m.files.filter((f) => f && isText(f.name) && isText(f.text)).map(({name, text}) => ({name, text}));
+    }
+    if (m.role === "user" && Array.isArray(m.images)) {
+      out.images = m.images.filter((u) => isText(u) && u.startsWith("data:image/"));
+    }
+    return out;
+  }
+
+  async function importConversations(file) {
+    let data;
+    try {
+      data = JSON.parse(await file.text());
+    } catch {
+      return notice(file.name + " is not a JSON file.");
+    }
+    const given = Array.isArray(data) ? data : data?.conversations;
+    if (!Array.isArray(given)) return notice(file.name + " holds no conversations.");
+    const known = new Set(state.conversations.map((c) => c.id));
+    let added = 0;
+    for (const c of given) {
+      if (!c || typeof c !== "object" || !Array.isArray(c.messages)) continue;
+      const messages = c.messages.map(importedMessage).filter(Boolean);
+      const id = isText(c.id) && c.id && !known.has(c.id) ? c.id : newId();
+      known.add(id);
+      state.conversations.push({id, title: isText(c.title) && c.title.trim() ? c.title.slice(0, 200) : "Imported chat",
+                                messages, updated: Number.isFinite(c.updated) ? c.updated : Date.now(),
+                                model: isText(c.model) ? c.model : ""});
+      added += 1;
+    }
+    state.conversations.sort((a, b) => b.updated - a.updated);
+    saveConversations();
+    renderAll();
+    notice(added + " conversation" + (added === 1 ? "" : "s") + " imported.");
+  }
+
   // --- settings --------------------------------------------------------------------
 
   function serverSettings(given) {
@@ -804,6 +871,12 @@
   });
   $("settings").addEventListener("close", () => {
     if ($("settings").returnValue === "save") saveSettings();
+  });
+  $("export").addEventListener("click", exportConversations);
+  $("import").addEventListener("change", (event) => {
+    const [file] = event.target.files;
+    event.target.value = "";
+    if (file && !state.controller) importConversations(file);
   });
   $("attach").addEventListener("change", (event) => {
     for (const file of event.target.files) addAttachment(file);

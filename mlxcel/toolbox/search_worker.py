@@ -1,5 +1,7 @@
-"""grep_search's child process: reads the search as JSON on stdin and writes its answer
-as JSON on stdout. The parent kills it at the deadline."""
+"""The child process a search runs in (grep_search's, file_glob_search's): it reads the
+job as JSON on stdin and writes the answer as JSON on stdout; the parent kills it at
+the deadline, so neither a walk of a huge tree nor a pattern that backtracks for ever
+can hold the server."""
 
 from __future__ import annotations
 
@@ -74,10 +76,30 @@ def grep(job: dict) -> str:
     return text
 
 
+def glob(job: dict) -> dict:
+    """file_glob_search's answer: the matching entries (at most `limit`), their count, and
+    the folder they are relative to."""
+    base, limit = Path(job["path"]), job["limit"]
+    include, exclude = job.get("include", "**"), job.get("exclude", "")
+    listing = list_entries(base, job["max_depth"], job["type"])
+    matches = [e for e in listing.entries
+               if glob_match(include, e.relative) and not (exclude and glob_match(exclude, e.relative))]
+    shown = matches[:limit]
+    text = "".join(e.relative + ("/" if e.is_dir else "") + "\n" for e in shown)
+    text += f"\n---\nTotal matches: {len(matches)}\n"
+    if len(matches) > len(shown):
+        text += (f"[{len(shown)} results limit reached ({len(matches)} total matches). Refine the glob pattern to "
+                 "narrow the search.]\n")
+    if listing.truncated:
+        text += "[results truncated: time budget or unreadable directory]\n"
+    return {"plain_text_response": text, "base": str(base),
+            "entries": [{"path": e.relative, "type": "dir" if e.is_dir else "file"} for e in shown]}
+
+
 def main() -> None:
     job = json.loads(sys.stdin.buffer.read())
     try:
-        answer = {"plain_text_response": grep(job)}
+        answer = glob(job) if job.pop("kind") == "glob" else {"plain_text_response": grep(job)}
     except ToolError as exc:
         answer = {"error": str(exc)}
     sys.stdout.write(json.dumps(answer))
