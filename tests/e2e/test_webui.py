@@ -69,6 +69,7 @@ def test_browsers_get_the_page_and_api_clients_the_health_answer(http):
     script = http.get("/webui/app.js")
     assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
     assert http.get("/webui/app.css").headers["content-type"].startswith("text/css")
+    assert http.get("/webui/math.js").headers["content-type"].startswith("text/javascript")
     assert http.get("/webui/other.js").status_code == 404
     assert http.post("/", headers={"Accept": BROWSER_ACCEPT}).status_code in (404, 405)
 
@@ -154,6 +155,41 @@ def test_markdown_is_built_as_elements_and_model_markup_stays_text(server, page)
     assert rendered["pwned"] is None
 
 
+MATH_CASES = {
+    "inline": ("Euler: $e^{i\\pi} + 1 = 0$.", "math:not([display]) msup"),
+    "display": ("$$\\frac{a}{b}$$", "div.math-block math[display=block] mfrac"),
+    "matrix": ("$$\n\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}\n$$", "mtable > mtr:nth-child(2) > mtd + mtd"),
+    "parens": ("where \\(x_1 \\le \\sqrt[3]{y}\\) holds", "math msub + mo + mroot"),
+    "sum": ("$$\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}$$", "munderover > mo"),
+    "cases": ("$$f(x) = \\begin{cases} 0 & x < 0 \\\\ x & \\text{otherwise} \\end{cases}$$", "mtable mtext"),
+    "two inline": ("$a$ and $$b$$ in a line", "p > math + math"),
+}
+
+
+def test_tex_math_becomes_mathml_and_the_rest_stays_text(server, page):
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    render = """(text) => {
+        const box = document.createElement('div');
+        box.append(window.mlxcel.renderMarkdown(text));
+        document.body.replaceChildren(box);
+        return {maths: box.querySelectorAll('math').length, text: box.textContent,
+                tags: [...box.querySelectorAll('*')].map(e => e.tagName.toLowerCase()),
+                source: [...box.querySelectorAll('code.math-source')].map(c => c.textContent)};
+    }"""
+    for name, (text, selector) in MATH_CASES.items():
+        page.evaluate(render, text)
+        assert page.locator(selector).count() >= 1, name
+    plain = page.evaluate(render, "It costs $5 and $10, and `$x$` is code.")
+    assert plain["maths"] == 0 and "$5 and $10" in plain["text"] and "code" in plain["tags"]
+    broken = page.evaluate(render, "$\\frac{a}$ and $" + "{" * 100 + "x$")
+    assert broken["maths"] == 0 and broken["source"] == ["$\\frac{a}$", "$" + "{" * 100 + "x$"]
+    hostile = page.evaluate(render, "$\\text{<img src=x onerror=\"window.pwned=1\">} \\href{javascript:1}$")
+    assert "img" not in hostile["tags"] and "a" not in hostile["tags"] and hostile["maths"] == 1
+    assert '<img src=x onerror="window.pwned=1">' in hostile["text"]
+    assert page.evaluate("window.pwned === undefined")
+
+
 @pytest.fixture(scope="module")
 def secured():
     proc = ServerProcess("-c", "1024", "-np", "1", "--api-key", "sesame", "--api-prefix", "/llm",
@@ -168,6 +204,7 @@ def test_behind_an_api_key_and_a_prefix_the_page_asks_for_the_key(secured, page)
     """...and takes the server's --webui-config as its defaults, under the user's own settings."""
     with httpx.Client(base_url=secured.base_url) as client:
         assert client.get("/llm/webui/app.js").status_code == 200  # the page's own files need no key
+        assert client.get("/llm/webui/math.js").status_code == 200
         assert client.get("/llm/v1/models").status_code == 401
         props = client.get("/llm/props", headers={"Authorization": "Bearer sesame"}).json()
         assert props["ui"] is True and props["ui_settings"] == UI_SETTINGS

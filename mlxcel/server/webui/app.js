@@ -63,7 +63,23 @@
     return node;
   };
 
-  const INLINE = /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]*?\S)\*\*|__(?=\S)([\s\S]*?\S)__|\*(?=[^\s*])([\s\S]*?[^\s*])\*|_(?=[^\s_])([\s\S]*?[^\s_])_(?![A-Za-z0-9])|~~(?=\S)([\s\S]*?\S)~~|\[([^\]\n]+)\]\(([^)\s]+)\)|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])/;
+  const INLINE = /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]*?\S)\*\*|__(?=\S)([\s\S]*?\S)__|\*(?=[^\s*])([\s\S]*?[^\s*])\*|_(?=[^\s_])([\s\S]*?[^\s_])_(?![A-Za-z0-9])|~~(?=\S)([\s\S]*?\S)~~|\[([^\]\n]+)\]\(([^)\s]+)\)|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])|\$\$([^$]+?)\$\$|\\\(([\s\S]+?)\\\)|\\\[([\s\S]+?)\\\]|\$(?=[^\s$])([^$\n`]*?[^\s$\\`])\$(?![0-9])/;
+
+  // TeX math (math.js) as MathML; its source as text if math.js is missing
+  const mathView = (source, display) => window.mlxcelMath?.render(source, display)
+    ?? document.createTextNode(display ? "$$" + source + "$$" : "$" + source + "$");
+  const MATH_OPEN = /^\s{0,3}(\$\$|\\\[)/;
+
+  // "$$" or "\\[" when `line` opens display math: alone, or closed at its own end (a line
+  // with text after a closed formula is a paragraph, its math inline)
+  function displayMath(line) {
+    const opened = MATH_OPEN.exec(line);
+    if (!opened) return null;
+    const close = opened[1] === "$$" ? "$$" : "\\]";
+    const rest = line.trim().slice(2).trimEnd();
+    const at = rest.indexOf(close);
+    return at < 0 || at === rest.length - 2 ? opened[1] : null;
+  }
 
   function safeHref(url) {
     try {
@@ -96,7 +112,9 @@
       else if (m[5] !== undefined || m[6] !== undefined) out.push(el("em", {}, ...inline(m[5] ?? m[6])));
       else if (m[7] !== undefined) out.push(el("del", {}, ...inline(m[7])));
       else if (m[8] !== undefined) out.push(link(m[8], m[9]));
-      else out.push(link(m[10], m[10]));
+      else if (m[10] !== undefined) out.push(link(m[10], m[10]));
+      else if (m[11] !== undefined || m[13] !== undefined) out.push(mathView(m[11] ?? m[13], true));
+      else out.push(mathView(m[12] ?? m[14], false));
       rest = rest.slice(m.index + m[0].length);
     }
     return out;
@@ -146,6 +164,16 @@
         i += 1;
         continue;
       }
+      const opened = displayMath(line);
+      if (opened) {  // display math: $$ … $$ or \[ … \], on one line or several
+        const close = opened === "$$" ? "$$" : "\\]";
+        let body = line.trim().slice(2);
+        i += 1;
+        while (!body.trimEnd().endsWith(close) && i < lines.length) body += "\n" + lines[i++];
+        const source = body.trimEnd().endsWith(close) ? body.trimEnd().slice(0, -2) : body;
+        root.append(el("div", {class: "math-block"}, mathView(source.trim(), true)));
+        continue;
+      }
       const heading = /^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$/.exec(line);
       if (heading) {
         root.append(el("h" + Math.min(6, heading[1].length + 2), {}, ...inline(heading[2])));
@@ -190,7 +218,7 @@
       }
       const paragraph = [];
       while (i < lines.length && lines[i].trim() && !FENCE.test(lines[i]) && !LIST_ITEM.test(lines[i])
-             && !/^ {0,3}(#{1,6}\s|>)/.test(lines[i])) paragraph.push(lines[i++]);
+             && !/^ {0,3}(#{1,6}\s|>)/.test(lines[i]) && !displayMath(lines[i])) paragraph.push(lines[i++]);
       if (!paragraph.length) paragraph.push(lines[i++]);
       root.append(el("p", {}, ...withBreaks(paragraph)));
     }
