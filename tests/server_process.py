@@ -79,3 +79,12 @@ class ServerProcess:
         self._log.close()
         if self._state_dir is not None:
             shutil.rmtree(self._state_dir, ignore_errors=True)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

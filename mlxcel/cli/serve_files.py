@@ -72,7 +72,29 @@ def static_path(text: str | None) -> str | None:
     return str(path)
 
 
-UI_CONFIG_MAX_BYTES = 1 << 20
+JSON_FILE_MAX_BYTES = 1 << 20  # --webui-config's and the MCP servers' JSON
+
+
+def _json_text(flag: str, path: str) -> str:
+    try:
+        with open(Path(path).expanduser(), "rb") as handle:
+            return handle.read(JSON_FILE_MAX_BYTES + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{flag}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _json_value(flag: str, text: str):
+    """`text` as JSON, strictly (no NaN or Infinity), at most JSON_FILE_MAX_BYTES."""
+    if len(text.encode("utf-8", "surrogatepass")) > JSON_FILE_MAX_BYTES:
+        raise UsageError(f"{flag}: over {JSON_FILE_MAX_BYTES} bytes")
+
+    def no_constant(name: str):
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(text, parse_constant=no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{flag}: not valid JSON: {exc}") from None
 
 
 def ui_settings(text: str | None, file: str | None) -> dict:
@@ -80,26 +102,10 @@ def ui_settings(text: str | None, file: str | None) -> dict:
     object (llama-server's `ui_settings` in /props)."""
     if text is not None and file is not None:
         raise UsageError("--webui-config and --webui-config-file: give one of them")
-    flag = "--webui-config" if text is not None else "--webui-config-file"
-    if file is not None:
-        try:
-            with open(Path(file).expanduser(), "rb") as handle:
-                data = handle.read(UI_CONFIG_MAX_BYTES + 1)
-            text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{flag}: cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
-    if text is None:
+    if text is None and file is None:
         return {}
-    if len(text.encode("utf-8", "surrogatepass")) > UI_CONFIG_MAX_BYTES:
-        raise UsageError(f"{flag}: the settings are over {UI_CONFIG_MAX_BYTES} bytes")
-
-    def no_constant(name: str):
-        raise ValueError(f"{name} is not JSON")
-
-    try:
-        settings = json.loads(text, parse_constant=no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise UsageError(f"{flag}: not valid JSON: {exc}") from None
+    flag = "--webui-config" if text is not None else "--webui-config-file"
+    settings = _json_value(flag, text if text is not None else _json_text(flag, file))
     if not isinstance(settings, dict):
         raise UsageError(f"{flag}: the settings must be a JSON object of setting names and values")
     return settings
@@ -114,16 +120,9 @@ def mcp_servers(file: str | None, text: str | None) -> tuple:
     for flag, value in (("--mcp-servers-config", file), ("--mcp-servers-json", text)):
         if value is None:
             continue
-        if flag == "--mcp-servers-config":
-            try:
-                with open(Path(value).expanduser(), "rb") as handle:
-                    value = handle.read(UI_CONFIG_MAX_BYTES + 1).decode("utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"{flag}: cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
-        if len(value) > UI_CONFIG_MAX_BYTES:
-            raise UsageError(f"{flag}: over {UI_CONFIG_MAX_BYTES} bytes")
+        data = _json_value(flag, _json_text(flag, value) if flag == "--mcp-servers-config" else value)
         try:
-            found += parse_mcp_servers(value, flag)
+            found += parse_mcp_servers(data, flag)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     servers, names = [], set()

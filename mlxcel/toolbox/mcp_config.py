@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 from mlxcel.config import McpServer
@@ -12,17 +11,9 @@ log = logging.getLogger("mlxcel.toolbox")
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
-def parse_mcp_servers(text: str, source: str) -> list[McpServer]:
-    """The servers one JSON text defines. An entry without a command is skipped with a
-    warning, as llama-server does; anything else malformed is a ValueError naming it."""
-
-    def no_constant(name: str):
-        raise ValueError(f"{name} is not JSON")
-
-    try:
-        data = json.loads(text, parse_constant=no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"{source}: not valid JSON: {exc}") from None
+def parse_mcp_servers(data, source: str) -> list[McpServer]:
+    """The servers one parsed JSON value defines. An entry without a command is skipped
+    with a warning, as llama-server does; anything else malformed is a ValueError naming it."""
     servers = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(servers, dict):
         raise ValueError(f'{source}: expected {{"mcpServers": {{NAME: {{"command": ...}}}}}}')

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, process_alive
 
 JSON = {"Content-Type": "application/json"}
 
@@ -116,7 +116,7 @@ def test_a_client_that_leaves_kills_its_command_and_the_loop_stays_free(client, 
                     break  # and leave
         deadline = time.monotonic() + 10
         for pid in map(int, pids.read_text().split()):
-            while _alive(pid):
+            while process_alive(pid):
                 assert time.monotonic() < deadline, f"process {pid} outlived its client"
                 time.sleep(0.1)
         # a search that backtracks runs in a child process; the loop keeps answering meanwhile
@@ -128,14 +128,6 @@ def test_a_client_that_leaves_kills_its_command_and_the_loop_stays_free(client, 
         stop.set()
         watcher.join()
     assert len(beats) > 5 and max(beats) < 1.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_at_most_sixteen_calls_run_at_once(tooled):
@@ -253,7 +245,7 @@ def test_a_hung_or_dead_mcp_server_is_replaced_on_the_next_call(mcp):
         started = time.monotonic()
         assert call(client, "demo_slow", {}).json() == {"error": "request timed out"}
         assert time.monotonic() - started < 5
-        assert not _alive(int(first))  # the hung server was killed
+        assert not process_alive(int(first))  # the hung server was killed
         second = call(client, "demo_pid", {}).json()["plain_text_response"]
         assert second != first
         assert call(client, "demo_die", {}).json() == {"error": "transport closed"}

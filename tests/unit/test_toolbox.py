@@ -14,6 +14,7 @@ from mlxcel.toolbox import TOOLS, ParamError, ToolContext, ToolError, build_tool
 from mlxcel.toolbox import search as search_module
 from mlxcel.toolbox.files import apply_edits
 from mlxcel.toolbox.paths import glob_match, list_entries, resolve
+from tests.server_process import process_alive
 
 TOOL = build_tools(tuple(TOOLS))
 
@@ -246,19 +247,11 @@ def test_a_shell_stream_closed_early_kills_the_whole_command(tmp_path):
         await asyncio.wait_for(chunks.aclose(), 10)  # not held open by the backgrounded sleep
         for pid in map(int, pids.read_text().split()):  # checked before the loop closes
             deadline = time.monotonic() + 5
-            while _alive(pid):
+            while process_alive(pid):
                 assert time.monotonic() < deadline, f"process {pid} outlived the stream"
                 await asyncio.sleep(0.05)
 
     asyncio.run(leave_early())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_get_info_names_the_system_and_folder(tmp_path):
