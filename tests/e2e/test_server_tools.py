@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.server_process import ServerProcess, process_alive
@@ -114,6 +115,16 @@ def test_a_client_that_leaves_kills_its_command_and_the_loop_stays_free(client, 
             for line in answer.iter_lines():
                 if "ready" in line:
                     break  # and leave
+        deadline = time.monotonic() + 10
+        for pid in map(int, pids.read_text().split()):
+            while process_alive(pid):
+                assert time.monotonic() < deadline, f"process {pid} outlived its client"
+                time.sleep(0.1)
+        # a whole (not streamed) call is cancelled too when its client leaves
+        pids.unlink()
+        body = {"tool": "exec_shell_command", "params": {"command": command, "timeout": 60}}
+        with tooled.client(timeout=2) as impatient, pytest.raises(httpx.ReadTimeout):
+            impatient.post("/tools", content=json.dumps(body), headers=JSON)
         deadline = time.monotonic() + 10
         for pid in map(int, pids.read_text().split()):
             while process_alive(pid):

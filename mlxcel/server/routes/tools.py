@@ -12,13 +12,16 @@ without the browser asking the CORS policy first."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 
 from mlxcel.http.errors import APIError, invalid_request
 from mlxcel.http.json_body import read_json_object
+from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import WatchedStreamResponse
 from mlxcel.toolbox import ParamError, ServerTool, ToolContext, ToolError, check_params
 
@@ -84,13 +87,32 @@ async def call_tool(request: Request):
         return WatchedStreamResponse(_events(tool, params, call), b"text/event-stream; charset=utf-8",
                                      on_close=_Running.leave)
     try:
-        return await tool.invoke(params, call)
-    except ToolError as exc:
-        return {"error": str(exc)}
-    except OSError as exc:
-        return {"error": f"the tool failed: {exc.strerror or exc}"}
+        return await _whole(request, tool, params, call)
     finally:
         _Running.leave()
+
+
+async def _whole(request: Request, tool: ServerTool, params: dict, call: ToolContext):
+    """The tool's answer; a client that leaves cancels the call (a command is killed)."""
+    job = asyncio.ensure_future(tool.invoke(params, call))
+    left = False
+
+    def leave() -> None:
+        nonlocal left
+        left = True
+        job.cancel()
+
+    async with cancel_on_disconnect(request, leave):
+        try:
+            return await job
+        except ToolError as exc:
+            return {"error": str(exc)}
+        except OSError as exc:
+            return {"error": f"the tool failed: {exc.strerror or exc}"}
+        except asyncio.CancelledError:
+            if not left:
+                raise
+            return JSONResponse({"error": "the client left"}, status_code=499)
 
 
 def _check_caller(request: Request) -> None:
