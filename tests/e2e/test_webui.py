@@ -170,16 +170,18 @@ def test_tex_math_becomes_mathml_and_the_rest_stays_text(server, page):
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)
     render = """(text) => {
+        document.getElementById('math-case')?.remove();  // the page's own elements stay: its script uses them
         const box = document.createElement('div');
+        box.id = 'math-case';
         box.append(window.mlxcel.renderMarkdown(text));
-        document.body.replaceChildren(box);
+        document.body.append(box);
         return {maths: box.querySelectorAll('math').length, text: box.textContent,
                 tags: [...box.querySelectorAll('*')].map(e => e.tagName.toLowerCase()),
                 source: [...box.querySelectorAll('code.math-source')].map(c => c.textContent)};
     }"""
     for name, (text, selector) in MATH_CASES.items():
         page.evaluate(render, text)
-        assert page.locator(selector).count() >= 1, name
+        assert page.locator("#math-case " + selector).count() >= 1, name
     plain = page.evaluate(render, "It costs $5 and $10, and `$x$` is code.")
     assert plain["maths"] == 0 and "$5 and $10" in plain["text"] and "code" in plain["tags"]
     broken = page.evaluate(render, "$\\frac{a}$ and $" + "{" * 100 + "x$")
