@@ -5,6 +5,7 @@ is killed."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import os
 import platform
@@ -46,7 +47,7 @@ class ExecShellCommand(ServerTool):
         deadline = loop.time() + timeout
         timed_out = False
         sent = 0
-        decoder = _Utf8()
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")  # reads can split a character
         try:
             while True:
                 left = deadline - loop.time()
@@ -63,7 +64,7 @@ class ExecShellCommand(ServerTool):
                 if sent < limit:
                     piece = data[:limit - sent]
                     sent += len(piece)
-                    text = decoder.feed(piece, final=sent >= limit)
+                    text = decoder.decode(piece, sent >= limit)
                     if text:
                         yield text
                     if sent >= limit:
@@ -82,18 +83,6 @@ class ExecShellCommand(ServerTool):
 def _kill(child: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
-
-
-class _Utf8:
-    """Bytes to text across reads that split a character."""
-
-    def __init__(self) -> None:
-        import codecs
-
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-
-    def feed(self, data: bytes, final: bool = False) -> str:
-        return self._decoder.decode(data, final)
 
 
 class GetInfo(ServerTool):
