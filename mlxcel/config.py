@@ -173,6 +173,7 @@ class ServerConfig:
     ui_settings: dict = field(default_factory=dict)  # --webui-config: the web UI's default settings
     server_tools: tuple[str, ...] = ()  # --tools: the built-in tools POST /tools runs (toolbox)
     mcp_servers: tuple[McpServer, ...] = ()  # --mcp-servers-config/-json: their tools beside those
+    cors_proxy: bool = False  # --webui-mcp-proxy (or --agent): /cors-proxy forwards the web UI's MCP requests
     cache_prompt: bool = True
     sampling: SamplingParams = field(default_factory=SamplingParams)
     flash_attn: str = "auto"  # on | off | auto

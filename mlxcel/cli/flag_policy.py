@@ -26,9 +26,8 @@ _refuse("downloads or selects models another way (use -m with a path or a catalo
 _refuse("downloads a multimodal projector (give --mmproj a path)", "-mmu", "--mmproj-url")
 _refuse("changes how video is cut into frames (mlxcel samples frames with --video-max-frames and the part's fps)",
         "--video-ffmpeg-dir", "--video-timestamp-interval")
-_refuse("serves other routes or web UI features (not implemented)",
-        "--tools-runtime", "-ag", "--agent",
-        "--webui-mcp-proxy", "--ui-mcp-proxy")
+_refuse("runs the tools in a container or over ssh (not implemented: mlxcel's tools run on the server's machine)",
+        "--tools-runtime")
 
 
 def refusal(flag: str) -> str:

@@ -245,7 +245,9 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     except GrammarUsageError as exc:
         raise UsageError(str(exc)) from None
     sampling = sampling_defaults(args)
-    tools = _server_tools(args.server_tools)
+    # llama-server's --agent: every tool and the MCP proxy, unless their own flags say otherwise
+    tools = _server_tools("all" if args.agent and args.server_tools is None else args.server_tools)
+    cors_proxy = args.ui_mcp_proxy if args.ui_mcp_proxy is not None else bool(args.agent)
     mcp = mcp_servers(args.mcp_servers_config, args.mcp_servers_json)
     return ServerConfig(
         model=args.model,
@@ -261,7 +263,8 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         tags=args.tags or [],
         hosts=args.host,
         api_prefix=args.api_prefix,
-        cors_origins=args.cors_origins if args.cors_origins is not None else ("localhost" if tools or mcp else "*"),
+        cors_origins=args.cors_origins if args.cors_origins is not None else (
+            "localhost" if tools or mcp or cors_proxy else "*"),
         cors_methods=args.cors_methods,
         cors_headers=args.cors_headers,
         cors_credentials=args.cors_credentials,
@@ -296,6 +299,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         ui_settings=ui_settings(args.ui_config, args.ui_config_file),
         server_tools=tools,
         mcp_servers=mcp,
+        cors_proxy=cors_proxy,
         cache_prompt=args.cache_prompt,
         sampling=sampling,
         flash_attn=args.flash_attn,

@@ -396,6 +396,15 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
      "check the model's tensor data for invalid values while it loads (a bad file fails the start)"),
     (("--reuse-port",), (), "reuse_port", False, "LLAMA_ARG_REUSE_PORT",
      "let other sockets bind the same port (SO_REUSEPORT): servers started alike share its connections"),
+    (("--ui-mcp-proxy", "--webui-mcp-proxy"), ("--no-ui-mcp-proxy", "--no-webui-mcp-proxy"), "ui_mcp_proxy", None,
+     "LLAMA_ARG_UI_MCP_PROXY",
+     "serve /cors-proxy?url=URL: the server forwards a web page's request to another server (a remote MCP "
+     "server's), headers named x-llama-server-proxy-header-NAME going as NAME; limits --cors-origins to "
+     "localhost by default. Any page it allows can reach what this machine reaches: do not enable in untrusted "
+     "environments"),
+    (("-ag", "--agent"), ("-no-ag", "--no-agent"), "agent", None, "LLAMA_ARG_AGENT",
+     "every built-in tool (--tools all) and the MCP proxy (--ui-mcp-proxy), as llama-server's --agent: do not "
+     "enable in untrusted environments"),
     (("--offline",), (), "offline", False, "LLAMA_ARG_OFFLINE",
      "never download: a catalog model that is not pulled yet fails the start instead of being fetched"),
     (("--cors-credentials",), ("--no-cors-credentials",), "cors_credentials", True, "LLAMA_ARG_CORS_CREDENTIALS",

@@ -20,14 +20,14 @@ OFFLOAD_BYTES = 64 * 1024  # bodies larger than this are parsed off the event lo
 
 
 async def read_json_object(request: Request, max_bytes: int | None = None) -> dict:
-    raw = await _read_raw(request, max_bytes)
+    raw = await read_raw_body(request, max_bytes)
     return await _off_loop_if_large(raw, _checked, request, raw)
 
 
 async def read_optional_object(request: Request, max_bytes: int = 64 * 1024) -> dict:
     """A small body that may be empty ({}) or a checked JSON object (the edge's checks:
     lone surrogates, nesting, sizes), for the routes whose fields are all optional."""
-    raw = await _read_raw(request, max_bytes)
+    raw = await read_raw_body(request, max_bytes)
     if not raw.strip():
         return {}
     return await _off_loop_if_large(raw, _checked, request, raw)
@@ -35,7 +35,7 @@ async def read_optional_object(request: Request, max_bytes: int = 64 * 1024) -> 
 
 async def read_small_json(request: Request, max_bytes: int = 64 * 1024):
     """A small body that may be any JSON value (not only an object), size-capped."""
-    raw = await _read_raw(request, max_bytes)
+    raw = await read_raw_body(request, max_bytes)
     try:
         return json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError):
@@ -49,7 +49,7 @@ def _no_constant(name: str):
 async def read_model(request: Request, model: type[Model]) -> tuple[dict, Model]:
     """The body as a checked JSON object and validated into `model`: one read, and
     for a large body one trip to a worker thread for both."""
-    raw = await _read_raw(request, None)
+    raw = await read_raw_body(request, None)
 
     def parse(request: Request, raw: bytes) -> tuple[dict, Model]:
         data = _checked(request, raw)
@@ -74,7 +74,7 @@ def _checked(request: Request, raw: bytes) -> dict:
         raise APIError(exc.status, exc.message, "invalid_request_error", exc.code) from None
 
 
-async def _read_raw(request: Request, max_bytes: int | None) -> bytes:
+async def read_raw_body(request: Request, max_bytes: int | None) -> bytes:
     config = request.app.state.config
     max_bytes = max_bytes or config.max_body_bytes
     declared = request.headers.get("content-length")

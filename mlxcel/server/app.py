@@ -37,7 +37,18 @@ from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.http.stream_sessions import StreamSessions
 from mlxcel.observability import metrics
 from mlxcel.server.idle_sleep import IdleSleep, IdleSleepMiddleware, SleepPlan, watching
-from mlxcel.server.routes import cache, capacity, info, llama_admin, residency, router_models, streams, tools, unserved
+from mlxcel.server.routes import (
+    cache,
+    capacity,
+    cors_proxy,
+    info,
+    llama_admin,
+    residency,
+    router_models,
+    streams,
+    tools,
+    unserved,
+)
 from mlxcel.server.routes.vertex import add_vertex_routes
 from mlxcel.server.startup_gc import settle_startup_objects
 from mlxcel.server.webui import ASSET_PATHS as WEBUI_ASSETS
@@ -155,6 +166,8 @@ def create_app(
                 service.shutdown()
         if mcp_hub is not None:
             await mcp_hub.close()
+        if app.state.proxy_client is not None:
+            await app.state.proxy_client.aclose()
         state.close()
 
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -171,6 +184,7 @@ def create_app(
     app.state.tts_host = tts_host
     app.state.responses = responses_state
     app.state.server_tools = server_tools
+    app.state.proxy_client = cors_proxy.new_client() if config.cors_proxy else None  # /cors-proxy
     install_error_handlers(app)
     app.include_router(info.router)
     app.include_router(cache.router)
@@ -192,6 +206,7 @@ def create_app(
     app.include_router(transcriptions.router)
     app.include_router(speech_routes.router)
     app.include_router(tools.router)  # --tools: the web UI's agent tools
+    app.include_router(cors_proxy.router)  # --ui-mcp-proxy: the web UI's requests to remote MCP servers
     app.include_router(unserved.router)  # image generation, structured decisions: 501 naming what they need
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, sleep
@@ -202,8 +217,9 @@ def create_app(
         # Vertex AI's predict route needs no model of its own: each instance goes through this
         # middleware again, waking the model its route needs (and only that one)
         predict = frozenset({vertex.predict_route} if vertex is not None else ())
+        modelless = unserved.PATHS | tools.PATHS | cors_proxy.PATHS | predict
         app.add_middleware(IdleSleepMiddleware, plan=sleepers, routes=lambda: app.router.routes,
-                           describing=vertex_health, modelless=unserved.PATHS | tools.PATHS | predict)
+                           describing=vertex_health, modelless=modelless)
     if config.webui:  # --path's own index.html, added after it, is served first
         app.add_middleware(WebUIMiddleware, prefix=config.api_prefix or "")
     if config.static_path:

@@ -51,11 +51,32 @@ def test_unimplemented_tuning_flags_are_split_off():
     assert kept == ["-c", "512", "-ctk", "q8_0", "-fa", "on", "--no-such-thing"]
 
 
-@pytest.mark.parametrize("flag", ["--webui-mcp-proxy", "--mmproj-url", "--agent",
-                                  "-hf", "--webui-mcp-proxy"])
+@pytest.mark.parametrize("flag", ["--tools-runtime", "--mmproj-url", "-hf"])
 def test_flags_that_change_what_is_served_are_refused_by_name(flag):
     with pytest.raises(UsageError, match=flag):
         parse_serve_args(["-m", "smollm2-135m-instruct", flag, "x"])
+
+
+def test_agent_turns_on_every_tool_and_the_proxy_unless_their_own_flags_say_otherwise(monkeypatch):
+    base = ["-m", "smollm2-135m-instruct"]
+    plain = parse_serve_args(base)
+    assert (plain.server_tools, plain.cors_proxy, plain.cors_origins) == ((), False, "*")
+    agent = parse_serve_args(base + ["--agent"])
+    assert len(agent.server_tools) == 7 and agent.cors_proxy and agent.cors_origins == "localhost"
+    narrowed = parse_serve_args(base + ["-ag", "--tools", "read_file", "--no-ui-mcp-proxy"])
+    assert (narrowed.server_tools, narrowed.cors_proxy) == (("read_file",), False)
+    assert parse_serve_args(base + ["--no-agent"]).server_tools == ()
+    for flag in ("--webui-mcp-proxy", "--ui-mcp-proxy"):
+        proxy = parse_serve_args(base + [flag])
+        assert proxy.cors_proxy and proxy.server_tools == () and proxy.cors_origins == "localhost"
+    assert parse_serve_args(base + ["--ui-mcp-proxy", "--cors-origins", "https://app.example"]).cors_origins == (
+        "https://app.example")
+    monkeypatch.setenv("LLAMA_ARG_AGENT", "1")
+    assert parse_serve_args(base).cors_proxy
+    monkeypatch.setenv("LLAMA_ARG_AGENT", "0")
+    monkeypatch.setenv("LLAMA_ARG_UI_MCP_PROXY", "true")
+    from_env = parse_serve_args(base)
+    assert from_env.cors_proxy and from_env.server_tools == ()
 
 
 def test_the_web_ui_takes_its_default_settings_as_a_json_object(tmp_path, monkeypatch):

@@ -319,7 +319,7 @@ def chat_props(host: ModelHost, embedding: EmbeddingHost | None, reranker: Reran
         "eos_token": template.eos_token if template is not None else "",
         "build_info": f"mlxcel {__version__}",
         "is_sleeping": False,
-        "cors_proxy_enabled": False,
+        "cors_proxy_enabled": config.cors_proxy,
         "media_marker": MEDIA_MARKER,  # where /completion's multimodal_data goes in a prompt
         "ui_settings": config.ui_settings,
         **beside_props(embedding, reranker),

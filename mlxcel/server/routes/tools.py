@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 
 from mlxcel.http.errors import APIError, invalid_request
 from mlxcel.http.json_body import read_json_object
+from mlxcel.http.local_callers import RunningCap, check_page_origin
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import WatchedStreamResponse
 from mlxcel.toolbox import ParamError, ServerTool, ToolContext, ToolError, check_params
@@ -31,21 +32,7 @@ BODY_MAX = 40 << 20  # write_file's 16 MB of content, escaped
 RUNNING_MAX = 16  # tool calls at once; more are answered 429
 
 
-class _Running:
-    """Tool calls running now (a streamed one until its stream ends)."""
-
-    count = 0
-
-    @classmethod
-    def enter(cls) -> None:
-        if cls.count >= RUNNING_MAX:
-            raise APIError(429, f"{RUNNING_MAX} tool calls are running; try again when one ends", "rate_limit_error",
-                           retry_after=1)
-        cls.count += 1
-
-    @classmethod
-    def leave(cls) -> None:
-        cls.count -= 1
+_RUNNING = RunningCap(RUNNING_MAX, "tool calls")
 
 
 def _tools(request: Request) -> dict[str, ServerTool]:
@@ -82,14 +69,14 @@ async def call_tool(request: Request):
     except ParamError as exc:
         raise invalid_request(str(exc)) from None
     call = _context(request)
-    _Running.enter()
+    _RUNNING.enter()
     if stream:
         return WatchedStreamResponse(_events(tool, params, call), b"text/event-stream; charset=utf-8",
-                                     on_close=_Running.leave)
+                                     on_close=_RUNNING.leave)
     try:
         return await _whole(request, tool, params, call)
     finally:
-        _Running.leave()
+        _RUNNING.leave()
 
 
 async def _whole(request: Request, tool: ServerTool, params: dict, call: ToolContext):
@@ -116,10 +103,7 @@ async def _whole(request: Request, tool: ServerTool, params: dict, call: ToolCon
 
 
 def _check_caller(request: Request) -> None:
-    origin = request.headers.get("origin")
-    if origin is not None and request.app.state.cors_policy.allowed_origin(origin) is None:
-        raise APIError(403, f"tools cannot be called from a page at {origin[:200]}: the CORS policy does not allow "
-                            "it (--cors-origins)", "permission_error")
+    check_page_origin(request, "tools")
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
         raise APIError(415, "a tool call must be sent as application/json", "invalid_request_error")
