@@ -15,6 +15,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.e2e.test_reasoning import think  # noqa: F401 - the think-template server fixture
+from tests.fixtures.mcp_http import SESSION, McpHttpServer
 from tests.server_process import ServerProcess
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -323,8 +324,8 @@ def test_a_reply_cut_at_the_token_limit_can_be_continued(server, page):
 
 @pytest.fixture(scope="module")
 def agent():
-    """Qwen2.5-Coder (it calls tools) with two of the server's tools."""
-    proc = ServerProcess("-c", "4096", "-np", "1", "--tools", "read_file,write_file",
+    """Qwen2.5-Coder (it calls tools) with two of the server's tools and the MCP proxy."""
+    proc = ServerProcess("-c", "4096", "-np", "1", "--tools", "read_file,write_file", "--ui-mcp-proxy",
                          model="qwen2.5-coder-0.5b-instruct")
     try:
         yield proc.wait_ready()
@@ -394,6 +395,50 @@ def test_the_model_uses_the_servers_tools_and_write_tools_ask_first(agent, page,
     page.click("#new-chat")
     ask("Hi")
     assert "tools" not in sent[-1]
+
+
+def test_a_remote_mcp_servers_tools_are_reached_through_the_proxy(agent, page):
+    """An MCP server over Streamable HTTP that sends no CORS headers: the page reaches it
+    through /cors-proxy, with the user's header for it, its session, a paged tool list and
+    an answer that comes as an event stream."""
+    with McpHttpServer() as mcp:
+        sent: list[dict] = []
+        page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/v1/chat/completions") else None)
+        asked: list[str] = []
+        page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+        page.goto(agent.base_url + "/")
+        _settings(page, max_tokens=120, temperature=0, max_tool_turns=2,
+                  mcp_servers=f"{mcp.url}\nAuthorization: Bearer remote-key")
+        expect(page.locator("#tools-count")).to_have_text("(4)")  # the server's two and the MCP server's two
+        page.fill("#prompt", "Use the notes_lookup tool to find the secret word of the topic colors.")
+        page.press("#prompt", "Enter")
+        expect(page.locator("#stop")).to_be_hidden(timeout=90_000)
+        expect(page.locator(".message.tool summary", has_text="Result of notes_lookup").first).to_be_visible()
+    assert [t["function"]["name"] for t in sent[0]["tools"]] == ["read_file", "write_file", "notes_lookup",
+                                                                  "notes_store"]
+    calls, results = _last_calls_and_results(sent[1]["messages"])
+    looked = [r for r, c in zip(results, calls) if c["function"]["name"] == "notes_lookup"]
+    assert looked and looked[0]["content"] == "The secret word is periwinkle." and asked == []  # read-only: not asked
+    methods = [r["message"]["method"] for r in mcp.requests]
+    assert methods[:4] == ["initialize", "notifications/initialized", "tools/list", "tools/list"]
+    assert "tools/call" in methods
+    call = next(r["message"]["params"] for r in mcp.requests if r["message"]["method"] == "tools/call")
+    assert call["name"] == "lookup" and "topic" in call["arguments"]
+    for request in mcp.requests:
+        headers = request["headers"]
+        assert headers["authorization"] == "Bearer remote-key" and "origin" not in headers and "cookie" not in headers
+        assert headers["accept"] == "application/json, text/event-stream"
+    assert all(r["headers"].get("mcp-session-id") == SESSION for r in mcp.requests[1:])
+
+
+def test_mcp_servers_need_the_proxy_and_well_formed_settings(server, page):
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    _settings(page, mcp_servers="https://mcp.example/mcp")
+    expect(page.locator("#notice")).to_contain_text("--ui-mcp-proxy")
+    expect(page.locator("#tools-toggle")).to_be_hidden()
+    _settings(page, mcp_servers="https://mcp.example/mcp\nnot a header line")
+    expect(page.locator("#notice")).to_contain_text("MCP servers, line 2")
 
 
 def test_conversations_export_and_import_as_data_only(server, page, tmp_path):

@@ -12,7 +12,7 @@ from importlib.resources import files
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 ASSET_PREFIX = "/webui/"
-ASSET_PATHS = frozenset({"/webui/app.js", "/webui/math.js", "/webui/app.css"})
+ASSET_PATHS = frozenset({"/webui/app.js", "/webui/math.js", "/webui/mcp.js", "/webui/app.css"})
 _TYPES = {"html": b"text/html; charset=utf-8", "js": b"text/javascript; charset=utf-8",
           "css": b"text/css; charset=utf-8"}
 _POLICY = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
@@ -41,6 +41,7 @@ class WebUIMiddleware:
             "/": (_asset("index.html", prefix), _TYPES["html"]),
             "/webui/app.js": (_asset("app.js", prefix), _TYPES["js"]),
             "/webui/math.js": (_asset("math.js", prefix), _TYPES["js"]),
+            "/webui/mcp.js": (_asset("mcp.js", prefix), _TYPES["js"]),
             "/webui/app.css": (_asset("app.css", prefix), _TYPES["css"]),
         }
 

@@ -40,7 +40,11 @@
     current: store.load("current", null),
     settings: store.load("settings", {}),
     serverSettings: {},  // defaults the server gives the UI; the user's own settings win
-    tools: [],  // the server's tools (GET /tools, --tools): {tool, display_name, permissions, definition}
+    // the model's tools: the server's (GET /tools, --tools) and remote MCP servers' (Settings:
+    // MCP servers, through --ui-mcp-proxy), each {tool, display_name, permissions, definition},
+    // a remote one with its own `run(args, signal)`
+    tools: [],
+    corsProxy: false,  // /props cors_proxy_enabled: remote MCP servers can be reached
     models: [],
     vision: false,
     controller: null,  // the running generation's AbortController
@@ -283,8 +287,8 @@
       if (wanted && state.models.includes(wanted)) select.value = wanted;
       $("server-state").textContent = state.models.length ? "" : "no model is served";
       await loadProps();
-      await loadTools();
       hideNotice();
+      await loadTools();
     } catch (error) {
       $("server-state").textContent = "server unreachable";
       notice(error.message);
@@ -296,9 +300,11 @@
     try {
       const props = await getJson("/props" + (model && state.models.length > 1 ? "?model=" + encodeURIComponent(model) : ""));
       state.vision = Boolean(props?.modalities?.vision);
+      state.corsProxy = props?.cors_proxy_enabled === true;
       state.serverSettings = serverSettings(props?.ui_settings ?? props?.webui_settings);
     } catch {
       state.vision = false;
+      state.corsProxy = false;
       state.serverSettings = {};
     }
     $("attach").accept = state.vision ? "" : "text/*,.md,.py,.js,.ts,.json,.csv,.tsv,.yaml,.yml,.toml,.xml,.html,"
@@ -458,13 +464,31 @@
   const toolsOn = () => state.tools.length > 0 && $("use-tools").checked;
 
   async function loadTools() {
+    let tools = [];
     try {
       const response = await fetch(PREFIX + "/tools", {headers: headers()});
-      state.tools = response.ok ? (await response.json()).filter((t) => t?.definition?.function?.name) : [];
+      tools = response.ok ? (await response.json()).filter((t) => t?.definition?.function?.name) : [];
     } catch {
-      state.tools = [];
+      tools = [];
     }
+    const problems = [];
+    try {
+      const servers = window.mlxcelMcp.parseServers(state.settings.mcp_servers);
+      if (servers.length && !state.corsProxy) {
+        problems.push("MCP servers are reached through the server's MCP proxy, which it does not serve "
+                      + "(--ui-mcp-proxy or --agent).");
+      } else if (servers.length) {
+        const taken = new Set(tools.map((t) => t.definition.function.name));
+        tools = tools.concat(await window.mlxcelMcp.remoteTools(servers, headers, taken,
+          (url, message) => problems.push("MCP server " + url + ": " + message)));
+      }
+    } catch (error) {
+      problems.push(error.message);
+    }
+    if (problems.length) notice(problems.join("\n"));
+    state.tools = tools;
     $("tools-toggle").hidden = state.tools.length === 0;
+    $("tools-count").textContent = "(" + state.tools.length + ")";
     $("use-tools").checked = state.settings.use_tools !== false;
   }
 
@@ -501,18 +525,20 @@
       return JSON.stringify({error: "the user did not allow this call"});
     }
     try {
+      if (tool.run) return clip(await tool.run(params, controller.signal));
       const response = await fetch(PREFIX + "/tools", {
         method: "POST", headers: headers(), signal: controller.signal,
         body: JSON.stringify({tool: tool.tool, params}),
       });
       const body = await response.json().catch(() => ({}));
-      const text = !response.ok ? JSON.stringify({error: body?.error?.message || response.statusText})
-        : typeof body.plain_text_response === "string" ? body.plain_text_response : JSON.stringify(body);
-      return text.length > TOOL_RESULT_CHARS ? text.slice(0, TOOL_RESULT_CHARS) + "\n[cut]" : text;
+      return clip(!response.ok ? JSON.stringify({error: body?.error?.message || response.statusText})
+        : typeof body.plain_text_response === "string" ? body.plain_text_response : JSON.stringify(body));
     } catch (error) {
       return error.name === "AbortError" ? "" : JSON.stringify({error: error.message});
     }
   }
+
+  const clip = (text) => text.length > TOOL_RESULT_CHARS ? text.slice(0, TOOL_RESULT_CHARS) + "\n[cut]" : text;
 
   async function send(text) {
     if (state.controller) return;
