@@ -12,7 +12,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
 from tests.server_process import ServerProcess
@@ -238,6 +237,8 @@ def _closed_port() -> int:
     ("http://127.0.0.1/a b", {}, 400, "spaces"),
     ("http://127.0.0.1/\x7f", {}, 400, "control"),
     ("http://127.0.0.1/" + "a" * 9000, {}, 400, "longer"),
+    ("http://xn--a.example/", {}, 400, "cannot be sent"),  # not a valid IDNA host
+    ("http://\x00x/", {}, 400, "control"),
     # a page elsewhere cannot send through it: by its Origin, or by what the browser says of an image or a link
     ("UPSTREAM/echo", {"Origin": "https://evil.example"}, 403, "evil.example"),
     ("UPSTREAM/echo", {"Origin": "null"}, 403, "CORS"),

@@ -115,7 +115,7 @@ async def proxy(request: Request):
     body = await read_raw_body(request, None) if request.method == "POST" else None
     try:
         outgoing = client.build_request(request.method, url, headers=headers, content=body)
-    except (httpx.HTTPError, ValueError, UnicodeError) as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, UnicodeError) as exc:
         raise invalid_request(f"the request cannot be sent: {exc}") from None
     _RUNNING.enter()
     try:
@@ -149,6 +149,6 @@ async def _send(request: Request, client: httpx.AsyncClient, outgoing: httpx.Req
             return None
         except httpx.TimeoutException:
             raise APIError(504, f"{outgoing.url.host} did not answer in time", "server_error") from None
-        except (httpx.HTTPError, OSError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
             raise APIError(502, f"the request to {outgoing.url.host} failed: {exc or type(exc).__name__}",
                            "server_error") from None
