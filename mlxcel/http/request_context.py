@@ -4,8 +4,9 @@ key's digest, a test's injected fault), and cancelling work when the client leav
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from fastapi import Request
 
@@ -13,6 +14,12 @@ from mlxcel.engine.faults import FAULT_HEADER, parse_fault
 from mlxcel.engine.request import Priority
 from mlxcel.http.auth import request_key_id
 from mlxcel.turn.context import RequestContext
+
+T = TypeVar("T")
+
+
+class ClientLeft(Exception):
+    """The client disconnected before the work it asked for ended; the work was cancelled."""
 
 
 def request_context(request: Request, request_id: str) -> RequestContext:
@@ -41,3 +48,23 @@ async def _watch(request: Request, cancel: Callable[[], None]) -> None:
         if message["type"] == "http.disconnect":
             cancel()
             return
+
+
+async def run_while_connected(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result (a whole, not streamed, answer); a client that disconnects first
+    cancels it, and ClientLeft is raised."""
+    job = asyncio.ensure_future(work)
+    left = False
+
+    def leave() -> None:
+        nonlocal left
+        left = True
+        job.cancel()
+
+    async with cancel_on_disconnect(request, leave):
+        try:
+            return await job
+        except asyncio.CancelledError:
+            if not left:
+                raise
+            raise ClientLeft from None

@@ -12,6 +12,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from tests.server_process import ServerProcess
@@ -219,6 +220,29 @@ def test_at_most_32_run_at_once_and_the_loop_stays_free(agent, upstream):
     assert results == [200] * 32
     with agent.client() as c:
         assert c.get("/cors-proxy", params={"url": f"{upstream.url}/echo"}).status_code == 200
+
+
+def test_clients_that_leave_before_the_answer_free_their_places(agent, upstream):
+    """32 clients give up while the other server has not answered: their requests are
+    cancelled and leave the count, so the next request goes through."""
+    upstream.gate.clear()
+
+    def give_up() -> None:
+        with agent.client(timeout=1.5) as c, pytest.raises(httpx.ReadTimeout):
+            c.get("/cors-proxy", params={"url": f"{upstream.url}/hold"})
+
+    threads = [threading.Thread(target=give_up) for _ in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with agent.client() as c:
+        deadline = time.monotonic() + 5
+        while (status := c.get("/cors-proxy", params={"url": f"{upstream.url}/echo"}).status_code) == 429:
+            assert time.monotonic() < deadline, "requests whose clients left still count"
+            time.sleep(0.1)
+        assert status == 200
+    upstream.gate.set()
 
 
 def _closed_port() -> int:

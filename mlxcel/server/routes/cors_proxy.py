@@ -15,7 +15,6 @@ ends the request to the other server."""
 
 from __future__ import annotations
 
-import asyncio
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,7 +24,7 @@ from fastapi.responses import JSONResponse
 from mlxcel.http.errors import APIError, invalid_request
 from mlxcel.http.json_body import read_raw_body
 from mlxcel.http.local_callers import RunningCap, check_page_origin
-from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.request_context import ClientLeft, run_while_connected
 from mlxcel.http.sse import WatchedStreamResponse
 
 router = APIRouter()
@@ -118,37 +117,18 @@ async def proxy(request: Request):
     except (httpx.HTTPError, httpx.InvalidURL, ValueError, UnicodeError) as exc:
         raise invalid_request(f"the request cannot be sent: {exc}") from None
     _RUNNING.enter()
+    streaming = False  # from then on the response's end leaves the count
     try:
-        upstream = await _send(request, client, outgoing)
-    except BaseException:
-        _RUNNING.leave()
-        raise
-    if upstream is None:
-        _RUNNING.leave()
+        upstream = await run_while_connected(request, client.send(outgoing, stream=True))
+        streaming = True
+        return _ProxiedResponse(upstream, _RUNNING.leave)
+    except ClientLeft:
         return JSONResponse({"error": "the client left"}, status_code=499)
-    return _ProxiedResponse(upstream, _RUNNING.leave)
-
-
-async def _send(request: Request, client: httpx.AsyncClient, outgoing: httpx.Request) -> httpx.Response | None:
-    """The other server's answer, its headers read; None when the client left first
-    (the request to the other server is cancelled then)."""
-    job = asyncio.ensure_future(client.send(outgoing, stream=True))
-    left = False
-
-    def leave() -> None:
-        nonlocal left
-        left = True
-        job.cancel()
-
-    async with cancel_on_disconnect(request, leave):
-        try:
-            return await job
-        except asyncio.CancelledError:
-            if not left:
-                raise
-            return None
-        except httpx.TimeoutException:
-            raise APIError(504, f"{outgoing.url.host} did not answer in time", "server_error") from None
-        except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
-            raise APIError(502, f"the request to {outgoing.url.host} failed: {exc or type(exc).__name__}",
-                           "server_error") from None
+    except httpx.TimeoutException:
+        raise APIError(504, f"{outgoing.url.host} did not answer in time", "server_error") from None
+    except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
+        raise APIError(502, f"the request to {outgoing.url.host} failed: {exc or type(exc).__name__}",
+                       "server_error") from None
+    finally:
+        if not streaming:
+            _RUNNING.leave()

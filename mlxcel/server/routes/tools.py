@@ -12,7 +12,6 @@ without the browser asking the CORS policy first."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 
@@ -22,7 +21,7 @@ from fastapi.responses import JSONResponse
 from mlxcel.http.errors import APIError, invalid_request
 from mlxcel.http.json_body import read_json_object
 from mlxcel.http.local_callers import RunningCap, check_page_origin
-from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.request_context import ClientLeft, run_while_connected
 from mlxcel.http.sse import WatchedStreamResponse
 from mlxcel.toolbox import ParamError, ServerTool, ToolContext, ToolError, check_params
 
@@ -81,25 +80,14 @@ async def call_tool(request: Request):
 
 async def _whole(request: Request, tool: ServerTool, params: dict, call: ToolContext):
     """The tool's answer; a client that leaves cancels the call (a command is killed)."""
-    job = asyncio.ensure_future(tool.invoke(params, call))
-    left = False
-
-    def leave() -> None:
-        nonlocal left
-        left = True
-        job.cancel()
-
-    async with cancel_on_disconnect(request, leave):
-        try:
-            return await job
-        except ToolError as exc:
-            return {"error": str(exc)}
-        except OSError as exc:
-            return {"error": f"the tool failed: {exc.strerror or exc}"}
-        except asyncio.CancelledError:
-            if not left:
-                raise
-            return JSONResponse({"error": "the client left"}, status_code=499)
+    try:
+        return await run_while_connected(request, tool.invoke(params, call))
+    except ToolError as exc:
+        return {"error": str(exc)}
+    except OSError as exc:
+        return {"error": f"the tool failed: {exc.strerror or exc}"}
+    except ClientLeft:
+        return JSONResponse({"error": "the client left"}, status_code=499)
 
 
 def _check_caller(request: Request) -> None:
