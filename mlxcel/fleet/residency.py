@@ -344,26 +344,28 @@ class Fleet:
         sleep_s = self.base.sleep_idle_seconds
         with self._lock:
             for resident in list(self.residents.values()):
-                if resident.kept or resident.busy or not resident.ready:
+                if resident.kept or resident.busy or not resident.ready or not resident.loaded_at:
                     continue
                 ttl = resident.entry.ttl_s if resident.entry.ttl_s is not None else self.config.ttl_s
-                idle = now - resident.last_used
+                # idle since its last request or the end of its load, whichever came later: a model
+                # slower to load than its timeout must not be unloaded the moment it is ready
+                idle = now - max(resident.last_used, resident.loaded_at)
                 if ttl and resident.id not in self.pinned and idle >= ttl:
-                    expired.append(resident)
+                    expired.append((resident, idle))
                     self._forget(resident)
                 elif sleep_s > 0 and idle >= sleep_s:
-                    slept.append(resident)
+                    slept.append((resident, idle))
                     self._forget(resident, asleep=True)
-        for resident in expired:
-            log.info("unloading %s: idle for %.0fs", resident.id, now - resident.last_used)
+        for resident, idle in expired:
+            log.info("unloading %s: idle for %.0fs", resident.id, idle)
             resident.host.close()
-        for resident in slept:
-            log.info("%s is asleep: idle for %.0fs (--sleep-idle-seconds)", resident.id, now - resident.last_used)
+        for resident, idle in slept:
+            log.info("%s is asleep: idle for %.0fs (--sleep-idle-seconds)", resident.id, idle)
             resident.host.close()
         self.close_retired()
         if expired or slept:
             trim_heap()
-        return [r.id for r in expired]
+        return [r.id for r, _ in expired]
 
     # -- reload and lifecycle -----------------------------------------------------------
 

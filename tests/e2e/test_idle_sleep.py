@@ -208,9 +208,9 @@ def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
         assert row["source"] == "models_dir" and row["can_remove"] is False
         return row["status"]["value"]
 
-    def wait(client, value: str) -> None:
+    def wait(client, *values: str) -> None:
         deadline = time.monotonic() + 60
-        while status(client) != value:
+        while status(client) not in values:
             assert time.monotonic() < deadline, status(client)
             time.sleep(0.1)
 
@@ -219,7 +219,8 @@ def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
         with proc.client() as client:
             refused = client.post("/v1/chat/completions", json=body)  # never loaded: no autoload
             loaded = client.post("/models/load", json={"model": "alpha"})
-            wait(client, "loaded")
+            # loaded, and asleep a second later: a poll held up past that second sees it asleep
+            wait(client, "loaded", "sleeping")
             wait(client, "sleeping")
             woken = client.post("/v1/chat/completions", json=body)
             awake = status(client)

@@ -35,9 +35,10 @@ _RUNNING = RunningCap(32, "proxied requests")
 # headers of one connection, or that this proxy sets itself
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
                   "trailer", "transfer-encoding", "upgrade", "host", "content-length"})
-# not returned: those, and what must not land on this server's origin (the other server's
-# cookies, its CORS headers: this server's own policy answers for it)
-_NOT_RETURNED = frozenset(name.encode() for name in _HOP | {"set-cookie", "set-cookie2"})
+# not returned: those, what this server sends itself (Date, Server), and what must not land
+# on this server's origin (the other server's cookies, its CORS headers: this server's own
+# policy answers for it)
+_NOT_RETURNED = frozenset(name.encode() for name in _HOP | {"date", "server", "set-cookie", "set-cookie2"})
 
 
 def new_client() -> httpx.AsyncClient:

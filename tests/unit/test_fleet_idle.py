@@ -1,0 +1,70 @@
+"""The fleet's idle policy (Fleet.expire_idle) with stand-in hosts: a model sleeps (or
+unloads at its ttl) once idle long enough, where idle counts from its last request or
+from the end of its load, whichever came later."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from mlxcel.config import ServerConfig
+from mlxcel.fleet.config_file import load_fleet_config
+from mlxcel.fleet.footprint import Footprint
+from mlxcel.fleet.residency import Fleet, Resident
+from mlxcel.turn.model_host import HostState
+
+
+class Host:
+    """What expire_idle reads of a ModelHost: its state, its engine, and close()."""
+
+    def __init__(self) -> None:
+        self.state, self.engine, self.closed = HostState.READY, None, False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _fleet(tmp_path: Path, sleep_s: int, ttl: str = "") -> Fleet:
+    path = tmp_path / "mlxcel.yaml"
+    path.write_text(textwrap.dedent(f"""
+        models:
+          a: {{path: smollm2-135m-instruct{ttl}}}
+    """))
+    return Fleet(load_fleet_config(path), ServerConfig(model="a", sleep_idle_seconds=sleep_s), budget_bytes=1 << 40)
+
+
+def _resident(fleet: Fleet, last_used: float, loaded_at: float) -> Resident:
+    entry = fleet.entry("a")
+    resident = Resident(entry, Host(), Footprint(None, 0, 0, 0, 0), loaded_at=loaded_at, last_used=last_used)
+    fleet.residents[entry.id] = resident
+    return resident
+
+
+def test_idle_counts_from_the_end_of_a_slow_load(tmp_path: Path) -> None:
+    fleet = _fleet(tmp_path, sleep_s=5)
+    # asked for at 100, loaded at 108 (slower than the 5 s idle time): awake until 113
+    resident = _resident(fleet, last_used=100.0, loaded_at=108.0)
+    fleet.expire_idle(now=112.9)
+    assert "a" in fleet.residents and not resident.host.closed
+    fleet.expire_idle(now=113.0)
+    assert "a" not in fleet.residents and "a" in fleet.sleeping and resident.host.closed
+
+
+def test_a_request_after_the_load_restarts_the_count_and_a_load_in_progress_never_sleeps(tmp_path: Path) -> None:
+    fleet = _fleet(tmp_path, sleep_s=5)
+    _resident(fleet, last_used=120.0, loaded_at=108.0)
+    fleet.expire_idle(now=124.9)
+    assert "a" in fleet.residents
+    fleet.expire_idle(now=125.0)
+    assert "a" in fleet.sleeping
+    # ready by its host's state, but the fleet has not finished its load (loaded_at unset)
+    loading = _resident(fleet, last_used=0.0, loaded_at=0.0)
+    fleet.expire_idle(now=1000.0)
+    assert fleet.residents["a"] is loading and not loading.host.closed
+
+
+def test_a_ttl_counts_from_the_end_of_the_load_too(tmp_path: Path) -> None:
+    fleet = _fleet(tmp_path, sleep_s=-1, ttl=", ttl_s: 30")
+    resident = _resident(fleet, last_used=0.0, loaded_at=50.0)
+    assert fleet.expire_idle(now=79.0) == [] and "a" in fleet.residents
+    assert fleet.expire_idle(now=80.0) == ["a"] and resident.host.closed and "a" not in fleet.sleeping
