@@ -95,7 +95,14 @@ class IdleSleep:
         self.last_request = time.monotonic()
 
     async def sleep_if_idle(self, now: float | None = None) -> bool:
-        """Put the host to sleep when it is ready, idle and unused for idle_s: True if it slept."""
+        """Put the host to sleep when it is ready, idle and unused for idle_s: True if it slept.
+        While it is not ready (loading, waking, asleep) the idle time starts again, so it
+        counts from when the host is ready: a model slower to load than idle_s does not
+        sleep the moment it is."""
+        now = time.monotonic() if now is None else now
+        if not self.host.ready:
+            self.last_request = max(self.last_request, now)
+            return False
         if not self._due(now):
             return False
         async with self._lock:
@@ -111,8 +118,7 @@ class IdleSleep:
         self.host.sleep()
         trim_heap()  # what the model's objects held goes back to the kernel, not to malloc's free lists
 
-    def _due(self, now: float | None) -> bool:
-        now = time.monotonic() if now is None else now
+    def _due(self, now: float) -> bool:
         return (self.host.ready and not self._busy()
                 and now - self.last_request >= self.idle_s)
 

@@ -41,6 +41,22 @@ def _sleeper(host: Host, held=lambda: False) -> IdleSleep:
     return IdleSleep(host, 5, describe=lambda: {"props": {"n": 1}}, held=held)
 
 
+def test_the_idle_time_counts_from_when_the_host_is_ready():
+    """A load slower than the idle time: the host does not sleep the moment it is ready."""
+    async def main():
+        host = Host()
+        host.ready = False  # loading
+        sleeper = _sleeper(host)
+        start = sleeper.last_request
+        assert not await sleeper.sleep_if_idle(start + 30)  # still loading, 30 s after the start
+        host.ready = True
+        assert not await sleeper.sleep_if_idle(start + 30.5)
+        assert not await sleeper.sleep_if_idle(start + 34.9)
+        assert await sleeper.sleep_if_idle(start + 35)
+
+    asyncio.run(main())
+
+
 def test_it_sleeps_only_when_ready_idle_long_enough_and_unheld():
     async def main():
         host = Host()
