@@ -81,6 +81,12 @@ class Resident:
     def ready(self) -> bool:
         return self.host.state is HostState.READY
 
+    @property
+    def idle_since(self) -> float:
+        """Its last use, or the end of its load when later: a model loaded (by POST
+        /models/load, or slower than its timeout) is as fresh as its load."""
+        return max(self.last_used, self.loaded_at)
+
 
 class Lease:
     """A request's hold on a resident model; released once, when its response ends."""
@@ -193,7 +199,7 @@ class Fleet:
         if fits(held, len(others)):
             return
         evictable = sorted((r for r in others if not r.busy and r.id not in self.pinned),
-                           key=lambda r: (r.last_used))
+                           key=lambda r: r.idle_since)
         chosen: list[Resident] = []
         for resident in evictable:
             if fits(held, len(others) - len(chosen)):
@@ -347,9 +353,7 @@ class Fleet:
                 if resident.kept or resident.busy or not resident.ready or not resident.loaded_at:
                     continue
                 ttl = resident.entry.ttl_s if resident.entry.ttl_s is not None else self.config.ttl_s
-                # idle since its last request or the end of its load, whichever came later: a model
-                # slower to load than its timeout must not be unloaded the moment it is ready
-                idle = now - max(resident.last_used, resident.loaded_at)
+                idle = now - resident.idle_since  # not "since the request that loaded it"
                 if ttl and resident.id not in self.pinned and idle >= ttl:
                     expired.append((resident, idle))
                     self._forget(resident)

@@ -1,6 +1,7 @@
-"""The fleet's idle policy (Fleet.expire_idle) with stand-in hosts: a model sleeps (or
-unloads at its ttl) once idle long enough, where idle counts from its last request or
-from the end of its load, whichever came later."""
+"""The fleet's idle policy with stand-in hosts: a model sleeps (or unloads at its ttl)
+once idle long enough (Fleet.expire_idle), and the least recently used idle model makes
+room for another (Fleet._make_room), where idle counts from its last request or from the
+end of its load, whichever came later."""
 
 from __future__ import annotations
 
@@ -29,12 +30,16 @@ def _fleet(tmp_path: Path, sleep_s: int, ttl: str = "") -> Fleet:
     path.write_text(textwrap.dedent(f"""
         models:
           a: {{path: smollm2-135m-instruct{ttl}}}
+          b: {{path: smollm2-135m-instruct}}
+          c: {{path: smollm2-135m-instruct}}
+        server:
+          max_models: 2
     """))
     return Fleet(load_fleet_config(path), ServerConfig(model="a", sleep_idle_seconds=sleep_s), budget_bytes=1 << 40)
 
 
-def _resident(fleet: Fleet, last_used: float, loaded_at: float) -> Resident:
-    entry = fleet.entry("a")
+def _resident(fleet: Fleet, last_used: float, loaded_at: float, name: str = "a") -> Resident:
+    entry = fleet.entry(name)
     resident = Resident(entry, Host(), Footprint(None, 0, 0, 0, 0), loaded_at=loaded_at, last_used=last_used)
     fleet.residents[entry.id] = resident
     return resident
@@ -68,3 +73,11 @@ def test_a_ttl_counts_from_the_end_of_the_load_too(tmp_path: Path) -> None:
     resident = _resident(fleet, last_used=0.0, loaded_at=50.0)
     assert fleet.expire_idle(now=79.0) == [] and "a" in fleet.residents
     assert fleet.expire_idle(now=80.0) == ["a"] and resident.host.closed and "a" not in fleet.sleeping
+
+
+def test_room_is_made_by_the_model_idle_longest_counting_from_its_load(tmp_path: Path) -> None:
+    fleet = _fleet(tmp_path, sleep_s=-1)
+    # a: used at 100; b: asked for at 50 (POST /models/load), its load ended at 150, unused since
+    used, loaded = _resident(fleet, 100.0, 90.0, "a"), _resident(fleet, 50.0, 150.0, "b")
+    fleet._make_room(fleet.entry("c"), 0)  # at most 2 models: one goes
+    assert set(fleet.residents) == {"b"} and used.retired and not loaded.retired
