@@ -15,38 +15,29 @@ ends the request to the other server."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import httpx
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
 from mlxcel.http.errors import APIError, invalid_request
 from mlxcel.http.json_body import read_raw_body
 from mlxcel.http.local_callers import RunningCap, check_page_origin
-from mlxcel.http.request_context import ClientLeft, run_while_connected
-from mlxcel.http.sse import WatchedStreamResponse
+
+if TYPE_CHECKING:
+    import httpx
 
 router = APIRouter()
 PATHS = frozenset({"/cors-proxy"})
-HEADER_PREFIX = "x-llama-server-proxy-header-"
 URL_MAX = 8192
 _RUNNING = RunningCap(32, "proxied requests")
-# headers of one connection, or that this proxy sets itself
-_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
-                  "trailer", "transfer-encoding", "upgrade", "host", "content-length"})
-# not returned: those, what this server sends itself (Date, Server), and what must not land
-# on this server's origin (the other server's cookies, its CORS headers: this server's own
-# policy answers for it)
-_NOT_RETURNED = frozenset(name.encode() for name in _HOP | {"date", "server", "set-cookie", "set-cookie2"})
 
 
 def new_client() -> httpx.AsyncClient:
-    """The one client every proxied request goes through (closed with the app). Redirects
-    are followed, as llama-server's proxy does; no proxy or credentials from the
-    environment; ten minutes for the other server to answer and go on answering."""
-    return httpx.AsyncClient(follow_redirects=True, max_redirects=5, trust_env=False,
-                             timeout=httpx.Timeout(600.0, connect=30.0, pool=30.0))
+    """The proxy's client (the app holds it while --ui-mcp-proxy is on)."""
+    from mlxcel.http import upstream
+
+    return upstream.new_client()
 
 
 def _target(url: str | None) -> str:
@@ -70,66 +61,23 @@ def _target(url: str | None) -> str:
     return url
 
 
-def _outgoing_headers(request: Request) -> dict[str, str]:
-    headers = {"accept-encoding": "identity"}  # the body goes back as it arrives
-    for key, value in request.headers.items():
-        if key.startswith(HEADER_PREFIX):
-            name = key[len(HEADER_PREFIX):]
-            if name and name not in _HOP and name != "accept-encoding":
-                headers[name] = value
-    content_type = request.headers.get("content-type")
-    if request.method == "POST" and content_type and "content-type" not in headers:
-        headers["content-type"] = content_type
-    return headers
-
-
-class _ProxiedResponse(WatchedStreamResponse):
-    broken_by = (httpx.HTTPError,)
-    broken_note = "proxied stream broken off"
-
-    def __init__(self, upstream: httpx.Response, on_close) -> None:
-        super().__init__(_body(upstream), b"application/octet-stream", on_close, upstream.status_code)
-        self.raw_headers = [(k.lower(), v) for k, v in upstream.headers.raw
-                            if k.lower() not in _NOT_RETURNED and not k.lower().startswith(b"access-control-")]
-        if not any(k == b"content-type" for k, _ in self.raw_headers):
-            self.raw_headers.append((b"content-type", b"application/octet-stream"))
-
-
-async def _body(upstream: httpx.Response):
-    try:
-        async for chunk in upstream.aiter_raw():
-            yield chunk
-    finally:
-        await upstream.aclose()
-
-
 @router.get("/cors-proxy")
 @router.post("/cors-proxy")
 async def proxy(request: Request):
     client: httpx.AsyncClient | None = request.app.state.proxy_client
     if client is None:
         raise APIError(403, "this feature is disabled", "feature_disabled")
+    from mlxcel.http import upstream  # httpx: only where the proxy is served
+
     check_page_origin(request, "the proxy")
     url = _target(request.query_params.get("url"))
-    headers = _outgoing_headers(request)
     body = await read_raw_body(request, None) if request.method == "POST" else None
-    try:
-        outgoing = client.build_request(request.method, url, headers=headers, content=body)
-    except (httpx.HTTPError, httpx.InvalidURL, ValueError, UnicodeError) as exc:
-        raise invalid_request(f"the request cannot be sent: {exc}") from None
+    sent = upstream.outgoing(client, request, url, body)
     _RUNNING.enter()
-    streaming = False  # from then on the response's end leaves the count
+    answer = None
     try:
-        upstream = await run_while_connected(request, client.send(outgoing, stream=True))
-        streaming = True
-        return _ProxiedResponse(upstream, _RUNNING.leave)
-    except ClientLeft:
-        return JSONResponse({"error": "the client left"}, status_code=499)
-    except httpx.TimeoutException:
-        raise APIError(504, f"{outgoing.url.host} did not answer in time", "server_error") from None
-    except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
-        raise APIError(502, f"the request to {outgoing.url.host} failed: {exc or type(exc).__name__}",
-                       "server_error") from None
+        answer = await upstream.forward(request, client, sent, _RUNNING.leave)
+        return answer
     finally:
-        if not streaming:
+        if not isinstance(answer, upstream.ProxiedResponse):  # its stream's end leaves the count
             _RUNNING.leave()

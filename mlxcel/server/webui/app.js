@@ -467,10 +467,8 @@
     let tools = [];
     try {
       const response = await fetch(PREFIX + "/tools", {headers: headers()});
-      tools = response.ok ? (await response.json()).filter((t) => t?.definition?.function?.name) : [];
-    } catch {
-      tools = [];
-    }
+      if (response.ok) tools = (await response.json()).filter((t) => t?.definition?.function?.name);
+    } catch { /* no server tools */ }
     const problems = [];
     try {
       const servers = window.mlxcelMcp.parseServers(state.settings.mcp_servers);
