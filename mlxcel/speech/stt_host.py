@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from mlxcel.speech.errors import AudioTimedOut
 from mlxcel.speech.priority import lower_thread_priority
 from mlxcel.speech.stt_worker import TranscriptionJob, WhisperWorker
 from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions
-from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy
+from mlxcel.turn.errors import GenerationFailed, ServerBusy
 from mlxcel.turn.worker_sleep import SleepingModel
 
 log = logging.getLogger("mlxcel.server")
@@ -40,7 +39,8 @@ def whisper_threads(config: ServerConfig) -> int:
 
 
 class SttHost(SleepingModel):
-    kind = "speech-to-text"
+    kind = noun = "speech-to-text"
+    loader = "stt"
 
     def __init__(self, config: ServerConfig, model: str) -> None:
         self.config = config
@@ -53,34 +53,21 @@ class SttHost(SleepingModel):
         self.error: str | None = None
         self._init_sleep()
 
-    def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
-        self._on_failure = on_failure
-        thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-stt-loader", daemon=True)
-        thread.start()
-        return thread
-
-    def _load(self, on_failure: Callable[[str], None]) -> None:
+    def _load(self) -> None:  # SleepingModel: on the loader thread
         from mlxcel.models.pull import resolve_model
 
+        started = time.monotonic()
+        self.model_path = resolve_model(self.model, log=lambda line: log.info("%s", line))
         try:
-            started = time.monotonic()
-            self.model_path = resolve_model(self.model, log=lambda line: log.info("%s", line))
-            try:
-                from faster_whisper import WhisperModel
-            except ImportError as exc:
-                raise RuntimeError(f"speech to text needs the audio extra (pip install 'mlxcel[audio]'): {exc}") \
-                    from None
-            threads = whisper_threads(self.config)
-            lower_thread_priority()  # before the model starts its threads: they inherit it
-            model = WhisperModel(str(self.model_path), device="cpu", compute_type="int8", cpu_threads=threads,
-                                 num_workers=1, local_files_only=True)
-            worker = WhisperWorker(model, self.config.audio_queue_depth)
-            worker.start()
-        except Exception as exc:  # noqa: BLE001 - any failure here ends the server
-            self.error = str(exc) or type(exc).__name__
-            log.error("could not load the speech-to-text model: %s", self.error)
-            on_failure(f"could not load the speech-to-text model: {self.error}")
-            return
+            from faster_whisper import WhisperModel
+        except ImportError as exc:
+            raise RuntimeError(f"speech to text needs the audio extra (pip install 'mlxcel[audio]'): {exc}") from None
+        threads = whisper_threads(self.config)
+        lower_thread_priority()  # before the model starts its threads: they inherit it
+        model = WhisperModel(str(self.model_path), device="cpu", compute_type="int8", cpu_threads=threads,
+                             num_workers=1, local_files_only=True)
+        worker = WhisperWorker(model, self.config.audio_queue_depth)
+        worker.start()
         self.worker, self.multilingual = worker, bool(model.model.is_multilingual)
         self.ready = True
         log.info("speech-to-text model %s loaded in %.1fs: %s, %d CPU threads, queue depth %d", self.model_id,
@@ -88,10 +75,7 @@ class SttHost(SleepingModel):
                  self.config.audio_queue_depth)
 
     def require_ready(self) -> WhisperWorker:
-        if self.error is not None:
-            raise EngineUnavailable(self.error)
-        if not self.ready:
-            raise ServerBusy("Loading model")
+        self._check_ready()
         return self.worker
 
     @property

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import numpy as np
 from mlxcel.config import ServerConfig
 from mlxcel.speech.tts_encode import AudioFormat, encoder_for
 from mlxcel.speech.tts_voice import PiperSpeaker, SpeechSettings, locate_voice
-from mlxcel.turn.errors import EngineUnavailable, GenerationFailed, ServerBusy, TimedOut
+from mlxcel.turn.errors import GenerationFailed, ServerBusy, TimedOut
 from mlxcel.turn.worker_sleep import SleepingModel
 
 log = logging.getLogger("mlxcel.server")
@@ -66,6 +66,8 @@ class SpeechJob:
 
 class SpeechHost(SleepingModel):
     kind = "text-to-speech"
+    noun = "speech"
+    loader = "tts"
 
     def __init__(self, config: ServerConfig, model: str) -> None:
         self.config = config
@@ -83,22 +85,10 @@ class SpeechHost(SleepingModel):
 
     # -- loading ----------------------------------------------------------------------------
 
-    def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
-        self._on_failure = on_failure
-        thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-tts-loader", daemon=True)
-        thread.start()
-        return thread
-
-    def _load(self, on_failure: Callable[[str], None]) -> None:
-        try:
-            started = time.monotonic()
-            path = locate_voice(self.model, log=lambda line: log.info("%s", line))
-            speaker = PiperSpeaker(path)
-        except Exception as exc:  # noqa: BLE001 - any failure here ends the server
-            self.error = str(exc) or type(exc).__name__
-            log.error("could not load the speech model: %s", self.error)
-            on_failure(f"could not load the speech model: {self.error}")
-            return
+    def _load(self) -> None:  # SleepingModel: on the loader thread
+        started = time.monotonic()
+        path = locate_voice(self.model, log=lambda line: log.info("%s", line))
+        speaker = PiperSpeaker(path)
         self.speaker = speaker
         self._worker = threading.Thread(target=self._work, name="mlxcel-tts", daemon=True)
         self._worker.start()
@@ -107,10 +97,7 @@ class SpeechHost(SleepingModel):
                  speaker.sample_rate, ", ".join(speaker.voices))
 
     def require_ready(self) -> PiperSpeaker:
-        if self.error is not None:
-            raise EngineUnavailable(self.error)
-        if not self.ready:
-            raise ServerBusy("Loading model")
+        self._check_ready()
         return self.speaker
 
     @property

@@ -5,9 +5,7 @@ how a request's inputs become token lists and come back as vectors."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from mlxcel.engine.request import Priority
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
 from mlxcel.turn.embedding_jobs import embedding_runtime_config, require_running, run_embedding_job
-from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, InvalidRequest, ServerBusy
+from mlxcel.turn.errors import ContextOverflow, InvalidRequest
 from mlxcel.turn.worker_sleep import SleepingWorker
 
 log = logging.getLogger("mlxcel.server")
@@ -44,7 +42,7 @@ class EmbeddingInputs:
 
 
 class EmbeddingHost(SleepingWorker):
-    kind = "embedding"
+    kind = noun = loader = "embedding"
 
     def __init__(self, config: ServerConfig, model: str, model_id: str) -> None:
         self.config = config
@@ -61,28 +59,16 @@ class EmbeddingHost(SleepingWorker):
 
     # -- loading ----------------------------------------------------------------------------
 
-    def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
-        self._on_failure = on_failure
-        thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-embedding-loader", daemon=True)
-        thread.start()
-        return thread
-
-    def _load(self, on_failure: Callable[[str], None]) -> None:
+    def _load(self) -> None:  # SleepingModel: on the loader thread
         from mlxcel.models.pull import resolve_model
 
         cfg = self.config
-        try:
-            started = time.monotonic()
-            self.model_path = resolve_model(self.model, log=lambda line: log.info("%s", line))
-            runtime = EmbeddingRuntime(embedding_runtime_config(cfg, self.model_path, cfg.pooling))
-            tokenizer = Tokenizer(runtime.vocab)
-            engine = EmbeddingEngine(runtime, cfg.queue_cap)
-            engine.start()
-        except Exception as exc:  # noqa: BLE001 - any failure here ends the server
-            self.error = str(exc) or type(exc).__name__
-            log.error("could not load the embedding model: %s", self.error)
-            on_failure(f"could not load the embedding model: {self.error}")
-            return
+        started = time.monotonic()
+        self.model_path = resolve_model(self.model, log=lambda line: log.info("%s", line))
+        runtime = EmbeddingRuntime(embedding_runtime_config(cfg, self.model_path, cfg.pooling))
+        tokenizer = Tokenizer(runtime.vocab)
+        engine = EmbeddingEngine(runtime, cfg.queue_cap)
+        engine.start()
         self.runtime, self.tokenizer, self.engine = runtime, tokenizer, engine
         self.ready = True
         log.info("embedding model %s loaded in %.1fs: pooling %s, %d dimensions, inputs up to %d tokens, "
@@ -90,10 +76,7 @@ class EmbeddingHost(SleepingWorker):
                  runtime.n_out, runtime.max_input_tokens, runtime.n_ubatch, runtime.n_seq_max)
 
     def require_ready(self) -> EmbeddingEngine:
-        if self.error is not None:
-            raise EngineUnavailable(self.error)
-        if not self.ready:
-            raise ServerBusy("Loading model")
+        self._check_ready()
         return require_running(self.engine, "embedding")
 
     @property

@@ -15,7 +15,6 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from mlxcel.engine.rerank_prompt import PairFormat, pair_tokens
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.models.catalog import CATALOG
 from mlxcel.turn.embedding_jobs import embedding_runtime_config, require_running, run_embedding_job
-from mlxcel.turn.errors import ContextOverflow, EngineUnavailable, ServerBusy
+from mlxcel.turn.errors import ContextOverflow
 from mlxcel.turn.worker_sleep import SleepingWorker
 
 log = logging.getLogger("mlxcel.rerank")
@@ -47,7 +46,7 @@ class RerankScores:
 
 
 class RerankHost(SleepingWorker):
-    kind = "rerank"
+    kind = noun = loader = "rerank"
 
     def __init__(self, config: ServerConfig, source: str, model_id: str | None = None,
                  force_rank: bool = False) -> None:
@@ -68,34 +67,22 @@ class RerankHost(SleepingWorker):
 
     # -- loading ----------------------------------------------------------------------
 
-    def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
-        self._on_failure = on_failure
-        thread = threading.Thread(target=self._load, args=(on_failure,), name="mlxcel-rerank-loader", daemon=True)
-        thread.start()
-        return thread
-
     def _runtime(self, path: Path, pooling: str) -> EmbeddingRuntime:
         return EmbeddingRuntime(embedding_runtime_config(self.config, path, pooling))
 
-    def _load(self, on_failure: Callable[[str], None]) -> None:
+    def _load(self) -> None:  # SleepingModel: on the loader thread
         from mlxcel.models.pull import resolve_model
 
-        try:
-            self.model_path = resolve_model(self.source, log=lambda line: log.info("%s", line))
-            runtime = self._runtime(self.model_path, "rank" if self.force_rank else "unspecified")
-            if runtime.pooling == "none":  # no pooled vector to compare: mean pooling, as for embeddings
-                runtime.close()
-                runtime = self._runtime(self.model_path, "mean")
-            self.tokenizer = Tokenizer(runtime.vocab)
-            self.pair_format = PairFormat.of_model(runtime.model)
-            self.scoring = RerankScoring.RANK if runtime.pooling == "rank" else RerankScoring.COSINE
-            engine = EmbeddingEngine(runtime, self.config.queue_cap)
-            engine.start()
-        except Exception as exc:  # noqa: BLE001 - any failure here ends the server
-            self.error = str(exc) or type(exc).__name__
-            log.error("could not load the rerank model: %s", self.error)
-            on_failure(f"could not load the rerank model: {self.error}")
-            return
+        self.model_path = resolve_model(self.source, log=lambda line: log.info("%s", line))
+        runtime = self._runtime(self.model_path, "rank" if self.force_rank else "unspecified")
+        if runtime.pooling == "none":  # no pooled vector to compare: mean pooling, as for embeddings
+            runtime.close()
+            runtime = self._runtime(self.model_path, "mean")
+        self.tokenizer = Tokenizer(runtime.vocab)
+        self.pair_format = PairFormat.of_model(runtime.model)
+        self.scoring = RerankScoring.RANK if runtime.pooling == "rank" else RerankScoring.COSINE
+        engine = EmbeddingEngine(runtime, self.config.queue_cap)
+        engine.start()
         self.runtime, self.engine = runtime, engine
         self._ready.set()
         log.info("rerank model %s loaded: %s scoring, %d tokens per input at most", self.model_id,
@@ -106,10 +93,7 @@ class RerankHost(SleepingWorker):
         return self._ready.is_set()
 
     def require_ready(self) -> EmbeddingEngine:
-        if self.error is not None:
-            raise EngineUnavailable(self.error)
-        if not self.ready:
-            raise ServerBusy("Loading model")
+        self._check_ready()
         return require_running(self.engine, "rerank")
 
     def shutdown(self) -> None:

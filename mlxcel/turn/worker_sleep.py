@@ -6,22 +6,52 @@ it are freed until a request needs them again."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+
+from mlxcel.turn.errors import EngineUnavailable, ServerBusy
 
 log = logging.getLogger("mlxcel.server")
 
 
 class SleepingModel:
-    """Mixed into a host holding `model_id` and `ready`, which says how it stops being
-    ready (`_unready`), what it frees (`_release`) and how it loads again (`_reload`);
-    its start_loading sets `_on_failure`."""
+    """Mixed into a host holding `model_id`, `ready` and `error`, which says how it
+    loads (`_load`, raising what stops it), how it stops being ready (`_unready`), what
+    it frees (`_release`) and how it loads again (`_reload`)."""
 
     kind = "encoder"  # for the log lines
+    noun = "encoder"  # "could not load the <noun> model"
+    loader = "encoder"  # its loading thread is mlxcel-<loader>-loader
 
     def _init_sleep(self) -> None:
         self.sleeping = False  # freed until a request wakes it
         self.asleep: dict = {}  # while sleeping: what the routes that do not wake it answer
         self._on_failure: Callable[[str], None] = lambda _message: None
+
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    def start_loading(self, on_failure: Callable[[str], None]) -> threading.Thread:
+        """Load on a thread of its own; a load that fails ends the server (`on_failure`)."""
+        self._on_failure = on_failure
+        thread = threading.Thread(target=self._load_or_fail, name=f"mlxcel-{self.loader}-loader", daemon=True)
+        thread.start()
+        return thread
+
+    def _load_or_fail(self) -> None:
+        try:
+            self._load()
+        except Exception as exc:  # noqa: BLE001 - any failure here ends the server
+            self.error = str(exc) or type(exc).__name__
+            log.error("could not load the %s model: %s", self.noun, self.error)
+            self._on_failure(f"could not load the {self.noun} model: {self.error}")
+
+    def _check_ready(self) -> None:
+        """EngineUnavailable once its load failed; ServerBusy while it loads."""
+        if self.error is not None:
+            raise EngineUnavailable(self.error)
+        if not self.ready:
+            raise ServerBusy("Loading model")
 
     def _unready(self) -> None:
         raise NotImplementedError
@@ -53,8 +83,8 @@ class SleepingModel:
 
 
 class SleepingWorker(SleepingModel):
-    """An encoder host (EmbeddingHost, RerankHost): `engine`, `runtime`, `tokenizer`
-    and `_load(on_failure)`, loaded again on the calling thread."""
+    """An encoder host (EmbeddingHost, RerankHost): `engine`, `runtime` and `tokenizer`,
+    loaded again on the calling thread."""
 
     @property
     def outstanding(self) -> int:
@@ -70,4 +100,4 @@ class SleepingWorker(SleepingModel):
             runtime.close()
 
     def _reload(self) -> None:
-        self._load(self._on_failure)
+        self._load_or_fail()

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from mlxcel.engine.weight_buffers import amx_would_hold_weights
-from tests.server_process import ServerProcess, free_port
+from tests.server_process import DEFAULT_MODEL, ServerProcess, free_port
 
 
 def _serve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -46,6 +46,19 @@ def test_bad_values_fail_in_one_line(args, env, needle):
     assert len(lines) == 1 and needle in lines[0], result.stderr
     assert "Traceback" not in result.stderr
 
+
+
+@pytest.mark.parametrize("flag, noun", [("--embedding-model", "embedding"), ("--rerank-model", "rerank")])
+def test_a_side_model_that_cannot_load_ends_the_start_in_one_line(tmp_path, flag, noun):
+    """A model served beside the chat model loads on a thread of its own; a file llama.cpp
+    refuses ends the server with one line naming which model, not a traceback."""
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    result = _serve("-m", DEFAULT_MODEL, flag, str(bad), "--port", str(free_port()))
+    assert result.returncode == 1, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("mlxcel: error:")]
+    assert len(lines) == 1 and f"could not load the {noun} model: " in lines[0] and str(bad) in lines[0], lines
+    assert "Traceback" not in result.stderr
 
 def test_help_documents_flags_and_environment():
     result = _serve("--help")
