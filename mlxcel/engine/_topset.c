@@ -346,15 +346,105 @@ static PyObject *argmax_row(PyObject *self, PyObject *const *args, Py_ssize_t na
     return PyLong_FromSsize_t(first_argmax((const int32_t *)(const void *)row, n));
 }
 
+typedef struct {
+    token_data *data;
+    size_t size;
+    int64_t selected;
+    int8_t sorted; /* bool */
+} token_data_array; /* llama_token_data_array (candidates.py's TOKEN_DATA_ARRAY checks the layout) */
+
+typedef void (*sampler_apply_fn)(void *chain, token_data_array *array);
+typedef void (*sampler_accept_fn)(void *chain, int32_t token);
+
+PyDoc_STRVAR(chain_pick_doc,
+"chain_pick(logits_ith, apply, accept, ctx, index, n_vocab, k, max_m, biased, window, out, array, chain) -> int\n\n"
+"One sampled token of a chain that cuts to its top k, in one call with the GIL held:\n"
+"the row llama_get_logits_ith(ctx, index) answers, its candidate set written into\n"
+"`out` as fill() writes it, the chain applied to it through the llama_token_data_array\n"
+"at address `array` (`apply`: llama_sampler_apply's address, `chain` the sampler's),\n"
+"and the selected token accepted by the chain (`accept`: llama_sampler_accept's).\n"
+"Returns the token, or -1 where the set cannot be had (fill's -1: the caller runs the\n"
+"chain on the whole row; nothing was applied or accepted). ValueError where llama.cpp\n"
+"answers no row; RuntimeError where the chain selects nothing.");
+
+static void *address(PyObject *obj, const char *what)
+{
+    void *p = PyLong_AsVoidPtr(obj);
+    if (p == NULL && !PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "chain_pick: no %s", what);
+    return p;
+}
+
+static PyObject *chain_pick(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "chain_pick takes 13 arguments");
+        return NULL;
+    }
+    void *logits_ith = address(args[0], "logits function"), *apply = NULL, *accept = NULL, *ctx = NULL;
+    if (logits_ith == NULL || (apply = address(args[1], "apply function")) == NULL
+        || (accept = address(args[2], "accept function")) == NULL || (ctx = address(args[3], "context")) == NULL)
+        return NULL;
+    long index = PyLong_AsLong(args[4]);
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyLong_AsSsize_t(args[5]), k = PyLong_AsSsize_t(args[6]), max_m = PyLong_AsSsize_t(args[7]);
+    if ((n == -1 || k == -1 || max_m == -1) && PyErr_Occurred()) return NULL;
+    if (n < 1 || index < INT32_MIN || index > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "chain_pick: n_vocab must be >= 1 and the index an int32");
+        return NULL;
+    }
+    token_data_array *array = (token_data_array *)address(args[11], "array");
+    void *chain = array == NULL ? NULL : address(args[12], "chain");
+    if (chain == NULL) return NULL;
+    PyObject *result = NULL;
+    Py_buffer bv, wv, ov;
+    if (get(args[8], &bv, 0, sizeof(int32_t), "biased") < 0) return NULL;
+    if (get(args[9], &wv, 0, sizeof(int32_t), "window") < 0) goto fail_b;
+    if (get(args[10], &ov, 1, sizeof(token_data), "out") < 0) goto fail_w;
+    const float *row = ((logits_ith_fn)logits_ith)(ctx, (int32_t)index);
+    if (row == NULL) {
+        PyErr_Format(PyExc_ValueError, "no logits for batch output %ld", index);
+        goto done;
+    }
+    token_data *out = (token_data *)ov.buf;
+    Py_ssize_t m = select_set(row, n, k, max_m, (const int32_t *)bv.buf, bv.len / (Py_ssize_t)sizeof(int32_t),
+                              (const int32_t *)wv.buf, wv.len / (Py_ssize_t)sizeof(int32_t),
+                              out, ov.len / (Py_ssize_t)sizeof(token_data));
+    if (m < 0) {
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    array->data = out;
+    array->size = (size_t)m;
+    array->selected = -1;
+    array->sorted = 0;
+    ((sampler_apply_fn)apply)(chain, array);
+    if (array->selected < 0 || (size_t)array->selected >= array->size) {
+        PyErr_SetString(PyExc_RuntimeError, "the sampler chain selected no token");
+        goto done;
+    }
+    int32_t token = array->data[array->selected].id; /* XTC may have moved data forward */
+    ((sampler_accept_fn)accept)(chain, token);
+    result = PyLong_FromLong(token);
+done:
+    PyBuffer_Release(&ov);
+fail_w:
+    PyBuffer_Release(&wv);
+fail_b:
+    PyBuffer_Release(&bv);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, fill_doc},
     {"argmax_row", (PyCFunction)(void (*)(void))argmax_row, METH_FASTCALL, argmax_row_doc},
+    {"chain_pick", (PyCFunction)(void (*)(void))chain_pick, METH_FASTCALL, chain_pick_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_topset",
-    "A sampler chain's candidate set, and a greedy pick, in one pass of C (see mlxcel/engine/narrowing.py).",
+    "A sampler chain's candidate set, the chain's pick on it, and a greedy pick, in C (see mlxcel/engine/narrowing.py).",
     -1, methods,
 };
 

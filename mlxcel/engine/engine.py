@@ -154,10 +154,11 @@ class Engine(EngineControl):
             # one turn of the process's engines: admission (which may restore a saved
             # state), the drafter's and the batch's decodes, and sampling from the logits
             steps = self.stats.steps
-            with gate.hold():
-                self._admit()
-                if self.slots.busy():
-                    self._step()
+            if gate.active:
+                with gate.hold():
+                    self._turn()
+            else:
+                self._turn()
             if self.stats.steps == steps:
                 held_wakeups.release()  # a turn that decoded nothing (its events must not wait for one)
 
@@ -195,7 +196,13 @@ class Engine(EngineControl):
         self.snapshot = take_snapshot(self.slots, self._outstanding, self.stats, self.waiting, bool(self._drafts.cap))
 
     def _has_work(self) -> bool:
-        return bool(self.slots.busy()) or bool(self.waiting)
+        return self.slots.any_busy() or bool(self.waiting)
+
+    def _turn(self) -> None:
+        if self.waiting:
+            self._admit()
+        if self.slots.any_busy():
+            self._step()
 
     def _gather_burst(self) -> bool:
         """Take the rest of a burst of requests before the first turn after idle (see
@@ -214,6 +221,8 @@ class Engine(EngineControl):
     def _drain_inbox(self, block: bool, timeout: float | None = None) -> bool:
         """Apply pending commands (waiting up to `timeout` for one when blocking);
         False when asked to stop."""
+        if not block and self._inbox.empty():
+            return True
         try:
             command = self._inbox.get(timeout=timeout) if block else self._inbox.get_nowait()
         except queue.Empty:
@@ -445,20 +454,28 @@ class Engine(EngineControl):
         filling = time.perf_counter()
         batch = self._batch
         self.stats.prefill_chunks += fill_batch(batch, spans)
+        # the step's bookkeeping before the decode: right after it, every line of Python
+        # here would run on caches the decode has just flushed
+        n_prefill = n_decode = 0
+        for span in spans:
+            if span.prefill:
+                n_prefill += len(span.tokens)
+            else:
+                n_decode += 1
+        n_busy, longest = self.slots.occupancy()
+        costs = self.config.decode_costs if whole and n_prefill == 0 else None
+        ubatches = self._planner.ubatches(spans) if costs is not None else None
         started = time.perf_counter()
         self.stats.step_fill_seconds += started - filling
         rc = self._decode(batch, spans)
-        self.stats.step_decode_seconds += time.perf_counter() - started
-        n_prefill = sum(len(sp.tokens) for sp in spans if sp.prefill)
+        decoded = time.perf_counter() - started
+        self.stats.step_decode_seconds += decoded
         if rc == 0:
-            if whole and self.config.decode_costs is not None and n_prefill == 0:
-                self.config.decode_costs.observe(self._planner.ubatches(spans), time.perf_counter() - started)
-            n_decode = sum(1 for sp in spans if not sp.prefill)
+            if costs is not None:
+                costs.observe(ubatches, decoded)
             if n_decode:
                 self.stats.decode_steps += 1
                 self.stats.decode_tokens += n_decode
-            n_busy = sum(1 for slot in self.slots if slot.request is not None)
-            longest = max(len(slot.cached_tokens) for slot in self.slots)
             self._collect_masks()
             for span in spans:
                 if span.prefill and span.slot.request is not None and span.slot.request.report_progress:

@@ -407,8 +407,8 @@ def _row_type(n_vocab: int) -> type:
     return ctypes.c_float * n_vocab
 
 
-# its own address, for the greedy pick in C
-_LOGITS_ITH = ctypes.cast(llama_cpp.llama_cpp._lib.llama_get_logits_ith, ctypes.c_void_p).value
+# its own address, for the picks in C (the greedy one, a narrowed chain's)
+LOGITS_ITH = ctypes.cast(llama_cpp.llama_cpp._lib.llama_get_logits_ith, ctypes.c_void_p).value
 
 
 def greedy_token(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int, bans: np.ndarray) -> int:
@@ -416,7 +416,7 @@ def greedy_token(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int,
     -inf in it first (the lowest id on ties, the first NaN if any: numpy's argmax), in
     one C call that keeps the GIL: right after a decode, wrapping the row in numpy and
     taking its argmax cost ~45 us, mostly the wrapping on cold caches."""
-    return _topset.argmax_row(_LOGITS_ITH, ctx, batch_index, n_vocab, bans)
+    return _topset.argmax_row(LOGITS_ITH, ctx, batch_index, n_vocab, bans)
 
 
 def logits_row(ctx: llama_cpp.llama_context_p, batch_index: int, n_vocab: int) -> np.ndarray:

@@ -95,7 +95,19 @@ class Narrowing:
         or None where the chain must run on the whole row: the set would be too large a
         share of the vocabulary to pay, larger than `entries`, or cannot be told (a NaN,
         a row masked down to fewer finite logits than it needs)."""
-        counts = self._counts
-        window = np.fromiter(counts, np.int32, len(counts)) if counts else _NO_IDS
-        n = _topset.fill(logits, self.k, int(logits.shape[0] * _MAX_SHARE), self._biased, window, entries)
+        n = _topset.fill(logits, self.k, max_set(logits.shape[0]), self._biased, self.window_ids(), entries)
         return n if n >= 0 else None
+
+    @property
+    def biased(self) -> np.ndarray:
+        return self._biased
+
+    def window_ids(self) -> np.ndarray:
+        """The ids in the penalties' window, once each (int32)."""
+        counts = self._counts
+        return np.fromiter(counts, np.int32, len(counts)) if counts else _NO_IDS
+
+
+def max_set(n_vocab: int) -> int:
+    """The largest candidate set worth narrowing to."""
+    return int(n_vocab * _MAX_SHARE)

@@ -33,7 +33,7 @@ import llama_cpp
 import numpy as np
 
 from mlxcel.engine.candidates import Candidates, post_sampling_probs
-from mlxcel.engine.llama_runtime import greedy_token, logits_row
+from mlxcel.engine.llama_runtime import greedy_token
 from mlxcel.engine.narrowing import Narrowing
 from mlxcel.engine.sampler_order import DEFAULT_ORDER
 
@@ -107,6 +107,7 @@ class SamplerChain:
         self._candidates = Candidates(n_vocab)
         self._added: list[str] = []  # the samplers in the chain, by name
         self._ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        self._address = ctypes.cast(self._ptr, ctypes.c_void_p).value
         for sampler in self._samplers(params, n_vocab, banned_tokens):
             llama_cpp.llama_sampler_chain_add(self._ptr, sampler)
         # the ids to set to -inf before an argmax, when the chain is a plain argmax
@@ -245,10 +246,9 @@ class SamplerChain:
         if self.argmax_bans is not None:
             return greedy_token(ctx, batch_index, self._n_vocab, self.argmax_bans)
         if self.narrowing is not None:
-            token = self._candidates.run_narrowed(self._ptr, logits_row(ctx, batch_index, self._n_vocab),
-                                                  self.narrowing)
-            if token is not None:
-                self.accept(token)
+            token = self._candidates.pick_narrowed(self._ptr, self._address, ctx, batch_index, self.narrowing)
+            if token is not None:  # the chain accepted it
+                self.narrowing.accepted(token)
                 return token
         token = int(llama_cpp.llama_sampler_sample(self._ptr, ctx, batch_index))
         if self.narrowing is not None:

@@ -176,6 +176,23 @@ class SlotTable:
     def busy(self) -> list[Slot]:
         return [s for s in self.slots if s.state is not SlotState.IDLE]
 
+    def any_busy(self) -> bool:
+        for slot in self.slots:
+            if slot.state is not SlotState.IDLE:
+                return True
+        return False
+
+    def occupancy(self) -> tuple[int, int]:
+        """How many slots hold a request, and the most tokens any slot's memory holds."""
+        n_busy = longest = 0
+        for slot in self.slots:
+            if slot.request is not None:
+                n_busy += 1
+            n = len(slot.cached_tokens)
+            if n > longest:
+                longest = n
+        return n_busy, longest
+
     def choose(self, prompt: list[int], reuse: bool, pinned: int = -1,
                lora: tuple[float, ...] = ()) -> tuple[Slot, int] | None:
         """The idle slot sharing the longest prefix with `prompt` and the length of

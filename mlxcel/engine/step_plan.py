@@ -62,12 +62,18 @@ class StepPlanner:
         return slot.state is state and (self.lora is None or slot.lora == self.lora)
 
     def prefilling(self) -> list[Slot]:
-        return sorted((s for s in self.slots if self._takes(s, SlotState.PREFILL)), key=lambda s: s.admitted_at)
+        found = [s for s in self.slots if self._takes(s, SlotState.PREFILL)]
+        if len(found) > 1:
+            found.sort(key=lambda s: s.admitted_at)
+        return found
 
     def media(self) -> MediaChunk | None:
         """This step's media prefill chunk, if a prefilling slot stands at media."""
+        prefilling = self.prefilling()
+        if not prefilling:
+            return None
         decoding = any(self._takes(slot, SlotState.DECODE) for slot in self.slots)
-        return plan_media_chunk(self.prefilling(), self.prefill_chunk if decoding else self.capacity)
+        return plan_media_chunk(prefilling, self.prefill_chunk if decoding else self.capacity)
 
     def plan(self, media_rows: int = 0) -> list[Span]:
         """This step's batch as spans: every decoding slot's next token (and drafts),
@@ -92,7 +98,8 @@ class StepPlanner:
             budget -= take
         # in sequence order: llama.cpp splits a batch over per-slot KV streams into runs of
         # consecutive sequence ids, so out of order it computes more, smaller ubatches
-        spans.sort(key=lambda span: span.slot.id)
+        if len(spans) > 1:
+            spans.sort(key=lambda span: span.slot.id)
         return spans
 
     def _decoding(self) -> tuple[list[Span], list[DraftOption], int]:
@@ -101,13 +108,11 @@ class StepPlanner:
         # a draft is sized against the whole batch it joins (every decoding slot's next
         # token and the drafts planned so far): sized against a partial batch, the
         # first slots see a batch dearer per token than the full one and over-draft
-        n_decoding = sum(1 for slot in self.slots if self._takes(slot, SlotState.DECODE))
-        n_planned = n_decoding
-        expected_yield = float(n_decoding)  # tokens this batch is expected to emit
+        decoding = [slot for slot in self.slots if self._takes(slot, SlotState.DECODE)]
+        n_planned = len(decoding)
+        expected_yield = float(n_planned)  # tokens this batch is expected to emit
         options: list[DraftOption] = []
-        for slot in self.slots:
-            if not self._takes(slot, SlotState.DECODE):
-                continue
+        for slot in decoding:
             full = slot.n_past + 1 >= self.n_ctx_slot  # its next token would take the last cell
             if full and self.shift_context is not None and not self.shift_context(slot):
                 continue

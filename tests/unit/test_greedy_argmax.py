@@ -46,7 +46,7 @@ def served(monkeypatch):
     """The engine's sampling path reading rows from the stand-in."""
     def serve(*rows: np.ndarray) -> Rows:
         fake = Rows(*rows)
-        monkeypatch.setattr(llama_runtime, "_LOGITS_ITH", fake.address)
+        monkeypatch.setattr(llama_runtime, "LOGITS_ITH", fake.address)
         return fake
     return serve
 

@@ -4,15 +4,17 @@ draw, what it picks on the whole vocabulary; and the cut must be found where it 
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from mlxcel.engine import _topset
+from mlxcel.engine import _topset, llama_runtime
 from mlxcel.engine.candidates import TOKEN_DATA
 from mlxcel.engine.narrowing import Narrowing
 from mlxcel.engine.sampling import SamplerChain, SamplingParams
 from mlxcel.engine.top_logits import at_least_top
+from tests.unit.test_greedy_argmax import CTX, Rows
 
 N_VOCAB = 8000
 NO_IDS = np.zeros(0, dtype=np.int32)
@@ -312,3 +314,55 @@ def test_a_chain_without_history_samplers_is_not_primed():
     chain = SamplerChain(SamplingParams(temperature=0.8, logit_bias={1: -math.inf}), None, N_VOCAB, 64)
     assert chain.history == 0
     chain.free()
+
+
+
+@pytest.mark.parametrize("params", CHAINS)
+def test_the_engine_s_narrowed_pick_on_llama_cpp_s_row_draws_what_the_whole_chain_draws(params, monkeypatch):
+    """SamplerChain.sample, as the engine calls it: one C call reads the row through
+    llama_get_logits_ith (a stand-in here), narrows it, applies the chain and accepts
+    the pick; the penalties' window the Python side keeps must stay in step with the
+    chain's own history, draw after draw."""
+    narrowed = SamplerChain(SamplingParams(seed=99, **params), None, N_VOCAB, 512)
+    whole = SamplerChain(SamplingParams(seed=99, **params), None, N_VOCAB, 512)
+    assert narrowed.narrowing is not None
+    whole.narrowing = None
+    rng = np.random.default_rng(11)
+    prompt = rng.integers(0, N_VOCAB, 40).tolist()
+    for chain in (narrowed, whole):
+        chain.prime(prompt)
+    history = list(prompt)
+    window = narrowed.narrowing._window
+    try:
+        for step in range(150):
+            logits = _logits(rng, history[-24:])
+            if "logit_bias" in params:
+                logits[7] = logits.min() - 1.0
+            rows = Rows(np.zeros(N_VOCAB, dtype=np.float32), logits.copy())
+            monkeypatch.setattr(llama_runtime, "LOGITS_ITH", rows.address)
+            token = narrowed.sample(CTX, 1)
+            assert rows.seen == [(CTX, 1)]
+            assert token == whole.sample_with_probs(logits.copy(), 0)[0], step
+            history.append(token)
+            if window:
+                assert narrowed.narrowing._counts == Counter(history[-window:])
+    finally:
+        narrowed.free()
+        whole.free()
+
+
+def test_a_row_the_set_cannot_be_had_of_is_left_to_the_whole_chain(monkeypatch):
+    """The C pick answers None, with nothing applied or accepted, where fill() would
+    refuse the row (a NaN): the chain then runs on the whole row."""
+    chain = SamplerChain(SamplingParams(seed=1, temperature=0.8, top_k=40, repeat_penalty=1.1), None, N_VOCAB, 64)
+    try:
+        logits = _logits(np.random.default_rng(3), [])
+        logits[5] = np.nan
+        rows = Rows(logits)
+        monkeypatch.setattr(llama_runtime, "LOGITS_ITH", rows.address)
+        assert chain._candidates.pick_narrowed(chain._ptr, chain._address, CTX, 0, chain.narrowing) is None
+        assert rows.seen == [(CTX, 0)] and chain.narrowing._counts == {}  # nothing accepted
+        logits[5] = 0.0
+        assert chain._candidates.pick_narrowed(chain._ptr, chain._address, CTX, 0, chain.narrowing) is not None
+    finally:
+        chain.free()
