@@ -83,17 +83,23 @@ CHAINS = [
 ]
 
 
-@pytest.mark.parametrize("params", CHAINS)
-def test_the_narrowed_chain_draws_what_the_whole_vocabulary_chain_draws(params):
-    narrowed = SamplerChain(SamplingParams(seed=1234, **params), None, N_VOCAB, 512)
-    whole = SamplerChain(SamplingParams(seed=1234, **params), None, N_VOCAB, 512)
+def _twin_chains(params: dict, seed: int, rng_seed: int):
+    """The same chain twice, primed with the same 40-token prompt: one narrowed, one on
+    the whole vocabulary; with the random source of the rows and the history so far."""
+    narrowed = SamplerChain(SamplingParams(seed=seed, **params), None, N_VOCAB, 512)
+    whole = SamplerChain(SamplingParams(seed=seed, **params), None, N_VOCAB, 512)
     assert narrowed.narrowing is not None
     whole.narrowing = None
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(rng_seed)
     prompt = rng.integers(0, N_VOCAB, 40).tolist()
     for chain in (narrowed, whole):
         chain.prime(prompt)
-    history = list(prompt)
+    return narrowed, whole, rng, list(prompt)
+
+
+@pytest.mark.parametrize("params", CHAINS)
+def test_the_narrowed_chain_draws_what_the_whole_vocabulary_chain_draws(params):
+    narrowed, whole, rng, history = _twin_chains(params, seed=1234, rng_seed=5)
     try:
         for _ in range(150):
             logits = _logits(rng, history[-24:])
@@ -106,7 +112,7 @@ def test_the_narrowed_chain_draws_what_the_whole_vocabulary_chain_draws(params):
             assert [t for t, _ in ours[2]] == [t for t, _ in theirs[2]]
             history.append(ours[0])
         if "logit_bias" in params:
-            assert 7 in history[len(prompt):]  # the bias lifted it from the bottom of the row
+            assert 7 in history[40:]  # past the prompt: the bias lifted it from the bottom of the row
     finally:
         narrowed.free()
         whole.free()
@@ -323,15 +329,7 @@ def test_the_engine_s_narrowed_pick_on_llama_cpp_s_row_draws_what_the_whole_chai
     llama_get_logits_ith (a stand-in here), narrows it, applies the chain and accepts
     the pick; the penalties' window the Python side keeps must stay in step with the
     chain's own history, draw after draw."""
-    narrowed = SamplerChain(SamplingParams(seed=99, **params), None, N_VOCAB, 512)
-    whole = SamplerChain(SamplingParams(seed=99, **params), None, N_VOCAB, 512)
-    assert narrowed.narrowing is not None
-    whole.narrowing = None
-    rng = np.random.default_rng(11)
-    prompt = rng.integers(0, N_VOCAB, 40).tolist()
-    for chain in (narrowed, whole):
-        chain.prime(prompt)
-    history = list(prompt)
+    narrowed, whole, rng, history = _twin_chains(params, seed=99, rng_seed=11)
     window = narrowed.narrowing._window
     try:
         for step in range(150):
