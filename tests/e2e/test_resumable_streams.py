@@ -6,6 +6,7 @@ the generation and frees its slot; bad input gets 4xx in the spec's format."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 import uuid
@@ -97,7 +98,12 @@ def test_a_replay_follows_a_live_stream_to_its_end(server, http):
     with http.stream("GET", "/v1/stream", params={"conv_id": conversation}) as replay:
         assert not _lookup(http, conversation)[0]["is_done"]  # read while it is still generating
         lines = [line for line in replay.iter_lines() if line.startswith("data: ")]
-    assert '"stop":true' in lines[-1] and len(lines) >= 200
+    final = json.loads(lines[-1][6:])
+    assert final["stop"] is True and final["tokens_predicted"] == 200
+    # every partial from the stream's first on, in order (a sampled token whose text is
+    # empty, as the end token ignore_eos lets through, has no line of its own)
+    predicted = [json.loads(line[6:])["tokens_predicted"] for line in lines[:-1]]
+    assert predicted == sorted(set(predicted)) and predicted[0] <= 5 and len(predicted) >= 150
 
 
 def test_delete_stops_the_generation_and_frees_its_slot(server, http):
