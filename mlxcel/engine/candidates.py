@@ -54,21 +54,23 @@ class Candidates:
         """`chain` (applied, not accepted) on the set `narrowing` writes for these
         logits; the token it selected, or None where the set could not be had (run()
         the whole row then)."""
-        if self._narrowed is None:
-            self._narrowed = np.zeros(max(64, self.n_vocab // 8), dtype=TOKEN_DATA)
-            self._narrowed_data = self._narrowed.ctypes.data_as(llama_cpp.llama_token_data_p)
+        self._make_narrowed()
         n = narrowing.fill(logits, self._narrowed)
         return None if n is None else self._apply(chain, self._narrowed, self._narrowed_data, n)
 
-    def pick_narrowed(self, chain, chain_address: int, ctx: int, batch_index: int, narrowing) -> int | None:
+    def _make_narrowed(self) -> None:
+        """The buffer a Narrowing's set is written into, made on first use."""
+        if self._narrowed is None:
+            self._narrowed = np.zeros(max(64, self.n_vocab // 8), dtype=TOKEN_DATA)
+            self._narrowed_data = self._narrowed.ctypes.data_as(llama_cpp.llama_token_data_p)
+
+    def pick_narrowed(self, chain_address: int, ctx: int, batch_index: int, narrowing) -> int | None:
         """run_narrowed on the row llama.cpp holds for `batch_index`, and the pick accepted
         by the chain, in one C call that keeps the GIL (right after a decode, the row's
         numpy view, the set, the array's fields and two ctypes calls that each released the
         GIL took ~0.1 ms of cold Python); None where the set cannot be had, with nothing
         applied or accepted."""
-        if self._narrowed is None:
-            self._narrowed = np.zeros(max(64, self.n_vocab // 8), dtype=TOKEN_DATA)
-            self._narrowed_data = self._narrowed.ctypes.data_as(llama_cpp.llama_token_data_p)
+        self._make_narrowed()
         self._ran = self._narrowed
         token = _topset.chain_pick(llama_runtime.LOGITS_ITH, _APPLY, _ACCEPT, ctx, batch_index, self.n_vocab,
                                    narrowing.k, max_set(self.n_vocab), narrowing.biased, narrowing.window_ids(),

@@ -246,7 +246,7 @@ class SamplerChain:
         if self.argmax_bans is not None:
             return greedy_token(ctx, batch_index, self._n_vocab, self.argmax_bans)
         if self.narrowing is not None:
-            token = self._candidates.pick_narrowed(self._ptr, self._address, ctx, batch_index, self.narrowing)
+            token = self._candidates.pick_narrowed(self._address, ctx, batch_index, self.narrowing)
             if token is not None:  # the chain accepted it
                 self.narrowing.accepted(token)
                 return token

@@ -358,9 +358,9 @@ def test_a_row_the_set_cannot_be_had_of_is_left_to_the_whole_chain(monkeypatch):
         logits[5] = np.nan
         rows = Rows(logits)
         monkeypatch.setattr(llama_runtime, "LOGITS_ITH", rows.address)
-        assert chain._candidates.pick_narrowed(chain._ptr, chain._address, CTX, 0, chain.narrowing) is None
+        assert chain._candidates.pick_narrowed(chain._address, CTX, 0, chain.narrowing) is None
         assert rows.seen == [(CTX, 0)] and chain.narrowing._counts == {}  # nothing accepted
         logits[5] = 0.0
-        assert chain._candidates.pick_narrowed(chain._ptr, chain._address, CTX, 0, chain.narrowing) is not None
+        assert chain._candidates.pick_narrowed(chain._address, CTX, 0, chain.narrowing) is not None
     finally:
         chain.free()
