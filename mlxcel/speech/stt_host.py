@@ -83,14 +83,6 @@ class SttHost(SleepingModel):
         worker = self.worker
         return 0 if worker is None else worker.waiting + worker.busy
 
-    def _unready(self) -> None:  # SleepingModel
-        self.ready = False
-
-    def _reload(self) -> None:
-        """On a loader thread of its own, as at start: the loader lowers its thread's
-        priority, which a pool thread must not keep."""
-        self.start_loading(self._on_failure).join()
-
     def _release(self) -> None:
         worker, self.worker = self.worker, None
         if worker is not None:

@@ -105,14 +105,6 @@ class SpeechHost(SleepingModel):
         with self._wake:
             return len(self._waiting) + (self._running is not None)
 
-    def _unready(self) -> None:  # SleepingModel
-        self.ready = False
-
-    def _reload(self) -> None:
-        """On a loader thread of its own, as at start: the loader lowers its thread's
-        priority, which a pool thread must not keep."""
-        self.start_loading(self._on_failure).join()
-
     def _release(self) -> None:
         """Stop the worker (nothing waits or runs) and drop the voice; a later load starts both again."""
         with self._wake:

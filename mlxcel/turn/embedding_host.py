@@ -91,9 +91,6 @@ class EmbeddingHost(SleepingWorker):
         if self.engine is not None:
             self.engine.stop()
 
-    def _unready(self) -> None:  # SleepingWorker
-        self.ready = False
-
     # -- inputs -------------------------------------------------------------------------------
 
     def tokenize(self, inputs: list[EmbeddingInput], truncate: bool) -> EmbeddingInputs:

@@ -16,8 +16,8 @@ log = logging.getLogger("mlxcel.server")
 
 class SleepingModel:
     """Mixed into a host holding `model_id`, `ready` and `error`, which says how it
-    loads (`_load`, raising what stops it), how it stops being ready (`_unready`), what
-    it frees (`_release`) and how it loads again (`_reload`)."""
+    loads (`_load`, raising what stops it) and what it frees (`_release`); how it stops
+    being ready (`_unready`) and loads again (`_reload`) have defaults here."""
 
     kind = "encoder"  # for the log lines
     noun = "encoder"  # "could not load the <noun> model"
@@ -54,13 +54,15 @@ class SleepingModel:
             raise ServerBusy("Loading model")
 
     def _unready(self) -> None:
-        raise NotImplementedError
+        self.ready = False
 
     def _release(self) -> None:
         raise NotImplementedError
 
     def _reload(self) -> None:
-        raise NotImplementedError
+        """On a loader thread of its own, as at start: the loader lowers its thread's
+        priority, which a pool thread must not keep."""
+        self.start_loading(self._on_failure).join()
 
     def mark_sleeping(self) -> None:
         """On the event loop, before sleep() runs on a thread: routes answer as asleep from now."""
