@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
 from mlxcel.engine.faults import FAULT_HEADER, parse_fault
 from mlxcel.engine.request import Priority
@@ -18,8 +19,9 @@ from mlxcel.turn.context import RequestContext
 T = TypeVar("T")
 
 
-class ClientLeft(Exception):
-    """The client disconnected before the work it asked for ended; the work was cancelled."""
+class ClientLeft(ClientDisconnect):
+    """The client disconnected before the work it asked for ended; the work was cancelled.
+    Not caught, it is answered as any client that left (499, with nobody to read it)."""
 
 
 def request_context(request: Request, request_id: str) -> RequestContext:

@@ -287,6 +287,26 @@ def test_beyond_the_queue_depth_is_503(stt, speaker):
     assert busy.json()["error"]["type"] == "server_busy" and "--audio-queue-depth" in busy.json()["error"]["message"]
 
 
+def test_a_client_that_leaves_stops_its_transcription(stt, client, speaker, wav):
+    """A recording of two 30-second windows whose client gives up after a second stops
+    at the end of the window being decoded (one worker, queue depth 1): the next
+    request waits for that window, not for the whole recording."""
+    import httpx
+
+    long_wav = speaker.wav(" ".join(SENTENCES * 4))
+    started = time.monotonic()
+    assert _post(client, long_wav).status_code == 200
+    whole = time.monotonic() - started
+    with stt.client(timeout=1.0) as leaving, pytest.raises(httpx.TimeoutException):
+        _post(leaving, long_wav)
+    started = time.monotonic()
+    after = _post(client, wav)
+    behind = time.monotonic() - started
+    assert after.status_code == 200, after.text
+    assert word_error_rate(REFERENCE, after.json()["text"]) <= 0.15, after.json()["text"]
+    assert behind < 0.8 * whole, (whole, behind)  # not cancelled: the whole recording and then this one
+
+
 def test_a_server_without_an_stt_model_answers_501_after_checking_the_request(http, wav):
     error = _error(_post(http, wav), 501, "not_implemented", "--stt-model")
     assert error["type"] == "not_implemented"

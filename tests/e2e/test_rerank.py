@@ -156,8 +156,37 @@ def test_too_long_input_names_both_counts_or_is_truncated(ours):
 def test_listed_in_models_and_props_with_its_scoring(ours):
     entries = {m["id"]: m for m in ours.get("/v1/models").json()["data"]}
     assert entries["tiny-xenc.gguf"]["kind"] == "rerank" and entries["tiny-xenc.gguf"]["scoring"] == "rank"
+    before = ours.get("/props").json()["rerank"]
+    assert ours.post("/v1/rerank", json={"query": QUERY, "documents": DOCS}).status_code == 200
     rerank = ours.get("/props").json()["rerank"]
     assert rerank["model"] == "tiny-xenc.gguf" and rerank["scoring"] == "rank" and rerank["ready"]
+    assert rerank["n_pairs"] == before["n_pairs"] + len(DOCS) and rerank["n_decodes"] > before["n_decodes"]
+
+
+def test_a_client_that_leaves_drops_its_pairs_not_yet_scored(ours):
+    """2,000 pairs take seconds here; a client that gives up after half a second cancels
+    the rest: the pairs' count stops growing, and the next request is answered at once."""
+    import time
+
+    import httpx
+
+    def scored() -> int:
+        return ours.get("/props").json()["rerank"]["n_pairs"]
+
+    before = scored()
+    documents = [" ".join(["word"] * 60) + f" {i}" for i in range(2000)]
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{ours.base_url}/v1/rerank", json={"query": QUERY, "documents": documents}, timeout=0.5)
+    time.sleep(1.0)
+    settled = scored()
+    started = time.monotonic()
+    after = ours.post("/v1/rerank", json={"query": QUERY, "documents": ["paris"]})
+    answered_in = time.monotonic() - started
+    time.sleep(0.5)
+    assert after.status_code == 200, after.text
+    assert answered_in < 5
+    assert settled - before < 1500  # most never ran
+    assert scored() == settled + 1  # nothing of the abandoned request ran after it was cancelled
 
 
 def test_chat_still_works_beside_the_reranker(ours):

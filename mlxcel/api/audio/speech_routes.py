@@ -17,21 +17,19 @@ OpenAI's 24 kHz): the X-Sample-Rate header says it."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
 import uuid
 
 from fastapi import APIRouter, Request
-from starlette.requests import ClientDisconnect
 
 from mlxcel.api.audio.byte_stream import ByteStreamResponse
 from mlxcel.api.audio.speech_wire import HONORED, IGNORED, OPENAI_TTS_MODELS, SpeechRequest
 from mlxcel.http.fleet_opening import check_service_model
 from mlxcel.http.ignored_fields import warn_ignored_fields
 from mlxcel.http.json_body import read_model
-from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.request_context import run_while_connected
 from mlxcel.http.sse import EventStreamResponse, keepalive_seconds, sse_data
 from mlxcel.speech.sentences import split_sentences
 from mlxcel.speech.tts_encode import DEFAULT_FORMAT, audio_format
@@ -64,18 +62,11 @@ async def speech(request: Request):
 
     job = host.submit(sentences, settings, fmt)
     chunks = host.chunks(job)
-    first = asyncio.ensure_future(anext(chunks, None))
-    async with cancel_on_disconnect(request, first.cancel):  # a client that leaves before any audio
-        try:
-            head = await first
-        except asyncio.CancelledError:
-            await chunks.aclose()
-            if asyncio.current_task().cancelling():
-                raise
-            raise ClientDisconnect() from None
-        except BaseException:
-            await chunks.aclose()
-            raise
+    try:
+        head = await run_while_connected(request, anext(chunks, None))  # a client may leave before any audio
+    except BaseException:
+        await chunks.aclose()
+        raise
 
     if stream_kind == "sse":
         return EventStreamResponse(_events(head, chunks, len(text)), on_close=job.cancel,

@@ -10,7 +10,6 @@ import uuid
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from starlette.requests import ClientDisconnect
 
 from mlxcel.api.audio.transcript_formats import to_srt, to_verbose, to_vtt
 from mlxcel.api.audio.transcription_form import TranscriptionForm, parse_transcription_form
@@ -18,7 +17,7 @@ from mlxcel.api.audio.upload import read_form
 from mlxcel.http.errors import as_api_error, invalid_request
 from mlxcel.http.fleet_opening import check_service_model
 from mlxcel.http.ignored_fields import warn_ignored_fields
-from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.request_context import ClientLeft, run_while_connected
 from mlxcel.http.sse import EventStreamResponse, sse_data
 from mlxcel.speech.decode import decode_in_background
 from mlxcel.speech.errors import AudioModelMissing
@@ -73,15 +72,11 @@ async def _collect(request: Request, transcription: Transcription, task: str) ->
                 segments.append(event)
         return Transcript(task, info, segments)
 
-    job = asyncio.ensure_future(run())
-    async with cancel_on_disconnect(request, job.cancel):  # a client that leaves stops the job
-        try:
-            return await job
-        except asyncio.CancelledError:
-            transcription.cancel()
-            if asyncio.current_task().cancelling():
-                raise
-            raise ClientDisconnect() from None
+    try:
+        return await run_while_connected(request, run())
+    except (asyncio.CancelledError, ClientLeft):  # a client that leaves stops the job
+        transcription.cancel()
+        raise
 
 
 def _render(transcript: Transcript, fields: TranscriptionForm) -> Response:

@@ -9,13 +9,12 @@ import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from starlette.requests import ClientDisconnect
 
 from mlxcel.api.embeddings.wire import EmbeddingsRequest
 from mlxcel.http.errors import invalid_request, not_supported
 from mlxcel.http.fleet_opening import check_service_model
 from mlxcel.http.json_body import read_model
-from mlxcel.http.request_context import cancel_on_disconnect, request_context
+from mlxcel.http.request_context import request_context, run_while_connected
 from mlxcel.turn.embedding_host import EmbeddingHost
 from mlxcel.turn.embedding_vectors import floats_json, normalize, to_base64
 from mlxcel.turn.errors import GenerationFailed
@@ -38,15 +37,8 @@ async def _embed(request: Request, host: EmbeddingHost, body: EmbeddingsRequest)
     inputs = body.inputs()
     prepared = await asyncio.to_thread(host.tokenize, inputs, body.truncate)
     priority = request_context(request, "embd-").priority
-    task = asyncio.ensure_future(host.embed(prepared, priority))
-    async with cancel_on_disconnect(request, task.cancel):  # a client that leaves drops its inputs not yet run
-        try:
-            rows = await task
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # this handler itself is cancelled
-                raise
-            raise ClientDisconnect() from None
-    return prepared, rows
+    # a client that leaves drops its inputs not yet run
+    return prepared, await run_while_connected(request, host.embed(prepared, priority))
 
 
 @router.post("/v1/embeddings")

@@ -34,9 +34,14 @@ def beside_asleep_answers(host: RerankHost) -> dict:
 
 
 def props_entry(host: RerankHost) -> dict:
+    """The reranker's figures; `n_decodes` and `n_pairs` count the decodes and the pairs
+    scored since it loaded (pairs a client left before they ran are not scored)."""
+    engine = host.engine
     return {"model": host.model_id, "model_path": str(host.model_path or host.source), "ready": host.ready,
             "scoring": host.scoring.value if host.scoring is not None else None,
-            "n_ctx": host.runtime.max_input_tokens if host.runtime is not None else None}
+            "n_ctx": host.runtime.max_input_tokens if host.runtime is not None else None,
+            "n_decodes": engine.stats.decodes if engine is not None else 0,
+            "n_pairs": engine.stats.inputs_done if engine is not None else 0}
 
 
 def health(host: RerankHost) -> dict:

@@ -3,18 +3,16 @@ a query by the rerank model, the best first."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 from fastapi import APIRouter, Request
-from starlette.requests import ClientDisconnect
 
 from mlxcel.api.rerank.shaping import jina_envelope, tei_array
 from mlxcel.api.rerank.wire import RerankRequest
 from mlxcel.http.errors import not_supported
 from mlxcel.http.fleet_opening import check_service_model
 from mlxcel.http.json_body import read_model
-from mlxcel.http.request_context import cancel_on_disconnect, request_context
+from mlxcel.http.request_context import request_context, run_while_connected
 from mlxcel.turn.rerank_host import RerankHost, RerankScoring
 
 router = APIRouter()
@@ -42,14 +40,8 @@ async def rerank(request: Request):
     activate = body.activates_scores()
     host.require_ready()
     context = request_context(request, f"rerank-{uuid.uuid4().hex}")
-    task = asyncio.ensure_future(host.score(query, documents, context.priority, truncate))
-    async with cancel_on_disconnect(request, task.cancel):  # a client that leaves drops its pairs not yet run
-        try:
-            result = await task
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # this handler itself is cancelled
-                raise
-            raise ClientDisconnect() from None
+    # a client that leaves drops its pairs not yet run
+    result = await run_while_connected(request, host.score(query, documents, context.priority, truncate))
     if body.is_tei:
         return tei_array(result.scores, documents, top_n, return_text,
                          activate and host.scoring is RerankScoring.RANK)
