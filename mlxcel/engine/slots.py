@@ -173,9 +173,6 @@ class SlotTable:
     def idle(self) -> list[Slot]:
         return [s for s in self.slots if s.state is SlotState.IDLE]
 
-    def busy(self) -> list[Slot]:
-        return [s for s in self.slots if s.state is not SlotState.IDLE]
-
     def any_busy(self) -> bool:
         for slot in self.slots:
             if slot.state is not SlotState.IDLE:
