@@ -441,6 +441,31 @@ def test_mcp_servers_need_the_proxy_and_well_formed_settings(server, page):
     expect(page.locator("#notice")).to_contain_text("MCP servers, line 2")
 
 
+def test_saved_settings_go_with_the_next_message_and_escape_discards_edits(server, page):
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(r.post_data_json) if r.url.endswith("/v1/chat/completions") else None)
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+
+    def ask(prompt: str, answers: int) -> None:
+        page.fill("#prompt", prompt)
+        page.press("#prompt", "Enter")
+        expect(page.locator(".message.assistant")).to_have_count(answers)
+        expect(page.locator("#stop")).to_be_hidden(timeout=60_000)
+
+    _settings(page, max_tokens=7, temperature=0)
+    ask("Hi", 1)  # sent as soon as Save was clicked
+    page.click("#open-settings")
+    page.fill("#settings-form [name=max_tokens]", "9")
+    page.keyboard.press("Escape")  # closes without saving, after an earlier Save
+    expect(page.locator("#settings")).to_be_hidden()
+    page.click("#open-settings")
+    expect(page.locator("#settings-form [name=max_tokens]")).to_have_value("7")
+    page.keyboard.press("Escape")
+    ask("Hi again", 2)
+    assert [(body["max_tokens"], body["temperature"]) for body in sent] == [(7, 0), (7, 0)]
+
+
 def test_conversations_export_and_import_as_data_only(server, page, tmp_path):
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)

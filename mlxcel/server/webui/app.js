@@ -921,8 +921,10 @@
     state.settings.use_tools = $("use-tools").checked;
     store.save("settings", state.settings);
   });
-  $("settings").addEventListener("close", () => {
-    if ($("settings").returnValue === "save") saveSettings();
+  // saved as the Save button submits, before the dialog closes: its "close" event comes in a
+  // task of its own, and a message sent before that task ran went with the old settings
+  $("settings-form").addEventListener("submit", (event) => {
+    if (event.submitter?.value === "save") saveSettings();
   });
   $("export").addEventListener("click", exportConversations);
   $("import").addEventListener("change", (event) => {
