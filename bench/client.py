@@ -129,11 +129,11 @@ CHAT_SAMPLING = {"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "
 
 
 async def stream_chat(client: httpx.AsyncClient, url: str, content: str, max_tokens: int,
-                      seed: int) -> StreamResult:
+                      seed: int, cache_prompt: bool = False) -> StreamResult:
     """One streaming /v1/chat/completions with a typical sampling chain; every
     content chunk is one token on both servers (usage gives the exact count)."""
     body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "stream": True,
-            "ignore_eos": True, "cache_prompt": False, "seed": seed, "stream_options": {"include_usage": True},
+            "ignore_eos": True, "cache_prompt": cache_prompt, "seed": seed, "stream_options": {"include_usage": True},
             **CHAT_SAMPLING}
     result = StreamResult(t_sent=time.perf_counter())
 

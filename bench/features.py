@@ -13,6 +13,10 @@
               the model does not copy): mlxcel with prompt lookup against mlxcel
               plain, rounds alternating between the two servers. Drafting must back
               off where it does not pay: target >= 0.98.
+  traffic     decode tokens/s over a run of similar coding requests (an agent's loop:
+              the same kind of function for other names, no prompt repeated): mlxcel
+              with its defaults against --spec-ngram-traffic 0 (rounds alternating),
+              and llama-server with and without its ngram-simple speculation.
   structured  decode tokens/s with a json_schema against without, on mlxcel.
   predicted   decode tokens/s through /v1/chat/completions with OpenAI's `prediction`
               against the same request without one, on each server with its defaults
@@ -20,7 +24,7 @@
               function as the prediction, and a request predicted with the reply an
               identical earlier request got.
 
-    .venv/bin/python bench/features.py [--only cache,lookup,lookup-free,structured,predicted] [--rounds 3]
+    .venv/bin/python bench/features.py [--only cache,lookup,lookup-free,traffic,structured,predicted] [--rounds 3]
         [--model GGUF] [--mlxcel-cmd CMD]
 """
 from __future__ import annotations
@@ -236,6 +240,44 @@ def free_aggregate(url: str, rounds: int) -> list[float]:
     return samples
 
 
+TRAFFIC_NAMES = ("invoice", "customer", "shipment", "order", "product", "account", "payment", "refund", "ticket",
+                 "session", "profile", "report", "budget", "contract", "vendor", "warehouse", "schedule", "license",
+                 "device", "sensor", "campaign", "survey", "policy", "claim", "booking", "route", "tenant", "asset")
+TRAFFIC_FIELDS = ("id", "total", "status", "owner", "created_at", "items", "region", "priority")
+TRAFFIC_PER_ROUND = 6
+
+
+def traffic_decode(url: str, rounds: int) -> list[float]:
+    """Decode tokens/s (streamed, first token to last, summed over requests) of
+    TRAFFIC_PER_ROUND greedy chat requests a round, each asking for the same kind of function for a name no
+    earlier request had: the replies share their boilerplate, not their prompts.
+    The first round warms up (and fills mlxcel's traffic drafts)."""
+    samples = []
+    with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
+        for r in range(rounds + 1):
+            tokens, seconds, drafted, accepted = 0, 0.0, 0, 0
+            for i in range(TRAFFIC_PER_ROUND):
+                k = r * TRAFFIC_PER_ROUND + i
+                name, field = TRAFFIC_NAMES[k % len(TRAFFIC_NAMES)], TRAFFIC_FIELDS[k % len(TRAFFIC_FIELDS)]
+                task = (f"Write a Python function load_{name}(path: str) that reads the JSON file at path and returns "
+                        f"its '{field}' field, raising KeyError with a clear message when the field is missing. "
+                        "Include type hints and a docstring.")
+                _, arrivals, final = streamed(client, f"{url}/v1/chat/completions", {
+                    "messages": [{"role": "user", "content": task}], "max_tokens": 200, "temperature": 0,
+                    "stream_options": {"include_usage": True}})  # cache_prompt: the clients' default
+                n = (final.get("usage") or {}).get("completion_tokens") or len(arrivals)
+                tokens += n - 1  # the first token ends the prefill
+                seconds += arrivals[-1] - arrivals[0]
+                timings = final.get("timings") or {}  # mlxcel's, where it drafted
+                drafted += timings.get("draft_n", 0)
+                accepted += timings.get("draft_n_accepted", 0)
+            if r:
+                samples.append(tokens / seconds)
+    if drafted:
+        print(f"    last round: {tokens} tokens, drafted {drafted}, accepted {accepted}")
+    return samples
+
+
 SCHEMA = {"type": "object", "properties": {"story": {"type": "string", "minLength": 3000}}, "required": ["story"]}
 
 
@@ -295,7 +337,7 @@ def alternate(variants: dict[str, list[str]], log_dir: Path, fn, rounds: int) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="cache,lookup,lookup-free,structured,predicted")
+    ap.add_argument("--only", default="cache,lookup,lookup-free,traffic,structured,predicted")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", type=Path, default=MODEL, help="GGUF file (default SmolLM2-135M-Instruct)")
@@ -319,8 +361,10 @@ def main() -> int:
                   "  target <= 0.5")
     if "lookup" in only:
         plain = med(run_variant("mlxcel", [*mlxcel, "--spec-type", "none"], args.log_dir, lookup_decode, args.rounds))
-        spec = med(run_variant("mlxcel-lookup", [*mlxcel, "--spec-type", "ngram-simple"], args.log_dir,
-                               lookup_decode, args.rounds))
+        # every round sends the same edit, whose greedy reply the traffic would hold from the
+        # round before: prompt lookup alone here, as llama-server's ngram-simple
+        spec = med(run_variant("mlxcel-lookup", [*mlxcel, "--spec-type", "ngram-simple", "--spec-ngram-traffic", "0"],
+                               args.log_dir, lookup_decode, args.rounds))
         ref_plain = med(run_variant("llama-server", llama, args.log_dir, lookup_decode, args.rounds))
         ref_spec = med(run_variant("llama-server-lookup", [*llama, "--spec-type", "ngram-simple"], args.log_dir,
                                    lookup_decode, args.rounds))
@@ -337,6 +381,18 @@ def main() -> int:
         print(f"free generation, 4 streams, aggregate tok/s: mlxcel plain {plain:.1f}  lookup {spec:.1f}")
         print(f"  ratio lookup/plain {spec / plain:.3f} (per round {' '.join(f'{x:.3f}' for x in ratios)}, "
               "target >= 0.98)")
+    if "traffic" in only:
+        variants = {"mlxcel": mlxcel, "mlxcel-no-traffic": [*mlxcel, "--spec-ngram-traffic", "0"]}
+        rates = alternate(variants, args.log_dir, traffic_decode, args.rounds)
+        ours, alone = med(rates["mlxcel"]), med(rates["mlxcel-no-traffic"])
+        ref_plain = med(run_variant("llama-server", llama, args.log_dir, traffic_decode, args.rounds))
+        ref_spec = med(run_variant("llama-server-lookup", [*llama, "--spec-type", "ngram-simple"], args.log_dir,
+                                   traffic_decode, args.rounds))
+        ratios = [a / b for a, b in zip(rates["mlxcel"], rates["mlxcel-no-traffic"])]
+        print(f"similar requests, decode tok/s: mlxcel {ours:.1f}  without traffic drafts {alone:.1f}  "
+              f"llama-server plain {ref_plain:.1f}  ngram-simple {ref_spec:.1f}")
+        print(f"  ratio mlxcel / without traffic {ours / alone:.3f} (per round {' '.join(f'{x:.3f}' for x in ratios)})"
+              f"  mlxcel / llama-server plain {ours / ref_plain:.3f}  / ngram-simple {ours / ref_spec:.3f}")
     if "structured" in only:
         rates = run_variant("mlxcel", mlxcel, args.log_dir, structured_decode, args.rounds)
         a, b = med(rates["json_schema"]), med(rates["plain"])

@@ -27,7 +27,7 @@ import reference
 from bare_worker import BareWorker
 from client import make_client, stream_completion
 from report import Round, args_config, summarize, table, write_json
-from scenarios import SCENARIOS, PromptBook
+from scenarios import SCENARIOS, SHORT_PROMPT_CACHE, PromptBook
 from servers import HOST, Server, free_port, supports_flag
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,9 +61,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, default=None, help="write all raw samples here")
     ap.add_argument("--no-bare", action="store_true",
                     help="skip the bare decode loop column (bench/bare_loop.py)")
+    ap.add_argument("--cache-prompt", action="store_true",
+                    help="the short-prompt rows (decode, chat_decode, aggregate4, latency16) send cache_prompt "
+                         "true, both servers' default, instead of false")
     ap.add_argument("--restart", action="store_true",
                     help="start both servers afresh for every round (each round then runs every scenario)")
     args = ap.parse_args(argv)
+    SHORT_PROMPT_CACHE["cache_prompt"] = args.cache_prompt
     args.scenarios = [s for s in args.only.split(",") if s] or list(SCENARIOS)
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:

@@ -56,9 +56,16 @@ def _stream_raw(r: StreamResult) -> dict:
             "tokens_evaluated": r.tokens_evaluated, "timings": r.timings}
 
 
+# `cache_prompt` of the rows that decode short prompts (decode, chat_decode, aggregate4,
+# latency16); run.py --cache-prompt sends the servers' default, true. The rows with long
+# prompts keep false: their prompts share long prefixes from round to round.
+SHORT_PROMPT_CACHE = {"cache_prompt": False}
+
+
 async def decode(client: httpx.AsyncClient, url: str, rnd: int, book: PromptBook) -> Measurement:
     """One stream, short prompt, 128 tokens: decode speed first to last token."""
-    r = await stream_completion(client, url, short_prompt(f"decode-{rnd}"), n_predict=128)
+    r = await stream_completion(client, url, short_prompt(f"decode-{rnd}"), n_predict=128,
+                                cache_prompt=SHORT_PROMPT_CACHE["cache_prompt"])
     metrics = {"decode_tps": r.decode_tps()}
     if "predicted_per_second" in r.timings:
         metrics["server_decode_tps"] = float(r.timings["predicted_per_second"])
@@ -68,7 +75,8 @@ async def decode(client: httpx.AsyncClient, url: str, rnd: int, book: PromptBook
 async def chat_decode(client: httpx.AsyncClient, url: str, rnd: int, book: PromptBook) -> Measurement:
     """One chat stream with temperature 0.7, top_p 0.9, top_k 40, min_p 0.05, repeat
     penalty 1.1, 128 tokens: decode speed first to last content chunk."""
-    r = await stream_chat(client, url, short_prompt(f"chat-{rnd}"), max_tokens=128, seed=1000 + rnd)
+    r = await stream_chat(client, url, short_prompt(f"chat-{rnd}"), max_tokens=128, seed=1000 + rnd,
+                          cache_prompt=SHORT_PROMPT_CACHE["cache_prompt"])
     return Measurement({"chat_decode_tps": r.decode_tps()}, _stream_raw(r))
 
 
@@ -88,7 +96,8 @@ async def prefill(client: httpx.AsyncClient, url: str, rnd: int, book: PromptBoo
 async def _concurrent(client: httpx.AsyncClient, url: str, seeds: list[str],
                       n_predict: int) -> tuple[list[StreamResult], float]:
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(stream_completion(client, url, short_prompt(s), n_predict)
+    results = await asyncio.gather(*(stream_completion(client, url, short_prompt(s), n_predict,
+                                                       cache_prompt=SHORT_PROMPT_CACHE["cache_prompt"])
                                      for s in seeds))
     return list(results), time.perf_counter() - t0
 

@@ -223,6 +223,7 @@ class ServerConfig:
     image_max_tokens: int = -1  # projector's token budget per image (-1: the projector's own)
     spec_ngram_size: int = 3
     spec_ngram_size_m: int = 48  # prompt lookup: most tokens drafted per round
+    spec_ngram_traffic: int = 65536  # prompt lookup: tokens of earlier outputs also drafted from (0: none)
     spec_draft_max: int = 16
     spec_draft_min: int = 2
     responses: ResponsesLimits = field(default_factory=ResponsesLimits)

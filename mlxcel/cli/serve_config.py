@@ -349,6 +349,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         image_max_tokens=args.image_max_tokens,
         spec_ngram_size=args.spec_ngram_size,
         spec_ngram_size_m=args.spec_ngram_size_m,
+        spec_ngram_traffic=args.spec_ngram_traffic,
         spec_draft_max=args.spec_draft_max,
         spec_draft_min=args.spec_draft_min,
         rerank_model=args.rerank_model,

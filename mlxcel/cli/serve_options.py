@@ -281,6 +281,10 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "prompt lookup: length of the n-gram searched for"),
     (("--spec-ngram-simple-size-m",), "spec_ngram_size_m", _ranged(int, 1, 1024), 48,
      "MLXCEL_SPEC_NGRAM_SIMPLE_SIZE_M", "prompt lookup: most tokens drafted per verify round"),
+    (("--spec-ngram-traffic",), "spec_ngram_traffic", _ranged(int, 0, 1 << 24), 65536, "MLXCEL_SPEC_NGRAM_TRAFFIC",
+     ("prompt lookup: how many tokens of earlier requests' outputs it also drafts from (the latest; ~150 bytes "
+      "each at most), where the model repeats what it wrote before, as agents' tool calls do; drafts are verified, "
+      "so output is unchanged (0: only the request's own text)")),
     (("--spec-draft-n-max",), "spec_draft_max", _ranged(int, 1, 256), 16, "LLAMA_ARG_SPEC_DRAFT_N_MAX",
      "draft model: most tokens drafted per verify round"),
     (("--spec-draft-n-min",), "spec_draft_min", _ranged(int, 1, 256), 2, "LLAMA_ARG_SPEC_DRAFT_N_MIN",

@@ -3,7 +3,8 @@
 Each decoding slot is asked in turn, its draft sized against the whole batch it joins
 (every decoding slot's next token and the drafts planned so far): sized against a
 partial batch, the first slots would see a batch dearer per token than the full one
-and over-draft. Prompt lookup proposes from the slot's own history; a draft model
+and over-draft. Prompt lookup proposes from the slot's own history and from earlier
+requests' outputs (traffic_ngrams), the one its evidence favours; a draft model
 drafts only as many tokens as pay. Where llama.cpp splits the batch over per-slot KV
 streams, the drafts are then sized again together (draft_plan).
 """
@@ -13,18 +14,21 @@ from __future__ import annotations
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_plan import DraftOption, SplitBatch, joint_draft_lengths
 from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
-from mlxcel.engine.prompt_lookup import Proposal
+from mlxcel.engine.prompt_lookup import TRAFFIC, Proposal
 from mlxcel.engine.slots import Slot
+from mlxcel.engine.traffic_ngrams import TrafficNgrams
 
 
 class DraftChooser:
     """The drafting decisions of one engine: `cap` tokens a round at most (0: no
     speculation), fewer than `draft_min` not worth a round, batches priced by
-    `decode_costs` (None: draft all that is proposed)."""
+    `decode_costs` (None: draft all that is proposed); `traffic`: earlier requests'
+    outputs to draft from beside prompt lookup (None: none)."""
 
     def __init__(self, drafter: DraftModel | None, cap: int, draft_min: int, decode_costs: DecodeCosts | None,
-                 batch_capacity: int, n_ctx_slot: int, n_ubatch: int) -> None:
+                 batch_capacity: int, n_ctx_slot: int, n_ubatch: int, traffic: TrafficNgrams | None = None) -> None:
         self.drafter = drafter
+        self.traffic = traffic
         self.cap = cap
         self.draft_min = draft_min
         self.decode_costs = decode_costs
@@ -56,6 +60,10 @@ class DraftChooser:
         history = slot.cached_tokens
         if self.drafter is None:
             proposals = (slot.lookup.draft(history, limit), slot.lookup.predicted(history, limit))
+            # a prediction is what its request drafts; one opted out of reusing the server's
+            # state (cache_prompt false) gets the output a cold server gives, near ties included
+            if self.traffic is not None and request.cache_prompt and not request.prediction:
+                proposals += (self.traffic.draft(history, min(limit, slot.lookup.max_draft), self.draft_min),)
             return self._proposed(slot, proposals, batch_tokens, expected_yield)
         stats = slot.acceptance.stats(0)
         expected = stats.expected_accepted(limit)
@@ -91,7 +99,8 @@ class DraftChooser:
         k = self._length(expected, batch_tokens, expected_yield, drafted=True)
         if k or not slot.acceptance.following:
             slot.acceptance.follow(proposal.tokens, proposal.kind)
-        return DraftOption(-1, proposal.tokens, expected, k, predicted=proposal.predicted)
+        return DraftOption(-1, proposal.tokens, expected, k, predicted=proposal.predicted,
+                           traffic=proposal.kind >= TRAFFIC)
 
     def _length(self, expected: list[float], batch_tokens: int, expected_yield: float, drafted: bool = False) -> int:
         if len(expected) <= self.draft_min:

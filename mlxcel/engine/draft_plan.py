@@ -55,6 +55,7 @@ class DraftOption:
     expected: list[float]  # expected accepted drafts for each length 0..len(tokens)
     length: int  # what the slot's own sizing chose
     predicted: bool = False  # the tokens come from the request's predicted output
+    traffic: bool = False  # the tokens come from earlier requests' outputs (traffic_ngrams)
 
 
 class SplitBatch:

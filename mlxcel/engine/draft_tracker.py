@@ -15,10 +15,11 @@ from mlxcel.engine.draft_policy import AcceptanceStats
 
 # the prior survival rate of each match-length class (prompt_lookup.match_class): a
 # short match must prove itself on shadows before it is drafted; a long one drafts;
-# then the request's own prediction: the output continuing along it (PREDICTED), and
-# the output rejoining it after departing from it (REJOINED)
-CLASS_PRIORS = (0.6, 0.8, 0.9, 0.95, 0.8)
-# beside a draft model: its drafts (class 0), then the prediction's two classes (1 and 2 unused)
+# then the request's own prediction: the output continuing along it (PREDICTED), the
+# output rejoining it after departing from it (REJOINED); then earlier requests'
+# outputs (TRAFFIC), by match length as the request's own
+CLASS_PRIORS = (0.6, 0.8, 0.9, 0.95, 0.8, 0.6, 0.8, 0.9)
+# beside a draft model: its drafts (class 0), then the prediction's two classes (the others unused)
 DRAFT_MODEL_PRIORS = (0.9, 0.9, 0.9, 0.95, 0.8)
 
 

@@ -45,6 +45,7 @@ from mlxcel.engine.snapshot import PUBLISH_INTERVAL_S, EngineSnapshot, take_snap
 from mlxcel.engine.stats import EngineStats, RequestTiming
 from mlxcel.engine.step_plan import Span, StepPlanner, fill_batch, rewind
 from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.engine.traffic_ngrams import TrafficNgrams
 
 log = logging.getLogger("mlxcel.engine")
 
@@ -90,8 +91,13 @@ class Engine(EngineControl):
             draft_cap = config.draft_max
         else:
             draft_cap = config.lookup_max if config.lookup_ngram > 0 else 0
+        # earlier requests' outputs, which prompt lookup drafts from too (not where the
+        # server reuses no state: --no-cache-prompt)
+        self.traffic = (TrafficNgrams(config.traffic_tokens, config.lookup_ngram)
+                        if config.traffic_tokens > 0 and config.lookup_ngram > 0 and config.drafter is None
+                        and config.cache_prompt else None)
         self._drafts = DraftChooser(config.drafter, draft_cap, config.draft_min, config.decode_costs,
-                                    self._batch.capacity, self.n_ctx_slot, runtime.n_ubatch)
+                                    self._batch.capacity, self.n_ctx_slot, runtime.n_ubatch, self.traffic)
         self._planner = StepPlanner(
             self.slots, self._batch.capacity, self._drafts, prefill_chunk=config.prefill_chunk,
             n_ctx_slot=self.n_ctx_slot, split_kv=split, n_ubatch=runtime.n_ubatch,
@@ -553,7 +559,15 @@ class Engine(EngineControl):
         drafts, indices = slot.drafts, slot.draft_indices
         slot.drafts, slot.draft_indices = [], []
         rows = [slot.batch_index, *indices]
-        accepted = 0
+        # counted as they happen: a token sampled here may end the request, whose
+        # timings then hold this round (every draft rejected until one is accepted)
+        predicted, traffic = slot.drafts_predicted, slot.drafts_traffic
+        slot.draft_rounds += 1
+        slot.draft_n += len(drafts)
+        if predicted:
+            slot.prediction_rejected += len(drafts)
+        if traffic:
+            self.stats.traffic_draft_tokens += len(drafts)
         for i, row in enumerate(rows):
             slot.batch_index = row
             sampled = self._sample(slot)
@@ -561,16 +575,15 @@ class Engine(EngineControl):
                 break  # finished
             if i < len(drafts) and sampled == drafts[i]:
                 slot.cached_tokens.append(sampled)  # its memory was written by this batch
-                accepted += 1
+                slot.draft_accepted += 1
+                if predicted:
+                    slot.prediction_accepted += 1
+                    slot.prediction_rejected -= 1
+                if traffic:
+                    self.stats.traffic_draft_accepted += 1
                 continue
             break
         self.runtime.seq_remove(slot.id, len(slot.cached_tokens), -1)
-        slot.draft_rounds += 1
-        slot.draft_n += len(drafts)
-        slot.draft_accepted += accepted
-        if slot.drafts_predicted:
-            slot.prediction_accepted += accepted
-            slot.prediction_rejected += len(drafts) - accepted
 
     def _sample(self, slot: Slot) -> int:
         request = slot.request
@@ -692,6 +705,8 @@ class Engine(EngineControl):
                 log.exception("request %d: releasing held-back text failed", request.id)
         first = slot.first_token_at or now
         prompt_n = len(request.prompt_tokens) - slot.n_reused
+        if self.traffic is not None and slot.n_generated and error is None and request.cache_prompt:
+            self._hold_output(slot)  # an opted-out request donates nothing, as to the prompt cache
         timings = Timings(
             cache_n=slot.n_reused,
             prompt_n=prompt_n,
@@ -742,6 +757,15 @@ class Engine(EngineControl):
                 shed=shed,
             )
         )
+
+    def _hold_output(self, slot: Slot) -> None:
+        """Add the slot's output, with the n tokens before it, to the traffic drafts
+        (its memory's: all but the last token emitted, which was never decoded).
+        Drafts are verified, so a request's output never depends on another's."""
+        try:
+            self.traffic.add(slot.cached_tokens[-(slot.n_generated - 1 + self.traffic.ngram):])
+        except Exception:  # noqa: BLE001 - a lost entry costs a draft, never the answer
+            log.exception("request %d: holding its output for drafts failed", slot.request.id)
 
     def _keep_unshifted_prefix(self, slot: Slot) -> None:
         """A shifted sequence's memory past its kept prefix was computed over tokens it

@@ -26,6 +26,7 @@ class EngineConfig:
     drafter: DraftModel | None = None  # draft-model speculation (--model-draft)
     draft_max: int = 16  # most tokens a draft model drafts per verify round
     lookup_max: int = 48  # most tokens prompt lookup drafts per verify round
+    traffic_tokens: int = 0  # prompt lookup also drafts from this many tokens of earlier outputs (0: not)
     draft_min: int = 2  # fewer drafted tokens than this are not worth a round
     decode_costs: DecodeCosts | None = None  # measured batch costs; speculation sizes drafts by them
     on_failure: Callable[[str], None] | None = None  # told once when the engine itself fails

@@ -27,6 +27,9 @@ MATCH_CLASSES = (8, 16)  # a match shorter than 8 tokens is class 0, shorter tha
 # the classes of a prediction's drafts: the output so far is the prediction's beginning
 # (its next tokens are drafted); the output departed from it and its tail matches it again
 PREDICTED, REJOINED = len(MATCH_CLASSES) + 1, len(MATCH_CLASSES) + 2
+# the first class of drafts copied from earlier requests' outputs (traffic_ngrams): one
+# per match-length class, as the request's own (TRAFFIC + match_class(match))
+TRAFFIC = len(MATCH_CLASSES) + 3
 # a prediction's n-grams are indexed this many positions a draft at most, so a long one
 # never holds the engine's step (a 32k-token prediction: ~30 ms at once)
 PREDICTION_INDEX_STEP = 256

@@ -131,6 +131,7 @@ class StepPlanner:
                 options.append(option)
                 drafts = option.tokens[: option.length]
                 slot.drafts_predicted = option.predicted
+                slot.drafts_traffic = option.traffic
                 expected_yield += option.expected[option.length]
             spans.append(Span(slot, [slot.next_token, *drafts], start, prefill=False))
             n_planned += len(drafts)

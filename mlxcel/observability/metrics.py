@@ -71,6 +71,12 @@ _SERIES = [
      lambda s: s.stats.step_sample_seconds),
     ("mlxcel_engine_step_emit_seconds_total", "counter", "Time handing token events to the HTTP side",
      lambda s: s.stats.step_emit_seconds),
+    # prompt lookup's drafts copied from earlier requests' outputs (of llamacpp:spec_decode_*)
+    ("mlxcel_spec_traffic_draft_tokens_total", "counter", "Draft tokens copied from earlier requests' outputs",
+     lambda s: s.stats.traffic_draft_tokens),
+    ("mlxcel_spec_traffic_accepted_tokens_total", "counter",
+     "Draft tokens copied from earlier requests' outputs that were accepted",
+     lambda s: s.stats.traffic_draft_accepted),
 ]
 
 # llama-server's series (without their `llamacpp:` prefix): counters, then gauges

@@ -242,6 +242,7 @@ class ModelHost:
                     drafter=drafter,
                     draft_max=cfg.spec_draft_max,
                     lookup_max=cfg.spec_ngram_size_m,
+                    traffic_tokens=cfg.spec_ngram_traffic,
                     draft_min=cfg.spec_draft_min,
                     decode_costs=costs,
                     on_failure=self._engine_failed,

@@ -744,3 +744,35 @@ def test_with_a_kv_stream_per_slot_copying_streams_draft_together_at_one_length(
     assert shapes[False][2:] and all(len(set(shape)) == 1 and shape[0] > 1 for shape in shapes[False][2:])
     assert any(len(set(shape)) > 1 for shape in shapes[True][2:])
     assert len(shapes[False]) < len(shapes[True])
+
+
+def test_an_output_written_before_is_drafted_from_the_traffic_and_its_last_round_counts(make_rig):
+    """The successor model never repeats itself, so prompt lookup alone drafts nothing;
+    a second request whose output the first already wrote drafts it from the traffic,
+    in one round that ends the request (counted in its timings all the same)."""
+    rig = make_rig(n_parallel=1, lookup_ngram=2, traffic_tokens=1024)
+    first = rig.submit([1, 2, 3], max_tokens=20)
+    assert first.wait().timings.draft_rounds == 0
+    second = rig.submit([50, 2, 3], max_tokens=20)
+    timings = second.wait().timings
+    assert second.token_ids == first.token_ids == list(range(4, 24))
+    assert (timings.draft_rounds, timings.draft_n, timings.draft_n_accepted) == (1, 18, 18)
+    assert (rig.engine.stats.traffic_draft_tokens, rig.engine.stats.traffic_draft_accepted) == (18, 18)
+
+
+def test_without_traffic_tokens_nothing_is_drafted_from_earlier_outputs(make_rig):
+    rig = make_rig(n_parallel=1, lookup_ngram=2, traffic_tokens=0)
+    rig.submit([1, 2, 3], max_tokens=20).wait()
+    second = rig.submit([50, 2, 3], max_tokens=20)
+    assert second.wait().timings.draft_rounds == 0 and second.token_ids == list(range(4, 24))
+    assert rig.engine.traffic is None
+
+
+def test_a_request_that_opts_out_of_caching_neither_drafts_from_nor_adds_to_the_traffic(make_rig):
+    rig = make_rig(n_parallel=1, lookup_ngram=2, traffic_tokens=1024)
+    rig.submit([1, 2, 3], max_tokens=20, cache_prompt=False).wait()
+    assert rig.engine.traffic.sequences == 0  # it donated nothing
+    rig.submit([1, 2, 3], max_tokens=20).wait()
+    opted_out = rig.submit([50, 2, 3], max_tokens=20, cache_prompt=False)
+    assert opted_out.wait().timings.draft_rounds == 0 and opted_out.token_ids == list(range(4, 24))
+    assert rig.engine.stats.traffic_draft_tokens == 0

@@ -209,6 +209,16 @@ def test_speculation_flags_follow_llama_server():
         parse_serve_args(["--spec-ngram-simple-size-m", "0"])
 
 
+def test_traffic_drafts_are_on_by_default_and_sized_by_their_flag(monkeypatch):
+    assert parse_serve_args([]).spec_ngram_traffic == 65536
+    assert parse_serve_args(["--spec-ngram-traffic", "0"]).spec_ngram_traffic == 0
+    monkeypatch.setenv("MLXCEL_SPEC_NGRAM_TRAFFIC", "1024")
+    assert parse_serve_args([]).spec_ngram_traffic == 1024
+    for bad in ("-1", "NaN", str(1 << 30)):
+        with pytest.raises(UsageError):
+            parse_serve_args(["--spec-ngram-traffic", bad])
+
+
 @pytest.mark.parametrize("value, runs, noted", [
     ("ngram-mod", "ngram-simple", "--spec-type ngram-mod (mlxcel's prompt lookup"),
     ("ngram-map-k,ngram-mod", "ngram-simple", "--spec-type ngram-map-k"),
