@@ -63,7 +63,7 @@ class DraftChooser:
             # a prediction is what its request drafts; one opted out of reusing the server's
             # state (cache_prompt false) gets the output a cold server gives, near ties included
             if self.traffic is not None and request.cache_prompt and not request.prediction:
-                proposals += (self.traffic.draft(history, min(limit, slot.lookup.max_draft), self.draft_min),)
+                proposals += (self.traffic.draft(history, limit, self.draft_min),)
             return self._proposed(slot, proposals, batch_tokens, expected_yield)
         stats = slot.acceptance.stats(0)
         expected = stats.expected_accepted(limit)

@@ -59,11 +59,6 @@ class TrafficNgrams:
         """Positions indexed (at most the ring's)."""
         return sum(len(found) for found in self._followers.values())
 
-    @property
-    def held(self) -> int:
-        """Positions the ring holds (separators included)."""
-        return min(self._end, self.capacity)
-
     def add(self, tokens: Sequence[int]) -> None:
         """Hold `tokens` (a sequence's output with up to `ngram` tokens before it) as
         one sequence: at most a quarter of the ring, its tail when longer."""
