@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -24,11 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client import make_client, stream_completion  # noqa: E402
 from prompts import short_prompt  # noqa: E402
-from reference import ensure_llama_server  # noqa: E402
-from servers import Server, llama_server_argv, start_server  # noqa: E402
+from servers import ROOT, Server, add_pair_arguments, pair_commands, start_server  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 EDGES = (1, 5, 20, 60, 128)
 
 
@@ -60,20 +56,14 @@ async def measure(servers: dict[str, Server], streams: int, tokens: int) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=MODEL)
-    ap.add_argument("--threads", "-t", type=int, default=2)
+    add_pair_arguments(ap, str(ROOT / ".venv/bin/mlxcel") + " serve --spec-type none")
     ap.add_argument("--streams", type=int, default=6)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--mlxcel-cmd", default=str(ROOT / ".venv/bin/mlxcel") + " serve --spec-type none")
-    ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.tokens < 3:
         ap.error("--tokens must be at least 3")
     common = ["-m", str(args.model), "-c", "8192", "-np", "4", "-t", str(args.threads)]
-    ref = str(ensure_llama_server())
-    commands = {"mlxcel": [*shlex.split(args.mlxcel_cmd), *common],
-                "llama-server": llama_server_argv(ref, common)}
+    commands = pair_commands(args.mlxcel_cmd, common)
     servers: dict[str, Server] = {}
     try:
         for name, command in commands.items():

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -31,11 +30,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reference import ensure_llama_server  # noqa: E402
-from servers import Server, llama_server_argv, start_server  # noqa: E402
+from servers import ROOT, Server, add_pair_arguments, pair_commands, start_server  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "Write a long story about a lighthouse keeper and the ships she watches."
 KINDS = ("completion-stream", "completion-whole", "chat-stream", "chat-whole")
 
@@ -81,18 +77,12 @@ def measure(server: Server, kind: str, tokens: int, threads: int) -> dict[str, f
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=MODEL)
-    ap.add_argument("--threads", "-t", type=int, default=2)
+    add_pair_arguments(ap, str(ROOT / ".venv/bin/mlxcel") + " serve --spec-type none")
     ap.add_argument("--tokens", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--mlxcel-cmd", default=str(ROOT / ".venv/bin/mlxcel") + " serve --spec-type none")
-    ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     common = ["-m", str(args.model), "-c", "4096", "-np", "1", "-t", str(args.threads)]
-    ref = str(ensure_llama_server())
-    commands = {"mlxcel": [*shlex.split(args.mlxcel_cmd), *common],
-                "llama-server": llama_server_argv(ref, common)}
+    commands = pair_commands(args.mlxcel_cmd, common)
     samples: dict[str, dict[str, list[dict]]] = {name: {kind: [] for kind in KINDS} for name in commands}
     servers: dict[str, Server] = {}
     try:

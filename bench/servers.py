@@ -1,6 +1,7 @@
 """Start, health-check and stop the model servers under test (loopback only)."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shlex
@@ -17,6 +18,8 @@ import httpx
 from mlxcel.engine.weight_buffers import reference_repack_flags
 
 HOST = "127.0.0.1"
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = Path.home() / ".cache/mlxcel/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def free_port() -> int:
@@ -38,6 +41,24 @@ def supports_flag(binary: str, flag: str, timeout: float = 60) -> bool:
 def llama_server_argv(binary: str, args: list[str]) -> list[str]:
     """llama-server's command line with `args`, its web UI off where the build has one."""
     return [binary, *args] + (["--no-webui"] if supports_flag(binary, "--no-webui") else [])
+
+
+def add_pair_arguments(ap: argparse.ArgumentParser, mlxcel_cmd: str) -> None:
+    """The flags of a script that runs mlxcel and llama-server side by side."""
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--threads", "-t", type=int, default=2)
+    ap.add_argument("--mlxcel-cmd", default=mlxcel_cmd)
+    ap.add_argument("--log-dir", type=Path, default=ROOT / "bench/results/logs")
+    ap.add_argument("--json", type=Path)
+
+
+def pair_commands(mlxcel_cmd: str, common: list[str]) -> dict[str, list[str]]:
+    """{name: command line} of mlxcel (`mlxcel_cmd`) and the reference llama-server,
+    each with `common` flags."""
+    from reference import ensure_llama_server  # builds it when missing
+
+    return {"mlxcel": [*shlex.split(mlxcel_cmd), *common],
+            "llama-server": llama_server_argv(str(ensure_llama_server()), common)}
 
 
 @dataclass

@@ -16,6 +16,7 @@ import time
 
 from mlxcel.engine import held_wakeups
 from mlxcel.engine.batch import TokenBatch
+from mlxcel.engine.burst_watch import BurstWatch
 from mlxcel.engine.constraints import ConstraintMasker
 from mlxcel.engine.draft_choice import DraftChooser
 from mlxcel.engine.draft_tracker import DRAFT_MODEL_PRIORS, SlotAcceptance
@@ -55,7 +56,8 @@ IDLE_SAVE_DELAY_S = 0.05  # idle this long before slots are saved to the host ca
 # event loop opens them one by one), or several milliseconds apart when this thread
 # keeps the GIL for the first one's admission. Prefilled alone, the first keeps the
 # others waiting a whole prefill; so after a wake from idle the engine waits while they
-# keep coming: up to BURST_WAIT_S for each next one, BURST_MAX_S in all.
+# keep coming: up to BURST_WAIT_S for each next one, BURST_MAX_S in all; not while the
+# requests come alone (BurstWatch).
 BURST_WAIT_S = 0.002
 BURST_MAX_S = 0.02
 PRIME_TOKENS_PER_STEP = 2048  # prompt tokens accepted into a prefilling slot's sampler a step (~2.5 ms)
@@ -78,6 +80,7 @@ class Engine(EngineControl):
         split = runtime.config.n_parallel > 1 and not runtime.kv_unified
         self.slots = SlotTable(runtime.config.n_parallel, contiguous=split and config.host_cache is not None)
         self.waiting = PrefillQueue()
+        self._bursts = BurstWatch()
         self.stats = stats if stats is not None else EngineStats()
         super().__init__()
         self._batch = TokenBatch(runtime.n_batch)
@@ -213,8 +216,11 @@ class Engine(EngineControl):
     def _gather_burst(self) -> bool:
         """Take the rest of a burst of requests before the first turn after idle (see
         BURST_WAIT_S): the wait ends once none comes within BURST_WAIT_S, or once as many
-        wait as there are slots (no later one could join the first batch). False when
-        asked to stop."""
+        wait as there are slots (no later one could join the first batch). No wait while
+        the requests come alone (BurstWatch). False when asked to stop."""
+        if not self._bursts.waits:
+            self._bursts.woke(time.monotonic(), waited=False, joined=len(self.waiting) - 1)
+            return True
         deadline = time.monotonic() + BURST_MAX_S
         while len(self.waiting) < len(self.slots) and (remaining := deadline - time.monotonic()) > 0:
             before = len(self.waiting)
@@ -222,6 +228,7 @@ class Engine(EngineControl):
                 return False
             if len(self.waiting) <= before:
                 break
+        self._bursts.woke(time.monotonic(), waited=True, joined=len(self.waiting) - 1)
         return True
 
     def _drain_inbox(self, block: bool, timeout: float | None = None) -> bool:
@@ -238,6 +245,8 @@ class Engine(EngineControl):
             if isinstance(command, Stop):
                 return False
             if isinstance(command, Submit):
+                if self.slots.any_busy():
+                    self._bursts.arrived_busy(time.monotonic(), BURST_MAX_S)
                 self.waiting.push(command.request)
                 queued = True
             elif isinstance(command, Cancel):

@@ -160,6 +160,37 @@ def test_a_burst_gathers_no_more_requests_than_there_are_slots(make_rig, monkeyp
     assert len(set(rig.runtime.batches[0].seq_ids)) == 2
 
 
+def test_a_lone_client_stops_paying_the_burst_wait_until_a_burst_is_missed(make_rig, monkeypatch):
+    """After QUIET_WAKES wakes in a row on which no second request came, a lone request
+    starts at once instead of waiting out BURST_WAIT_S; a request arriving while the
+    engine works on an unwaited wake's request (a missed burst) brings the wait back."""
+    from mlxcel.engine import engine as engine_module
+    from mlxcel.engine.burst_watch import BurstWatch
+
+    monkeypatch.setattr(engine_module, "BURST_WAIT_S", 0.6)
+    monkeypatch.setattr(engine_module, "BURST_MAX_S", 0.6)
+    rig = make_rig(n_parallel=2)
+    rig.engine._bursts = BurstWatch(quiet_wakes=2)
+
+    def lone_request_seconds() -> float:
+        started = time.monotonic()
+        assert rig.submit([7, 5], max_tokens=1).wait(timeout=5.0).reason is FinishReason.LENGTH
+        return time.monotonic() - started
+
+    assert [lone_request_seconds() >= 0.6 for _ in range(2)] == [True, True]  # waited, none came
+    assert lone_request_seconds() < 0.3  # the third starts at once
+    rig.runtime.hold()
+    first = rig.submit([10, 5], max_tokens=2)
+    rig.runtime.next_held()  # busy with the unwaited wake's request
+    second = rig.submit([20, 5], max_tokens=2)  # well within BURST_MAX_S of that wake: missed
+    released = time.monotonic()
+    rig.runtime.release()
+    for e in (first, second):
+        assert e.wait(timeout=5.0).reason is FinishReason.LENGTH
+    wait_idle(rig.engine, released)
+    assert lone_request_seconds() >= 0.6  # waiting for bursts again
+
+
 def test_a_pinned_request_runs_in_its_slot_and_waits_without_blocking_others(make_rig):
     rig = make_rig(n_parallel=2)
     order: list[str] = []
