@@ -1,7 +1,9 @@
 """Hostile bodies on the routes issue 14 and 15 added (embeddings, reranking, /infill,
 llama-server's extra fields and admin routes): each gets a 4xx (or /infill's 501 on a
 model without FIM tokens), never a 5xx or a hang,
-while /health stays fast and the server keeps serving."""
+while /health stays fast and the server keeps serving. Then the same routes, and the chat
+routes that render without generating, fuzzed with bodies built from their wire models
+(tests/fuzz_strategies.py), as test_fuzz.py fuzzes the generating routes."""
 
 from __future__ import annotations
 
@@ -10,8 +12,15 @@ import time
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
 
+from mlxcel.api.embeddings.wire import EmbeddingsRequest
+from mlxcel.api.native.infill_wire import InfillRequest
+from mlxcel.api.openai.chat_wire import ChatCompletionRequest
+from mlxcel.api.rerank.wire import RerankRequest
+from tests.e2e import fuzz_client
 from tests.fixtures.minilm import NAME, minilm_gguf
+from tests.fuzz_strategies import hostile_bodies
 from tests.server_process import ServerProcess
 
 DEEP = "[" * 5000 + "]" * 5000
@@ -91,3 +100,28 @@ def test_hostile_bodies_get_4xx_and_health_stays_fast(hosted):
     with hosted.client() as client:  # still serving
         assert client.post("/v1/embeddings", json={"input": "still here"}).status_code == 200
         assert client.post("/v1/rerank", json={"query": "q", "documents": ["a", "b"]}).status_code == 200
+
+
+# (path, wire model, generation budget field, examples): the routes test_fuzz.py leaves out
+FUZZED = [("/v1/embeddings", EmbeddingsRequest, None, 120), ("/v1/rerank", RerankRequest, None, 120),
+          ("/infill", InfillRequest, "n_predict", 80), ("/apply-template", ChatCompletionRequest, "max_tokens", 120),
+          ("/v1/chat/completions/input_tokens", ChatCompletionRequest, "max_tokens", 120)]
+
+
+@pytest.mark.parametrize("path, model, budget_field, examples", FUZZED, ids=[f[0] for f in FUZZED])
+def test_fuzzed_bodies_on_these_routes_never_break_the_server(hosted, monkeypatch, path, model, budget_field,
+                                                              examples):
+    # 501: /infill on a model without FIM tokens
+    monkeypatch.setattr(fuzz_client, "ALLOWED_STATUSES", fuzz_client.ALLOWED_STATUSES | {501})
+    with hosted.client() as client:
+        @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                  phases=[Phase.explicit, Phase.generate, Phase.shrink],
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+                                         HealthCheck.large_base_example])
+        @given(raw=hostile_bodies(model, budget_field))
+        def fuzz(raw: bytes) -> None:
+            found = fuzz_client.checked_problems(client, path, raw)
+            assert not found, "\n".join(found) + f"\nbody sent: {raw[:2000]!r}"
+
+        fuzz()
+        assert client.get("/health").status_code == 200
