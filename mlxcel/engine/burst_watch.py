@@ -26,9 +26,10 @@ class BurstWatch:
         """Whether the next wake from idle should wait for the rest of a burst."""
         return self.quiet < self.quiet_wakes
 
-    def woke(self, now: float, waited: bool, joined: int) -> None:
-        """A wake from idle: whether it waited, and how many requests joined the first."""
-        self.quiet = 0 if joined else self.quiet + 1
+    def woke(self, now: float, waited: bool, queued: int) -> None:
+        """A wake from idle: whether it waited, and how many requests wait for its first
+        turn (none when the one that woke it was cancelled meanwhile)."""
+        self.quiet = 0 if queued > 1 else self.quiet + 1
         self._unwaited_wake = None if waited else now
 
     def arrived_busy(self, now: float, window: float) -> None:

@@ -219,7 +219,7 @@ class Engine(EngineControl):
         wait as there are slots (no later one could join the first batch). No wait while
         the requests come alone (BurstWatch). False when asked to stop."""
         if not self._bursts.waits:
-            self._bursts.woke(time.monotonic(), waited=False, joined=len(self.waiting) - 1)
+            self._bursts.woke(time.monotonic(), waited=False, queued=len(self.waiting))
             return True
         deadline = time.monotonic() + BURST_MAX_S
         while len(self.waiting) < len(self.slots) and (remaining := deadline - time.monotonic()) > 0:
@@ -228,7 +228,7 @@ class Engine(EngineControl):
                 return False
             if len(self.waiting) <= before:
                 break
-        self._bursts.woke(time.monotonic(), waited=True, joined=len(self.waiting) - 1)
+        self._bursts.woke(time.monotonic(), waited=True, queued=len(self.waiting))
         return True
 
     def _drain_inbox(self, block: bool, timeout: float | None = None) -> bool:
