@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from reference import ensure_llama_server  # bench/: the directory of every script that imports this
 
 from mlxcel.engine.weight_buffers import reference_repack_flags
 
@@ -55,8 +56,6 @@ def add_pair_arguments(ap: argparse.ArgumentParser, mlxcel_cmd: str) -> None:
 def pair_commands(mlxcel_cmd: str, common: list[str]) -> dict[str, list[str]]:
     """{name: command line} of mlxcel (`mlxcel_cmd`) and the reference llama-server,
     each with `common` flags."""
-    from reference import ensure_llama_server  # builds it when missing
-
     return {"mlxcel": [*shlex.split(mlxcel_cmd), *common],
             "llama-server": llama_server_argv(str(ensure_llama_server()), common)}
 
