@@ -11,12 +11,18 @@
               llama-server with and without its ngram-simple speculation.
   lookup-free aggregate tokens/s of 4 concurrent streams of free generation (text
               the model does not copy): mlxcel with prompt lookup against mlxcel
-              plain, rounds alternating between the two servers. Drafting must back
-              off where it does not pay: target >= 0.98.
+              plain, both servers up for the whole run and taking the rounds in
+              turn (the order flipped each round). Drafting must back off where it
+              does not pay: target >= 0.98.
   traffic     decode tokens/s over a run of similar coding requests (an agent's loop:
               the same kind of function for other names, no prompt repeated): mlxcel
               with its defaults against --spec-ngram-traffic 0 (rounds alternating),
               and llama-server with and without its ngram-simple speculation.
+  lookup-cache decode tokens/s over more of those requests (cache_prompt false,
+              no traffic drafts) with and without a static lookup cache (-lcs)
+              made, as llama-lookup-create makes one from a corpus, from the greedy
+              replies to the first six: mlxcel, and llama-server with its own
+              ngram-cache speculation; all four servers up, rounds in turn.
   structured  decode tokens/s with a json_schema against without, on mlxcel.
   predicted   decode tokens/s through /v1/chat/completions with OpenAI's `prediction`
               against the same request without one, on each server with its defaults
@@ -24,8 +30,8 @@
               function as the prediction, and a request predicted with the reply an
               identical earlier request got.
 
-    .venv/bin/python bench/features.py [--only cache,lookup,lookup-free,traffic,structured,predicted] [--rounds 3]
-        [--model GGUF] [--mlxcel-cmd CMD]
+    .venv/bin/python bench/features.py [--only cache,lookup,lookup-free,traffic,lookup-cache,structured,predicted]
+        [--rounds 3] [--model GGUF] [--mlxcel-cmd CMD]
 """
 from __future__ import annotations
 
@@ -215,29 +221,72 @@ FREE_TOPICS = ("a lighthouse keeper who finds a map", "the history of bread in t
                "a robot learning to paint", "a winter journey across the mountains")
 
 
-def free_aggregate(url: str, rounds: int) -> list[float]:
-    """Aggregate tokens/s of 4 concurrent streams of free (sampled, seeded) generation."""
-    def one(client: httpx.Client, i: int, r: int) -> tuple[int, int, int]:
+def free_round(client: httpx.Client, url: str, r: int) -> tuple[float, int, int]:
+    """One round of 4 concurrent streams of free (sampled, seeded) generation: their
+    aggregate tokens/s, and the tokens drafted and accepted in it."""
+    def one(i: int) -> tuple[int, int, int]:
         body = {"messages": [{"role": "user", "content": f"Write a long story about {FREE_TOPICS[i]}."}],
                 "max_tokens": 256, "temperature": 0.8, "seed": 1000 * r + i, "ignore_eos": True,
                 "cache_prompt": False}
         _, arrivals, final = streamed(client, f"{url}/v1/chat/completions", body)
+        timings = final.get("timings") or {}
         return ((final.get("usage") or {}).get("completion_tokens") or len(arrivals),
-                (final.get("timings") or {}).get("draft_n", 0), (final.get("timings") or {}).get("draft_n_accepted", 0))
+                timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
 
-    samples = []
-    with httpx.Client(timeout=600, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0,
-                                                                        max_connections=8)) as client:
+    started = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(4)))
+    rate = sum(n for n, _, _ in results) / (time.perf_counter() - started)
+    return rate, sum(d for _, d, _ in results), sum(a for _, _, a in results)
+
+
+def free_client() -> httpx.Client:
+    return httpx.Client(timeout=600, trust_env=False,
+                        limits=httpx.Limits(max_keepalive_connections=0, max_connections=8))
+
+
+def free_aggregate(url: str, rounds: int) -> list[float]:
+    """Aggregate tokens/s of 4 concurrent streams of free generation, a round at a time
+    after one that warms up."""
+    samples, drafted, accepted = [], 0, 0
+    with free_client() as client:
         for r in range(rounds + 1):  # round 0 warms up
-            started = time.perf_counter()
-            with ThreadPoolExecutor(4) as pool:
-                results = list(pool.map(one, [client] * 4, range(4), [r] * 4))
+            rate, drafted, accepted = free_round(client, url, r)
             if r:
-                samples.append(sum(n for n, _, _ in results) / (time.perf_counter() - started))
-    drafted, accepted = sum(d for _, d, _ in results), sum(a for _, _, a in results)
+                samples.append(rate)
     if drafted:
         print(f"    last round: drafted {drafted}, accepted {accepted}")
     return samples
+
+
+def free_paired(variants: dict[str, list[str]], log_dir: Path, rounds: int) -> dict[str, list[float]]:
+    """free_aggregate's rounds on servers that all stay up (each idle while another
+    runs), the variants taking every round in turn, the order flipped each round: every
+    pair of figures comes from the same two processes minutes apart, so neither a
+    process's own speed (where its buffers landed) nor the host's drift between starts
+    separates them, as it does servers started afresh per round."""
+    servers = {name: start_server(name, argv, log_dir) for name, argv in variants.items()}
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    drafts: dict[str, list[int]] = {name: [0, 0] for name in variants}
+    try:
+        with free_client() as client:
+            for name, server in servers.items():
+                free_round(client, server.url, 0)  # warm-up
+            for r in range(1, rounds + 1):
+                order = list(servers) if r % 2 else list(reversed(servers))
+                for name in order:
+                    rate, drafted, accepted = free_round(client, servers[name].url, r)
+                    out[name].append(rate)
+                    drafts[name][0] += drafted
+                    drafts[name][1] += accepted
+        for name, server in servers.items():
+            profile = step_profile(server.url)
+            print(f"    {name}: drafted {drafts[name][0]}, accepted {drafts[name][1]}"
+                  + (f"; {profile}" if profile else ""))
+    finally:
+        for server in servers.values():
+            server.stop()
+    return out
 
 
 TRAFFIC_NAMES = ("invoice", "customer", "shipment", "order", "product", "account", "payment", "refund", "ticket",
@@ -245,6 +294,31 @@ TRAFFIC_NAMES = ("invoice", "customer", "shipment", "order", "product", "account
                  "device", "sensor", "campaign", "survey", "policy", "claim", "booking", "route", "tenant", "asset")
 TRAFFIC_FIELDS = ("id", "total", "status", "owner", "created_at", "items", "region", "priority")
 TRAFFIC_PER_ROUND = 6
+
+
+def traffic_task(k: int) -> str:
+    """The k-th of the similar coding requests: the same kind of function for another name."""
+    name, field = TRAFFIC_NAMES[k % len(TRAFFIC_NAMES)], TRAFFIC_FIELDS[k % len(TRAFFIC_FIELDS)]
+    return (f"Write a Python function load_{name}(path: str) that reads the JSON file at path and returns "
+            f"its '{field}' field, raising KeyError with a clear message when the field is missing. "
+            "Include type hints and a docstring.")
+
+
+def traffic_round(client: httpx.Client, url: str, first: int, cache_prompt: bool = True) -> tuple[int, float, int, int]:
+    """TRAFFIC_PER_ROUND greedy chat requests, tasks first.. on: (tokens after each first,
+    seconds from each first token to its last, tokens drafted, accepted)."""
+    tokens, seconds, drafted, accepted = 0, 0.0, 0, 0
+    for k in range(first, first + TRAFFIC_PER_ROUND):
+        _, arrivals, final = streamed(client, f"{url}/v1/chat/completions", {
+            "messages": [{"role": "user", "content": traffic_task(k)}], "max_tokens": 200, "temperature": 0,
+            "cache_prompt": cache_prompt, "stream_options": {"include_usage": True}})
+        n = (final.get("usage") or {}).get("completion_tokens") or len(arrivals)
+        tokens += n - 1  # the first token ends the prefill
+        seconds += arrivals[-1] - arrivals[0]
+        timings = final.get("timings") or {}  # mlxcel's, where it drafted
+        drafted += timings.get("draft_n", 0)
+        accepted += timings.get("draft_n_accepted", 0)
+    return tokens, seconds, drafted, accepted
 
 
 def traffic_decode(url: str, rounds: int) -> list[float]:
@@ -255,27 +329,62 @@ def traffic_decode(url: str, rounds: int) -> list[float]:
     samples = []
     with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
         for r in range(rounds + 1):
-            tokens, seconds, drafted, accepted = 0, 0.0, 0, 0
-            for i in range(TRAFFIC_PER_ROUND):
-                k = r * TRAFFIC_PER_ROUND + i
-                name, field = TRAFFIC_NAMES[k % len(TRAFFIC_NAMES)], TRAFFIC_FIELDS[k % len(TRAFFIC_FIELDS)]
-                task = (f"Write a Python function load_{name}(path: str) that reads the JSON file at path and returns "
-                        f"its '{field}' field, raising KeyError with a clear message when the field is missing. "
-                        "Include type hints and a docstring.")
-                _, arrivals, final = streamed(client, f"{url}/v1/chat/completions", {
-                    "messages": [{"role": "user", "content": task}], "max_tokens": 200, "temperature": 0,
-                    "stream_options": {"include_usage": True}})  # cache_prompt: the clients' default
-                n = (final.get("usage") or {}).get("completion_tokens") or len(arrivals)
-                tokens += n - 1  # the first token ends the prefill
-                seconds += arrivals[-1] - arrivals[0]
-                timings = final.get("timings") or {}  # mlxcel's, where it drafted
-                drafted += timings.get("draft_n", 0)
-                accepted += timings.get("draft_n_accepted", 0)
+            tokens, seconds, drafted, accepted = traffic_round(client, url, r * TRAFFIC_PER_ROUND)  # cache_prompt
             if r:
                 samples.append(tokens / seconds)
     if drafted:
         print(f"    last round: {tokens} tokens, drafted {drafted}, accepted {accepted}")
     return samples
+
+
+CORPUS_TASKS = TRAFFIC_PER_ROUND  # the first tasks' replies make the static lookup cache
+
+
+def write_corpus_cache(argv: list[str], log_dir: Path, path: Path) -> None:
+    """A static lookup cache, as llama-lookup-create makes one from a corpus: the 2-gram
+    counts of the greedy replies a plain server gives to the first CORPUS_TASKS tasks."""
+    from mlxcel.engine.lookup_cache import write_counts
+
+    server = start_server("mlxcel-corpus", [*argv, "--spec-type", "none"], log_dir)
+    counts: dict[tuple[int, int], dict[int, int]] = {}
+    try:
+        with httpx.Client(timeout=600, trust_env=False, base_url=server.url) as client:
+            for k in range(CORPUS_TASKS):
+                reply = client.post("/v1/chat/completions", json={
+                    "messages": [{"role": "user", "content": traffic_task(k)}], "max_tokens": 200,
+                    "temperature": 0, "cache_prompt": False}).json()["choices"][0]["message"]["content"]
+                tokens = client.post("/tokenize", json={"content": reply}).json()["tokens"]
+                for a, b, c in zip(tokens, tokens[1:], tokens[2:]):
+                    part = counts.setdefault((a, b), {})
+                    part[c] = part.get(c, 0) + 1
+    finally:
+        server.stop()
+    write_counts(path, counts)
+    print(f"    static lookup cache: {len(counts)} 2-grams from {CORPUS_TASKS} replies")
+
+
+def lookup_cache_paired(variants: dict[str, list[str]], log_dir: Path, rounds: int) -> dict[str, list[float]]:
+    """traffic_round's decode rate on servers that all stay up, the variants taking the
+    rounds in turn (the order flipped each round), on tasks after the corpus's, with
+    cache_prompt false (neither the traffic drafts nor the prompt cache apply)."""
+    servers = {name: start_server(name, argv, log_dir) for name, argv in variants.items()}
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
+            for server in servers.values():  # warm-up: one request, a task no round sends
+                streamed(client, f"{server.url}/v1/chat/completions", {
+                    "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "cache_prompt": False})
+            for r in range(rounds):
+                first = CORPUS_TASKS + r * TRAFFIC_PER_ROUND
+                for name in (list(servers) if r % 2 == 0 else list(reversed(servers))):
+                    tokens, seconds, drafted, accepted = traffic_round(client, servers[name].url, first, False)
+                    out[name].append(tokens / seconds)
+                    print(f"    round {r + 1} {name}: {tokens / seconds:.1f} tok/s, drafted {drafted}, "
+                          f"accepted {accepted}")
+    finally:
+        for server in servers.values():
+            server.stop()
+    return out
 
 
 SCHEMA = {"type": "object", "properties": {"story": {"type": "string", "minLength": 3000}}, "required": ["story"]}
@@ -337,7 +446,7 @@ def alternate(variants: dict[str, list[str]], log_dir: Path, fn, rounds: int) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="cache,lookup,lookup-free,traffic,structured,predicted")
+    ap.add_argument("--only", default="cache,lookup,lookup-free,traffic,lookup-cache,structured,predicted")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", type=Path, default=MODEL, help="GGUF file (default SmolLM2-135M-Instruct)")
@@ -375,12 +484,13 @@ def main() -> int:
     if "lookup-free" in only:
         variants = {"mlxcel": [*mlxcel, "--spec-type", "none"],
                     "mlxcel-lookup": [*mlxcel, "--spec-type", "ngram-simple"]}
-        rates = alternate(variants, args.log_dir, free_aggregate, args.rounds)
+        rates = free_paired(variants, args.log_dir, args.rounds)
         plain, spec = med(rates["mlxcel"]), med(rates["mlxcel-lookup"])
         ratios = [b / a for a, b in zip(rates["mlxcel"], rates["mlxcel-lookup"])]
         print(f"free generation, 4 streams, aggregate tok/s: mlxcel plain {plain:.1f}  lookup {spec:.1f}")
-        print(f"  ratio lookup/plain {spec / plain:.3f} (per round {' '.join(f'{x:.3f}' for x in ratios)}, "
-              "target >= 0.98)")
+        print(f"  ratio lookup/plain, median of rounds {med(ratios):.3f} "
+              f"(per round {' '.join(f'{x:.3f}' for x in ratios)}, "
+              f"won {sum(x >= 1 for x in ratios)} of {len(ratios)}; target >= 0.98)")
     if "traffic" in only:
         variants = {"mlxcel": mlxcel, "mlxcel-no-traffic": [*mlxcel, "--spec-ngram-traffic", "0"]}
         rates = alternate(variants, args.log_dir, traffic_decode, args.rounds)
@@ -393,6 +503,23 @@ def main() -> int:
               f"llama-server plain {ref_plain:.1f}  ngram-simple {ref_spec:.1f}")
         print(f"  ratio mlxcel / without traffic {ours / alone:.3f} (per round {' '.join(f'{x:.3f}' for x in ratios)})"
               f"  mlxcel / llama-server plain {ours / ref_plain:.3f}  / ngram-simple {ours / ref_spec:.3f}")
+    if "lookup-cache" in only:
+        path = args.log_dir / "corpus-lookup-cache.bin"
+        write_corpus_cache(mlxcel, args.log_dir, path)
+        plain = [*mlxcel, "--spec-ngram-traffic", "0"]
+        rates = lookup_cache_paired({
+            "mlxcel": plain, "mlxcel-lcs": [*plain, "-lcs", str(path)], "llama-server": llama,
+            "llama-server-lcs": [*llama, "--spec-type", "ngram-cache", "-lcs", str(path)]}, args.log_dir, args.rounds)
+
+        def ratio(a: str, b: str) -> str:
+            per_round = [x / y for x, y in zip(rates[a], rates[b])]
+            return f"{med(per_round):.3f} (per round {' '.join(f'{x:.3f}' for x in per_round)})"
+
+        print("similar requests after a corpus, decode tok/s: "
+              + "  ".join(f"{name} {med(values):.1f}" for name, values in rates.items()))
+        print(f"  mlxcel with / without the static lookup cache {ratio('mlxcel-lcs', 'mlxcel')}")
+        print(f"  llama-server ngram-cache with it / plain {ratio('llama-server-lcs', 'llama-server')}")
+        print(f"  mlxcel / llama-server, each with it {ratio('mlxcel-lcs', 'llama-server-lcs')}")
     if "structured" in only:
         rates = run_variant("mlxcel", mlxcel, args.log_dir, structured_decode, args.rounds)
         a, b = med(rates["json_schema"]), med(rates["plain"])

@@ -224,6 +224,8 @@ class ServerConfig:
     spec_ngram_size: int = 3
     spec_ngram_size_m: int = 48  # prompt lookup: most tokens drafted per round
     spec_ngram_traffic: int = 65536  # prompt lookup: tokens of earlier outputs also drafted from (0: none)
+    lookup_cache_static: str | None = None  # -lcs: llama.cpp lookup cache drafted from (read only)
+    lookup_cache_dynamic: str | None = None  # -lcd: llama.cpp lookup cache drafted from and counted into
     spec_draft_max: int = 16
     spec_draft_min: int = 2
     responses: ResponsesLimits = field(default_factory=ResponsesLimits)

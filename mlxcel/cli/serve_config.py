@@ -48,10 +48,33 @@ def _spec_choice(args: argparse.Namespace, ignored: list[str]) -> str:
     if kind == "draft-simple":
         raise UsageError("--spec-type draft-simple: give its draft model with -md/--model-draft")
     if kind in NGRAM_KINDS:
-        ignored.append(f"--spec-type {kind} (mlxcel's prompt lookup, ngram-simple, drafts instead: the output is the "
-                       "same)")
+        caches = ", and from the lookup caches given" if kind == "ngram-cache" else ""
+        ignored.append(f"--spec-type {kind} (mlxcel's prompt lookup, ngram-simple, drafts instead{caches}: the output "
+                       "is the same)")
         return "ngram-simple"
     return kind
+
+
+def _check_lookup_caches(args: argparse.Namespace, ignored: list[str]) -> None:
+    """-lcs must name a file; -lcd a file or one that can be made (its folder exists);
+    what they hold is read with the model (it must be a lookup cache of its vocabulary).
+    Without prompt lookup they do nothing (as llama-server's without ngram-cache): named
+    in the warning line of flags not applied."""
+    if args.lookup_cache_static and not Path(args.lookup_cache_static).is_file():
+        raise UsageError(f"--lookup-cache-static {args.lookup_cache_static}: no such file")
+    if args.lookup_cache_dynamic:
+        path = Path(args.lookup_cache_dynamic)
+        if path.exists() and not path.is_file():
+            raise UsageError(f"--lookup-cache-dynamic {path}: not a file")
+        if not path.exists() and not path.absolute().parent.is_dir():
+            raise UsageError(f"--lookup-cache-dynamic {path}: its folder does not exist")
+    if args.model_draft or args.spec_type == "none":
+        why = "a draft model drafts" if args.model_draft else "--spec-type none"
+        for flag, dest in (("--lookup-cache-static", "lookup_cache_static"),
+                           ("--lookup-cache-dynamic", "lookup_cache_dynamic")):
+            if getattr(args, dest):
+                ignored.append(f"{flag} (drafts beside prompt lookup only; {why})")
+                setattr(args, dest, None)
 
 
 def _metrics_port(args: argparse.Namespace) -> int | None:
@@ -210,6 +233,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         check_model(args.model_draft)
     if args.mmproj and not Path(args.mmproj).expanduser().is_file():
         raise UsageError(f"--mmproj {args.mmproj}: no such file")
+    _check_lookup_caches(args, ignored)
     if args.embedding_model:
         check_model(args.embedding_model, "--embedding-model")
     if args.embedding and args.embedding_model:
@@ -350,6 +374,8 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         spec_ngram_size=args.spec_ngram_size,
         spec_ngram_size_m=args.spec_ngram_size_m,
         spec_ngram_traffic=args.spec_ngram_traffic,
+        lookup_cache_static=args.lookup_cache_static,
+        lookup_cache_dynamic=args.lookup_cache_dynamic,
         spec_draft_max=args.spec_draft_max,
         spec_draft_min=args.spec_draft_min,
         rerank_model=args.rerank_model,

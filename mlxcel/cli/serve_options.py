@@ -285,6 +285,12 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      ("prompt lookup: how many tokens of earlier requests' outputs it also drafts from (the latest; ~150 bytes "
       "each at most), where the model repeats what it wrote before, as agents' tool calls do; drafts are verified, "
       "so output is unchanged (0: only the request's own text)")),
+    (("-lcs", "--lookup-cache-static"), "lookup_cache_static", str, None, "MLXCEL_LOOKUP_CACHE_STATIC",
+     ("prompt lookup: also draft from this llama.cpp lookup cache (n-gram counts from a corpus, as "
+      "llama-lookup-create writes them); read only")),
+    (("-lcd", "--lookup-cache-dynamic"), "lookup_cache_dynamic", str, None, "MLXCEL_LOOKUP_CACHE_DYNAMIC",
+     ("prompt lookup: also draft from this llama.cpp lookup cache, which counts what the server generates "
+      "and is written back when idle and at exit (made if missing)")),
     (("--spec-draft-n-max",), "spec_draft_max", _ranged(int, 1, 256), 16, "LLAMA_ARG_SPEC_DRAFT_N_MAX",
      "draft model: most tokens drafted per verify round"),
     (("--spec-draft-n-min",), "spec_draft_min", _ranged(int, 1, 256), 2, "LLAMA_ARG_SPEC_DRAFT_N_MIN",

@@ -14,7 +14,8 @@ from __future__ import annotations
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_plan import DraftOption, SplitBatch, joint_draft_lengths
 from mlxcel.engine.draft_policy import DecodeCosts, best_draft_length
-from mlxcel.engine.prompt_lookup import TRAFFIC, Proposal
+from mlxcel.engine.lookup_cache import LookupCaches
+from mlxcel.engine.prompt_lookup import LOOKUP_CACHE, TRAFFIC, Proposal
 from mlxcel.engine.slots import Slot
 from mlxcel.engine.traffic_ngrams import TrafficNgrams
 
@@ -23,12 +24,15 @@ class DraftChooser:
     """The drafting decisions of one engine: `cap` tokens a round at most (0: no
     speculation), fewer than `draft_min` not worth a round, batches priced by
     `decode_costs` (None: draft all that is proposed); `traffic`: earlier requests'
-    outputs to draft from beside prompt lookup (None: none)."""
+    outputs to draft from beside prompt lookup (None: none); `lookup_caches`: llama.cpp's
+    lookup caches, drafted from beside it too (None: none)."""
 
     def __init__(self, drafter: DraftModel | None, cap: int, draft_min: int, decode_costs: DecodeCosts | None,
-                 batch_capacity: int, n_ctx_slot: int, n_ubatch: int, traffic: TrafficNgrams | None = None) -> None:
+                 batch_capacity: int, n_ctx_slot: int, n_ubatch: int, traffic: TrafficNgrams | None = None,
+                 lookup_caches: LookupCaches | None = None) -> None:
         self.drafter = drafter
         self.traffic = traffic
+        self.lookup_caches = lookup_caches
         self.cap = cap
         self.draft_min = draft_min
         self.decode_costs = decode_costs
@@ -64,6 +68,9 @@ class DraftChooser:
             # state (cache_prompt false) gets the output a cold server gives, near ties included
             if self.traffic is not None and request.cache_prompt and not request.prediction:
                 proposals += (self.traffic.draft(history, limit, self.draft_min),)
+            if self.lookup_caches is not None and not request.prediction:
+                # the dynamic counts hold other requests' outputs: only for those that reuse state
+                proposals += (self.lookup_caches.draft(history, limit, self.draft_min, dynamic=request.cache_prompt),)
             return self._proposed(slot, proposals, batch_tokens, expected_yield)
         stats = slot.acceptance.stats(0)
         expected = stats.expected_accepted(limit)
@@ -100,7 +107,8 @@ class DraftChooser:
         if k or not slot.acceptance.following:
             slot.acceptance.follow(proposal.tokens, proposal.kind)
         return DraftOption(-1, proposal.tokens, expected, k, predicted=proposal.predicted,
-                           traffic=proposal.kind >= TRAFFIC)
+                           traffic=TRAFFIC <= proposal.kind < LOOKUP_CACHE,
+                           lookup_cache=proposal.kind == LOOKUP_CACHE)
 
     def _length(self, expected: list[float], batch_tokens: int, expected_yield: float, drafted: bool = False) -> int:
         if len(expected) <= self.draft_min:

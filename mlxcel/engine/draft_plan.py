@@ -56,6 +56,7 @@ class DraftOption:
     length: int  # what the slot's own sizing chose
     predicted: bool = False  # the tokens come from the request's predicted output
     traffic: bool = False  # the tokens come from earlier requests' outputs (traffic_ngrams)
+    lookup_cache: bool = False  # the tokens come from llama.cpp's lookup caches (lookup_cache)
 
 
 class SplitBatch:

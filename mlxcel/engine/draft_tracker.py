@@ -17,8 +17,9 @@ from mlxcel.engine.draft_policy import AcceptanceStats
 # short match must prove itself on shadows before it is drafted; a long one drafts;
 # then the request's own prediction: the output continuing along it (PREDICTED), the
 # output rejoining it after departing from it (REJOINED); then earlier requests'
-# outputs (TRAFFIC), by match length as the request's own
-CLASS_PRIORS = (0.6, 0.8, 0.9, 0.95, 0.8, 0.6, 0.8, 0.9)
+# outputs (TRAFFIC), by match length as the request's own; then the lookup caches'
+# statistics (LOOKUP_CACHE), which prove themselves on shadows first, as a short match
+CLASS_PRIORS = (0.6, 0.8, 0.9, 0.95, 0.8, 0.6, 0.8, 0.9, 0.6)
 # beside a draft model: its drafts (class 0), then the prediction's two classes (the others unused)
 DRAFT_MODEL_PRIORS = (0.9, 0.9, 0.9, 0.95, 0.8)
 

@@ -33,6 +33,8 @@ from mlxcel.engine.faults import (
 from mlxcel.engine.idle_work import IdleWork
 from mlxcel.engine.llama_runtime import LlamaRuntime, logits_row
 from mlxcel.engine.logprobs import token_logprobs
+from mlxcel.engine.lookup_cache import NGRAM_MAX as LOOKUP_CONTEXT
+from mlxcel.engine.lookup_cache import SAVE_AFTER_S
 from mlxcel.engine.loop_detection import LoopDetector
 from mlxcel.engine.lora_sets import LoraChange, LoraSets
 from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk
@@ -99,8 +101,11 @@ class Engine(EngineControl):
         self.traffic = (TrafficNgrams(config.traffic_tokens, config.lookup_ngram)
                         if config.traffic_tokens > 0 and config.lookup_ngram > 0 and config.drafter is None
                         and config.cache_prompt else None)
+        # llama.cpp's lookup caches, drafted from beside prompt lookup (not beside a draft model)
+        self.lookup_caches = config.lookup_caches if config.lookup_ngram > 0 and config.drafter is None else None
         self._drafts = DraftChooser(config.drafter, draft_cap, config.draft_min, config.decode_costs,
-                                    self._batch.capacity, self.n_ctx_slot, runtime.n_ubatch, self.traffic)
+                                    self._batch.capacity, self.n_ctx_slot, runtime.n_ubatch, self.traffic,
+                                    self.lookup_caches)
         self._planner = StepPlanner(
             self.slots, self._batch.capacity, self._drafts, prefill_chunk=config.prefill_chunk,
             n_ctx_slot=self.n_ctx_slot, split_kv=split, n_ubatch=runtime.n_ubatch,
@@ -142,6 +147,8 @@ class Engine(EngineControl):
             idle = not self._has_work()
             if idle:
                 held_wakeups.release()  # the last turn's events: nothing decodes next
+                if self.lookup_caches is not None and self.lookup_caches.save_due(time.monotonic()):
+                    self.lookup_caches.save()
             if idle or time.monotonic() - self.snapshot.taken_at >= PUBLISH_INTERVAL_S:
                 self._publish()
             if idle and self._memory.has_unsaved(self.slots):
@@ -152,7 +159,7 @@ class Engine(EngineControl):
                     with gate.hold():
                         self._memory.save_one_idle(self.slots)
                     continue
-            elif not self._drain_inbox(block=idle):
+            elif not self._drain_inbox(block=idle, timeout=self._idle_wait() if idle else None):
                 return
             if idle and self.waiting and not self._gather_burst():
                 return
@@ -198,8 +205,18 @@ class Engine(EngineControl):
         self._idle_work.fail_all(failure or "the server is shutting down")
         self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None)
         self._publish()
+        if self.lookup_caches is not None:
+            self.lookup_caches.save()  # what this engine's requests added (logged, never raised)
         if failure is not None and self.config.on_failure is not None:
             self.config.on_failure(failure)
+
+    def _idle_wait(self) -> float | None:
+        """How long an idle engine waits for a command: until the dynamic lookup cache
+        is due to be written, if it changed; else for as long as none comes."""
+        caches = self.lookup_caches
+        if caches is None or caches.changed_at is None:
+            return None
+        return max(0.0, caches.changed_at + SAVE_AFTER_S - time.monotonic())
 
     def _publish(self) -> None:
         self.snapshot = take_snapshot(self.slots, self._outstanding, self.stats, self.waiting, bool(self._drafts.cap))
@@ -570,13 +587,15 @@ class Engine(EngineControl):
         rows = [slot.batch_index, *indices]
         # counted as they happen: a token sampled here may end the request, whose
         # timings then hold this round (every draft rejected until one is accepted)
-        predicted, traffic = slot.drafts_predicted, slot.drafts_traffic
+        predicted, traffic, cached = slot.drafts_predicted, slot.drafts_traffic, slot.drafts_lookup_cache
         slot.draft_rounds += 1
         slot.draft_n += len(drafts)
         if predicted:
             slot.prediction_rejected += len(drafts)
         if traffic:
             self.stats.traffic_draft_tokens += len(drafts)
+        if cached:
+            self.stats.lookup_cache_draft_tokens += len(drafts)
         for i, row in enumerate(rows):
             slot.batch_index = row
             sampled = self._sample(slot)
@@ -590,6 +609,8 @@ class Engine(EngineControl):
                     slot.prediction_rejected -= 1
                 if traffic:
                     self.stats.traffic_draft_accepted += 1
+                if cached:
+                    self.stats.lookup_cache_draft_accepted += 1
                 continue
             break
         self.runtime.seq_remove(slot.id, len(slot.cached_tokens), -1)
@@ -714,7 +735,7 @@ class Engine(EngineControl):
                 log.exception("request %d: releasing held-back text failed", request.id)
         first = slot.first_token_at or now
         prompt_n = len(request.prompt_tokens) - slot.n_reused
-        if self.traffic is not None and slot.n_generated and error is None and request.cache_prompt:
+        if slot.n_generated and error is None and request.cache_prompt:
             self._hold_output(slot)  # an opted-out request donates nothing, as to the prompt cache
         timings = Timings(
             cache_n=slot.n_reused,
@@ -768,11 +789,16 @@ class Engine(EngineControl):
         )
 
     def _hold_output(self, slot: Slot) -> None:
-        """Add the slot's output, with the n tokens before it, to the traffic drafts
-        (its memory's: all but the last token emitted, which was never decoded).
-        Drafts are verified, so a request's output never depends on another's."""
+        """Add the slot's output, with the n tokens before it, to the traffic drafts and
+        the dynamic lookup cache (its memory's: all but the last token emitted, which
+        was never decoded). Drafts are verified, so a request's output never depends on
+        another's."""
+        output = slot.n_generated - 1
         try:
-            self.traffic.add(slot.cached_tokens[-(slot.n_generated - 1 + self.traffic.ngram):])
+            if self.traffic is not None:
+                self.traffic.add(slot.cached_tokens[-(output + self.traffic.ngram):])
+            if self.lookup_caches is not None and output > 0:
+                self.lookup_caches.add(slot.cached_tokens[-(output + LOOKUP_CONTEXT):], output)
         except Exception:  # noqa: BLE001 - a lost entry costs a draft, never the answer
             log.exception("request %d: holding its output for drafts failed", slot.request.id)
 

@@ -10,6 +10,7 @@ from mlxcel.engine.compute_gate import COMPUTE_GATE, ComputeGate
 from mlxcel.engine.constraints import MaskerFactory
 from mlxcel.engine.draft_model import DraftModel
 from mlxcel.engine.draft_policy import DecodeCosts
+from mlxcel.engine.lookup_cache import LookupCaches
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.sampling import SamplerChain
 
@@ -27,6 +28,7 @@ class EngineConfig:
     draft_max: int = 16  # most tokens a draft model drafts per verify round
     lookup_max: int = 48  # most tokens prompt lookup drafts per verify round
     traffic_tokens: int = 0  # prompt lookup also drafts from this many tokens of earlier outputs (0: not)
+    lookup_caches: LookupCaches | None = None  # prompt lookup also drafts from llama.cpp's lookup caches
     draft_min: int = 2  # fewer drafted tokens than this are not worth a round
     decode_costs: DecodeCosts | None = None  # measured batch costs; speculation sizes drafts by them
     on_failure: Callable[[str], None] | None = None  # told once when the engine itself fails

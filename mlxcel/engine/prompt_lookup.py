@@ -30,6 +30,8 @@ PREDICTED, REJOINED = len(MATCH_CLASSES) + 1, len(MATCH_CLASSES) + 2
 # the first class of drafts copied from earlier requests' outputs (traffic_ngrams): one
 # per match-length class, as the request's own (TRAFFIC + match_class(match))
 TRAFFIC = len(MATCH_CLASSES) + 3
+# the class of drafts from llama.cpp's lookup caches (lookup_cache), after the traffic's
+LOOKUP_CACHE = TRAFFIC + len(MATCH_CLASSES) + 1
 # a prediction's n-grams are indexed this many positions a draft at most, so a long one
 # never holds the engine's step (a 32k-token prediction: ~30 ms at once)
 PREDICTION_INDEX_STEP = 256

@@ -77,6 +77,7 @@ class Slot:
     draft_rounds: int = 0
     drafts_predicted: bool = False  # this step's drafts come from the request's predicted output
     drafts_traffic: bool = False  # this step's drafts come from earlier requests' outputs
+    drafts_lookup_cache: bool = False  # this step's drafts come from the lookup caches
     prediction_accepted: int = 0  # drafted tokens of the prediction the output kept
     prediction_rejected: int = 0  # and those it did not
     acceptance: AcceptanceStats | None = None  # how far recent drafts held, when speculating
@@ -117,7 +118,7 @@ class Slot:
         self.lookup = None
         self.drafts, self.draft_indices = [], []
         self.draft_n = self.draft_accepted = self.draft_rounds = 0
-        self.drafts_predicted = self.drafts_traffic = False
+        self.drafts_predicted = self.drafts_traffic = self.drafts_lookup_cache = False
         self.prediction_accepted = self.prediction_rejected = 0
         self.acceptance = None
         self.forced_tokens = []

@@ -48,6 +48,8 @@ class EngineStats:
     draft_rounds: int = 0
     traffic_draft_tokens: int = 0  # of draft_tokens, those copied from earlier requests' outputs
     traffic_draft_accepted: int = 0
+    lookup_cache_draft_tokens: int = 0  # of draft_tokens, those from the lookup caches (-lcs, -lcd)
+    lookup_cache_draft_accepted: int = 0
     context_shifts: int = 0
     # how each request's time to first token splits, summed over requests that reached it
     first_tokens: int = 0

@@ -132,6 +132,7 @@ class StepPlanner:
                 drafts = option.tokens[: option.length]
                 slot.drafts_predicted = option.predicted
                 slot.drafts_traffic = option.traffic
+                slot.drafts_lookup_cache = option.lookup_cache
                 expected_yield += option.expected[option.length]
             spans.append(Span(slot, [slot.next_token, *drafts], start, prefill=False))
             n_planned += len(drafts)

@@ -77,6 +77,11 @@ _SERIES = [
     ("mlxcel_spec_traffic_accepted_tokens_total", "counter",
      "Draft tokens copied from earlier requests' outputs that were accepted",
      lambda s: s.stats.traffic_draft_accepted),
+    ("mlxcel_spec_lookup_cache_draft_tokens_total", "counter", "Draft tokens from the lookup caches (-lcs, -lcd)",
+     lambda s: s.stats.lookup_cache_draft_tokens),
+    ("mlxcel_spec_lookup_cache_accepted_tokens_total", "counter",
+     "Draft tokens from the lookup caches (-lcs, -lcd) that were accepted",
+     lambda s: s.stats.lookup_cache_draft_accepted),
 ]
 
 # llama-server's series (without their `llamacpp:` prefix): counters, then gauges

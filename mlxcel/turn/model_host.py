@@ -23,6 +23,7 @@ from mlxcel.engine.engine import Engine
 from mlxcel.engine.engine_config import EngineConfig
 from mlxcel.engine.host_memory import MemoryProbeError, read_host_memory
 from mlxcel.engine.llama_runtime import FLASH_ATTN_TYPES, LlamaRuntime, RuntimeConfig
+from mlxcel.engine.lookup_cache import LookupCaches
 from mlxcel.engine.lora import apply_scales
 from mlxcel.engine.prompt_cache import HostPromptCache
 from mlxcel.engine.rope import RopeSettings
@@ -121,6 +122,7 @@ class ModelHost:
         self._on_failure: Callable[[str], None] = lambda _message: None
         self.asleep: dict = {}  # while SLEEPING: what the routes that do not wake it answer (server/idle_sleep.py)
         self._carried_stats = None  # the engine's counters across a sleep (EngineStats)
+        self._lookup_caches: LookupCaches | None = None  # read with the model once; kept across a sleep
         self._carried_lora: list[float] | None = None  # POST /lora-adapters' scales across a sleep
         self._waking = False  # loading again after a sleep: still described as asleep until ready
 
@@ -228,6 +230,9 @@ class ModelHost:
             costs = None
             if drafter is not None or lookup_ngram:
                 costs = self._measure_decode_costs(runtime, drafter is not None)
+            if lookup_ngram and self._lookup_caches is None and (cfg.lookup_cache_static or cfg.lookup_cache_dynamic):
+                self._lookup_caches = LookupCaches.load(cfg.lookup_cache_static, cfg.lookup_cache_dynamic,
+                                                        tokenizer.n_vocab)
             engine = Engine(
                 runtime,
                 tokenizer,
@@ -243,6 +248,7 @@ class ModelHost:
                     draft_max=cfg.spec_draft_max,
                     lookup_max=cfg.spec_ngram_size_m,
                     traffic_tokens=cfg.spec_ngram_traffic,
+                    lookup_caches=self._lookup_caches,
                     draft_min=cfg.spec_draft_min,
                     decode_costs=costs,
                     on_failure=self._engine_failed,

@@ -72,3 +72,34 @@ def test_beside_a_draft_model_a_prediction_expected_to_hold_longer_is_drafted_in
         slot.acceptance.stats(PREDICTED).observe(1, 0)
     option = chooser.option(slot, 1, 1.0)
     assert not option.predicted and option.tokens == [77] * 4 and drafter.asked == 1
+
+
+def _cache_slot(cache_prompt: bool = True) -> Slot:
+    history = [5, 6, 7, 1, 2]  # nothing repeats: prompt lookup proposes nothing
+    request = GenerationRequest(prompt_tokens=history[:-1], emit=lambda event: None, cache_prompt=cache_prompt)
+    slot = Slot(0, SlotState.DECODE, cached_tokens=list(history), request=request)
+    slot.lookup = PromptLookup(2, 8, 1)
+    slot.acceptance = SlotAcceptance(8)
+    return slot
+
+
+def test_the_lookup_caches_are_drafted_where_the_request_s_own_text_proposes_nothing():
+    from mlxcel.engine.draft_policy import DecodeCosts
+    from mlxcel.engine.lookup_cache import LookupCaches, StaticCounts
+    from mlxcel.engine.prompt_lookup import LOOKUP_CACHE
+
+    caches = LookupCaches(StaticCounts({(1, 2): {3: 4}, (2, 3): {4: 4}}), {(2,): {30: 9}}, None)
+    costs = DecodeCosts({n: 0.010 + 0.002 * (n - 1) for n in range(1, 17)})  # a second token costs a fifth more
+    chooser = DraftChooser(None, cap=8, draft_min=1, decode_costs=costs, batch_capacity=64, n_ctx_slot=512,
+                           n_ubatch=512, lookup_caches=caches)
+    option = chooser.option(_cache_slot(), 1, 1.0)
+    # the dynamic counts (what the server generated) first: 30 after 2, then nothing follows 30
+    assert option.lookup_cache and not option.traffic and option.tokens == [30]
+    # a request that opts out of the server's state is drafted from the static counts only
+    option = chooser.option(_cache_slot(cache_prompt=False), 1, 1.0)
+    assert option.lookup_cache and option.tokens == [3, 4]
+    slot = _cache_slot()
+    for _ in range(6):  # its drafts kept failing: drafting them no longer pays
+        slot.acceptance.stats(LOOKUP_CACHE).observe(1, 0)
+    option = chooser.option(slot, 1, 1.0)
+    assert option.lookup_cache and option.tokens == [30] and option.length == 0  # followed, not drafted

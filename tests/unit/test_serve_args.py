@@ -481,3 +481,28 @@ def test_mcp_servers_come_from_a_file_and_inline_json(tmp_path, caplog):
             parse_serve_args(base + ["--mcp-servers-json", value])
     with pytest.raises(UsageError, match="cannot read"):
         parse_serve_args(base + ["--mcp-servers-config", str(tmp_path / "none.json")])
+
+
+def test_lookup_caches_are_read_beside_prompt_lookup_and_named_where_they_do_nothing(tmp_path, monkeypatch):
+    static, dynamic = tmp_path / "static.bin", tmp_path / "dynamic.bin"
+    static.write_bytes(b"")
+    config = parse_serve_args(["-lcs", str(static), "--lookup-cache-dynamic", str(dynamic)])  # dynamic: made later
+    assert (config.lookup_cache_static, config.lookup_cache_dynamic) == (str(static), str(dynamic))
+    assert not any(flag.startswith("--lookup-cache") for flag in config.ignored_flags)
+    monkeypatch.setenv("MLXCEL_LOOKUP_CACHE_STATIC", str(static))
+    assert parse_serve_args([]).lookup_cache_static == str(static)
+    monkeypatch.delenv("MLXCEL_LOOKUP_CACHE_STATIC")
+    plain = parse_serve_args(["--spec-type", "none", "-lcs", str(static)])
+    assert plain.lookup_cache_static is None
+    noted = "--lookup-cache-static (drafts beside prompt lookup only"
+    assert any(flag.startswith(noted) for flag in plain.ignored_flags)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["-lcs", "/no/such/static.bin"], "--lookup-cache-static /no/such/static.bin: no such file"),
+    (["-lcd", "/no/such/folder/dynamic.bin"], "its folder does not exist"),
+    (["-lcd", "/"], "not a file"),
+])
+def test_lookup_cache_paths_that_cannot_serve_fail_in_one_line(argv, needle):
+    with pytest.raises(UsageError, match=needle):
+        parse_serve_args(argv)
