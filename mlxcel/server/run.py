@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 
 import uvicorn
 
@@ -22,6 +23,26 @@ from mlxcel.state.url import StateUnavailable, open_state
 log = logging.getLogger("mlxcel")
 
 
+def _loading_threads() -> list[threading.Thread]:
+    """Model loads still running (the chat model's, a side model's, a fleet member's)."""
+    return [thread for thread in threading.enumerate()
+            if thread.is_alive() and thread.daemon and thread.name.startswith("mlxcel-")
+            and ("loader" in thread.name or thread.name.startswith("mlxcel-load-"))]
+
+
+def _leave(code: int) -> int:
+    """The server's exit code, once it has shut down. A model still loading on its
+    thread (the server ended first: another model failed to load, or a signal came) is
+    inside llama.cpp, whose log lines call back into Python: as the interpreter tears
+    down, such a call crashes the process (SIGSEGV) after the answer was given. Then
+    the process ends at once, with everything written out, instead of tearing down."""
+    if not _loading_threads():
+        return code
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _warn_gpu_flags(config: ServerConfig) -> None:
@@ -105,5 +126,5 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
                     os.unlink(unix_path)
     if failure:
         print(f"mlxcel: error: {failure[0]}", file=sys.stderr)
-        return 1
-    return 0
+        return _leave(1)
+    return _leave(0)
