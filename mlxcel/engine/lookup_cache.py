@@ -36,6 +36,7 @@ import tempfile
 import time
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,51 +54,89 @@ STRICT_SAMPLES, STRICT_PERCENT = (4, 3, 2, 2), (75, 66, 66, 66)
 LAX_SAMPLES, LAX_PERCENT = (2, 2, 1, 1), (66, 50, 50, 50)
 DYNAMIC_MAX_NGRAMS = 1 << 20  # n-grams the dynamic counts hold at most (~200 MB of dicts)
 SAVE_AFTER_S = 60.0  # a changed dynamic cache is written once the engine has been idle this long
+# most tokens a draft from the caches holds: each is a guess from statistics, so few survive
+# far (llama.cpp drafts 8), and each costs a lookup on the engine's step
+MAX_DRAFT = 16
 
 
 class LookupCacheError(ValueError):
     """A lookup cache file that cannot be read as one (or not for this model)."""
 
 
-def read_counts(path: Path, n_vocab: int) -> dict[tuple[int, ...], dict[int, int]]:
-    """The n-gram counts in a lookup cache file: n-gram -> {token: count}. Refuses a
-    file that is not one (a record cut short, a count below one, an n-gram with a gap)
-    and one holding a token past `n_vocab` (made with another model's vocabulary)."""
+@dataclass(frozen=True)
+class Records:
+    """A lookup cache file's records as arrays: each record's n-gram (NULL past its
+    length) and its followers, flat, with the record each belongs to."""
+
+    ngrams: np.ndarray  # (records, NGRAM_MAX) int32
+    lengths: np.ndarray  # (records,) the n-grams' lengths
+    owner: np.ndarray  # (followers,) the record of each follower
+    tokens: np.ndarray  # (followers,) int32
+    counts: np.ndarray  # (followers,) int64
+
+
+def read_records(path: Path, n_vocab: int) -> Records:
+    """A lookup cache file's records. Refuses a file that is not one (a record cut
+    short, a count below one, an n-gram with a gap) and one holding a token past
+    `n_vocab` (made with another model's vocabulary). One pass in Python finds where the
+    records start; the rest is numpy, so a file of millions of records reads in seconds."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise LookupCacheError(f"{path}: {exc.strerror or exc}") from None
     if len(data) % 4:
         raise LookupCacheError(f"{path}: not a lookup cache (its size is not a whole number of int32 values)")
-    words = np.frombuffer(data, dtype="<i4").tolist()
-    counts: dict[tuple[int, ...], dict[int, int]] = {}
-    i, end = 0, len(words)
+    words = np.frombuffer(data, dtype="<i4").astype(np.int32)  # the host's byte order, for the walk below
+    view, end, i = memoryview(words), len(words), 0
+    starts = array("q")
     while i < end:
         if i + NGRAM_MAX + 1 > end:
             raise LookupCacheError(f"{path}: not a lookup cache (a record is cut short at byte {4 * i})")
-        ngram = _ngram(words[i : i + NGRAM_MAX], path, i, n_vocab)
-        n = words[i + NGRAM_MAX]
-        i += NGRAM_MAX + 1
+        n = view[i + NGRAM_MAX]
         if n < 1:
-            raise LookupCacheError(f"{path}: not a lookup cache (a record at byte {4 * (i - 1)} claims {n} tokens)")
-        if i + 2 * n > end:
-            raise LookupCacheError(f"{path}: not a lookup cache (a record of {n} tokens is cut short at byte {4 * i})")
-        part = counts.setdefault(ngram, {})
-        for token, count in zip(words[i : i + 2 * n : 2], words[i + 1 : i + 2 * n : 2]):
-            if count < 1 or not 0 <= token < n_vocab:
-                raise LookupCacheError(_bad_follower(path, token, count, n_vocab))
-            part[token] = part.get(token, 0) + count
-        i += 2 * n
+            raise LookupCacheError(f"{path}: not a lookup cache (a record at byte {4 * i} claims {n} tokens)")
+        if i + NGRAM_MAX + 1 + 2 * n > end:
+            raise LookupCacheError(f"{path}: not a lookup cache (a record of {n} tokens at byte {4 * i} is cut short)")
+        starts.append(i)
+        i += NGRAM_MAX + 1 + 2 * n
+    at = np.frombuffer(starts, dtype=np.int64) if starts else np.zeros(0, np.int64)
+    ngrams = words[at[:, None] + np.arange(NGRAM_MAX)]
+    n_followers = words[at + NGRAM_MAX].astype(np.int64)
+    owner = np.repeat(np.arange(len(at)), n_followers)
+    within = np.arange(len(owner)) - np.repeat(np.cumsum(n_followers) - n_followers, n_followers)
+    places = at[owner] + NGRAM_MAX + 1 + 2 * within
+    tokens, counts = words[places], words[places + 1].astype(np.int64)
+    null = ngrams == NULL
+    lengths = np.where(null.any(axis=1), null.argmax(axis=1), NGRAM_MAX)
+    past = np.arange(NGRAM_MAX) >= lengths[:, None]
+    bad = (lengths < 1) | (null != past).any(axis=1) | ~(past | ((ngrams >= 0) & (ngrams < n_vocab))).all(axis=1)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise LookupCacheError(f"{path}: not a lookup cache for this model (the n-gram at byte {4 * int(at[r])} is "
+                               f"{ngrams[r].tolist()}; this model has {n_vocab} tokens)")
+    bad = (counts < 1) | (tokens < 0) | (tokens >= n_vocab)
+    if bad.any():
+        f = int(np.flatnonzero(bad)[0])
+        raise LookupCacheError(_bad_follower(path, int(tokens[f]), int(counts[f]), n_vocab))
+    return Records(ngrams, lengths, owner, tokens, counts)
+
+
+def read_counts(path: Path, n_vocab: int, max_ngrams: int | None = None) -> dict[tuple[int, ...], dict[int, int]]:
+    """The n-gram counts in a lookup cache file (read_records): n-gram -> {token: count},
+    the first `max_ngrams` n-grams at most."""
+    records = read_records(path, n_vocab)
+    keys = [tuple(row[:n]) for row, n in zip(records.ngrams.tolist(), records.lengths.tolist())]
+    counts: dict[tuple[int, ...], dict[int, int]] = {}
+    room = len(keys) if max_ngrams is None else max_ngrams
+    for r, token, count in zip(records.owner.tolist(), records.tokens.tolist(), records.counts.tolist()):
+        part = counts.get(keys[r])
+        if part is None:
+            if room <= 0:
+                continue
+            part = counts[keys[r]] = {}
+            room -= 1
+        part[token] = part.get(token, 0) + count
     return counts
-
-
-def _ngram(tokens: list[int], path: Path, at: int, n_vocab: int) -> tuple[int, ...]:
-    length = tokens.index(NULL) if NULL in tokens else NGRAM_MAX
-    ngram = tuple(tokens[:length])
-    if not ngram or any(t != NULL for t in tokens[length:]) or any(not 0 <= t < n_vocab for t in ngram):
-        raise LookupCacheError(f"{path}: not a lookup cache for this model (the n-gram at byte {4 * at} is "
-                               f"{tokens}; this model has {n_vocab} tokens)")
-    return ngram
 
 
 def _bad_follower(path: Path, token: int, count: int, n_vocab: int) -> str:
@@ -130,25 +169,51 @@ def write_counts(path: Path, counts: dict[tuple[int, ...], dict[int, int]]) -> N
 
 
 class StaticCounts:
-    """A static lookup cache's 2-grams in flat arrays: each 2-gram's followers with
-    their counts, and its most frequent follower, that one's count and the total."""
+    """A static lookup cache's 2-grams in flat arrays, sorted by 2-gram: each one's
+    followers (ascending) with their counts, and its most frequent follower (the lowest
+    on a tie), that one's count and the total."""
 
-    def __init__(self, counts: dict[tuple[int, ...], dict[int, int]]) -> None:
-        pairs = sorted((_key(ngram), part) for ngram, part in counts.items() if len(ngram) == STATIC_NGRAM)
-        self.keys = np.array([key for key, _ in pairs], dtype=np.int64)
-        self.starts = np.zeros(len(pairs) + 1, dtype=np.int64)
-        tokens, tallies, best, best_count, total = array("i"), array("i"), array("i"), array("i"), array("q")
-        for n, (_, part) in enumerate(pairs):
-            top = max(part.items(), key=lambda item: (item[1], -item[0]))
-            best.append(top[0])
-            best_count.append(top[1])
-            total.append(sum(part.values()))
-            tokens.extend(part.keys())
-            tallies.extend(part.values())
-            self.starts[n + 1] = len(tokens)
-        self.tokens = np.frombuffer(tokens, dtype=np.int32) if tokens else np.zeros(0, np.int32)
-        self.tallies = np.frombuffer(tallies, dtype=np.int32) if tallies else np.zeros(0, np.int32)
-        self.best, self.best_count, self.total = best.tolist(), best_count.tolist(), total.tolist()
+    def __init__(self, keys: np.ndarray, tokens: np.ndarray, counts: np.ndarray) -> None:
+        """From one entry per (2-gram key, follower, count), in any order, repeats adding up."""
+        order = np.lexsort((tokens, keys))
+        keys, tokens, counts = keys[order], tokens[order], counts[order].astype(np.int64)
+        if len(keys):
+            fresh = np.ones(len(keys), dtype=bool)
+            fresh[1:] = (keys[1:] != keys[:-1]) | (tokens[1:] != tokens[:-1])
+            firsts = np.flatnonzero(fresh)
+            keys, tokens, counts = keys[firsts], tokens[firsts], np.add.reduceat(counts, firsts)
+        new_key = np.ones(len(keys), dtype=bool)
+        new_key[1:] = keys[1:] != keys[:-1]
+        heads = np.flatnonzero(new_key)
+        self.keys = keys[heads]
+        self.starts = np.append(heads, len(keys)).astype(np.int64)
+        self.tokens, self.tallies = tokens.astype(np.int32), counts
+        if len(heads):
+            self.total = np.add.reduceat(counts, heads)
+            self.best_count = np.maximum.reduceat(counts, heads)
+            top = np.flatnonzero(counts == np.repeat(self.best_count, np.diff(self.starts)))
+            group = np.searchsorted(heads, top, side="right") - 1
+            _, first = np.unique(group, return_index=True)
+            self.best = tokens[top[first]]
+        else:
+            self.total = self.best_count = self.best = np.zeros(0, np.int64)
+
+    @classmethod
+    def from_records(cls, records: Records) -> StaticCounts:
+        """The 2-grams of a file's records (the only n-grams a draft looks the static
+        counts up by; llama-lookup-create writes only those)."""
+        pairs = records.lengths == STATIC_NGRAM
+        keys = (records.ngrams[:, 0].astype(np.int64) << 32) | records.ngrams[:, 1].astype(np.int64)
+        kept = pairs[records.owner]
+        return cls(keys[records.owner[kept]], records.tokens[kept], records.counts[kept])
+
+    @classmethod
+    def from_counts(cls, counts: dict[tuple[int, ...], dict[int, int]]) -> StaticCounts:
+        entries = [(_key(ngram), token, count) for ngram, part in counts.items() if len(ngram) == STATIC_NGRAM
+                   for token, count in part.items()]
+        keys, tokens, tallies = (np.array(column, dtype=np.int64) for column in zip(*entries)) if entries else (
+            np.zeros(0, np.int64),) * 3
+        return cls(keys, tokens, tallies)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -169,11 +234,11 @@ class StaticCounts:
         """The 2-gram's most frequent follower where it passes the lax thresholds, else -1."""
         if index < 0:
             return NULL
-        best, total = self.best_count[index], self.total[index]
+        best, total = int(self.best_count[index]), int(self.total[index])
         at = STATIC_NGRAM - 1
         if total < LAX_SAMPLES[at] or 100 * best < LAX_PERCENT[at] * total:
             return NULL
-        return self.best[index]
+        return int(self.best[index])
 
 
 def _key(ngram: tuple[int, ...]) -> int:
@@ -200,11 +265,11 @@ class LookupCaches:
         flag = "--lookup-cache-static"
         try:
             if static_path:
-                static = StaticCounts(read_counts(Path(static_path), n_vocab))
+                static = StaticCounts.from_records(read_records(Path(static_path), n_vocab))
             flag = "--lookup-cache-dynamic"
             if dynamic_path:
                 path = Path(dynamic_path)
-                dynamic = read_counts(path, n_vocab) if path.exists() else {}
+                dynamic = read_counts(path, n_vocab, DYNAMIC_MAX_NGRAMS) if path.exists() else {}
         except LookupCacheError as exc:
             raise LookupCacheError(f"{flag} {exc}") from None
         caches = cls(static, dynamic, Path(dynamic_path) if dynamic_path else None)
@@ -257,13 +322,14 @@ class LookupCaches:
         log.info("dynamic lookup cache written: %d n-grams to %s", len(self.dynamic), self.dynamic_path)
 
     def draft(self, history: list[int], limit: int, min_draft: int = 1, dynamic: bool = True) -> Proposal:
-        """Up to `limit` tokens drafted from the caches after `history` (without the
-        dynamic counts unless `dynamic`)."""
+        """Up to `limit` tokens (MAX_DRAFT at most) drafted from the caches after
+        `history` (without the dynamic counts unless `dynamic`)."""
         if limit < min_draft or len(history) < STATIC_NGRAM:
             return NO_PROPOSAL
         counts = self.dynamic if dynamic else None
         text = history[-NGRAM_MAX:]
         drafted: list[int] = []
+        limit = min(limit, MAX_DRAFT)
         while len(drafted) < limit:
             token = self._next(text, counts)
             if token == NULL:

@@ -88,7 +88,7 @@ def test_the_lookup_caches_are_drafted_where_the_request_s_own_text_proposes_not
     from mlxcel.engine.lookup_cache import LookupCaches, StaticCounts
     from mlxcel.engine.prompt_lookup import LOOKUP_CACHE
 
-    caches = LookupCaches(StaticCounts({(1, 2): {3: 4}, (2, 3): {4: 4}}), {(2,): {30: 9}}, None)
+    caches = LookupCaches(StaticCounts.from_counts({(1, 2): {3: 4}, (2, 3): {4: 4}}), {(2,): {30: 9}}, None)
     costs = DecodeCosts({n: 0.010 + 0.002 * (n - 1) for n in range(1, 17)})  # a second token costs a fifth more
     chooser = DraftChooser(None, cap=8, draft_min=1, decode_costs=costs, batch_capacity=64, n_ctx_slot=512,
                            n_ubatch=512, lookup_caches=caches)

@@ -68,7 +68,7 @@ def test_a_missing_static_file_is_refused_with_its_name(tmp_path):
 
 
 def static(counts: dict) -> StaticCounts:
-    return StaticCounts(counts)
+    return StaticCounts.from_counts(counts)
 
 
 def test_the_static_counts_draft_the_usual_follower_of_the_last_two_tokens():
@@ -163,3 +163,39 @@ def test_a_failed_write_keeps_the_counts_for_the_next_one(tmp_path, caplog):
     caches.add([1, 2, 3], new=1)
     caches.save()
     assert caches.changed_at is not None and "could not write the dynamic lookup cache" in caplog.text
+
+
+def test_a_static_file_is_read_into_the_same_counts_as_a_dict_gives(tmp_path):
+    path = tmp_path / "static.bin"
+    # a repeated 2-gram adds up; the 1- and 3-grams are never looked up, so not kept
+    path.write_bytes(record((1, 2), {3: 2, 9: 5}) + record((4,), {5: 9}) + record((1, 2), {3: 3})
+                     + record((1, 2, 3), {4: 9}) + record((7, 8), {6: 2, 5: 2}))
+    from_file = LookupCaches.load(str(path), None, N_VOCAB).static
+    from_dict = static({(1, 2): {3: 5, 9: 5}, (7, 8): {5: 2, 6: 2}})
+    for counts in (from_file, from_dict):
+        assert len(counts) == 2 and counts.find(4, 5) == -1 and counts.find(1, 3) == -1
+        assert counts.followers(counts.find(1, 2)) == {3: 5, 9: 5}
+        assert counts.draft(counts.find(1, 2)) == 3 and counts.draft(counts.find(7, 8)) == 5  # ties: the lowest
+    assert static({}).find(1, 2) == -1 and len(static({})) == 0
+
+
+def test_many_records_read_whole(tmp_path):
+    path = tmp_path / "big.bin"
+    counts = {(a, b): {(a + b) % N_VOCAB: 1 + a % 3, 7: 1} for a in range(300) for b in range(0, 600, 3)}
+    write_counts(path, counts)
+    loaded = LookupCaches.load(str(path), None, N_VOCAB).static
+    assert len(loaded) == len(counts) == 60_000
+    assert loaded.followers(loaded.find(299, 597)) == counts[(299, 597)]
+
+
+def test_a_dynamic_file_is_read_up_to_its_bound(tmp_path):
+    path = tmp_path / "dynamic.bin"
+    write_counts(path, {(1,): {2: 1}, (2,): {3: 1}, (3,): {4: 1}})
+    assert read_counts(path, N_VOCAB, max_ngrams=2) == {(1,): {2: 1}, (2,): {3: 1}}
+
+
+def test_a_draft_from_the_caches_holds_at_most_max_draft_tokens():
+    from mlxcel.engine.lookup_cache import MAX_DRAFT
+
+    caches = LookupCaches(static({(1, 1): {1: 9}}), None, None)
+    assert caches.draft([1, 1], limit=100).tokens == [1] * MAX_DRAFT
