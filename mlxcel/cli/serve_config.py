@@ -225,6 +225,9 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     vertex = _vertex_settings()
     if args.config_file is None and args.models_dir is None and args.models_preset is None:
         check_model(args.model)
+    elif args.lookup_cache_static or args.lookup_cache_dynamic:
+        raise UsageError("lookup caches hold one model's tokens: --lookup-cache-static and --lookup-cache-dynamic "
+                         "serve with -m, not with --config, --models-dir or --models-preset")
     elif args.lora or args.lora_scaled or args.control_vector or args.control_vector_scaled:
         raise UsageError("LoRA adapters and control vectors belong to one model: --lora and --control-vector serve "
                          "with -m, not with --config, --models-dir or --models-preset (a config file's model takes "

@@ -502,6 +502,7 @@ def test_lookup_caches_are_read_beside_prompt_lookup_and_named_where_they_do_not
     (["-lcs", "/no/such/static.bin"], "--lookup-cache-static /no/such/static.bin: no such file"),
     (["-lcd", "/no/such/folder/dynamic.bin"], "its folder does not exist"),
     (["-lcd", "/"], "not a file"),
+    (["-lcs", "/etc/hostname", "--models-dir", "/tmp"], "lookup caches hold one model's tokens"),
 ])
 def test_lookup_cache_paths_that_cannot_serve_fail_in_one_line(argv, needle):
     with pytest.raises(UsageError, match=needle):
