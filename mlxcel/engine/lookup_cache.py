@@ -22,7 +22,7 @@ The file format is llama.cpp's: records of an n-gram (four int32 tokens, -1 past
 length), an int32 count of followers, then that many (int32 token, int32 count) pairs,
 little-endian as written on the machines llama.cpp runs on.
 
-Memory: the static counts are held in flat arrays (about 24 bytes per n-gram and 8 per
+Memory: the static counts are held in flat arrays (about 40 bytes per 2-gram and 12 per
 follower); only its 2-grams are kept, the only ones a draft looks up. The dynamic counts
 are a dict, bounded by `max_ngrams` (past it only n-grams already held are counted).
 Both belong to the engine thread once the server runs.
