@@ -57,6 +57,7 @@ SAVE_AFTER_S = 60.0  # a changed dynamic cache is written once the engine has be
 # most tokens a draft from the caches holds: each is a guess from statistics, so few survive
 # far (llama.cpp drafts 8), and each costs a lookup on the engine's step
 MAX_DRAFT = 16
+COUNT_MAX = (1 << 31) - 1
 
 
 class LookupCacheError(ValueError):
@@ -155,7 +156,7 @@ def write_counts(path: Path, counts: dict[tuple[int, ...], dict[int, int]]) -> N
         out.append(len(part))
         for token, count in part.items():
             out.append(token)
-            out.append(count)
+            out.append(min(count, COUNT_MAX))  # the file's counts are int32
     data = np.frombuffer(out.tobytes(), dtype=np.int32).astype("<i4").tobytes()
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -314,7 +315,7 @@ class LookupCaches:
             return
         try:
             write_counts(self.dynamic_path, self.dynamic)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - the engine thread goes on whatever a write meets
             log.warning("could not write the dynamic lookup cache %s: %s", self.dynamic_path, exc)
             self.changed_at = time.monotonic()  # not at once again: after the next quiet spell
             return

@@ -199,3 +199,9 @@ def test_a_draft_from_the_caches_holds_at_most_max_draft_tokens():
 
     caches = LookupCaches(static({(1, 1): {1: 9}}), None, None)
     assert caches.draft([1, 1], limit=100).tokens == [1] * MAX_DRAFT
+
+
+def test_a_count_past_int32_is_written_as_the_largest_the_file_holds(tmp_path):
+    path = tmp_path / "dynamic.bin"
+    write_counts(path, {(1,): {2: 1 << 40}})
+    assert read_counts(path, N_VOCAB) == {(1,): {2: (1 << 31) - 1}}
