@@ -255,7 +255,8 @@ def test_router_mode_lists_a_sleeping_model_and_a_request_wakes_it(tmp_path):
 def _embedding_server():
     from tests.e2e.test_embeddings import EMBEDDING_MODEL
     return ServerProcess("--embedding", "--sleep-idle-seconds", "1", model=EMBEDDING_MODEL), \
-        ("/v1/embeddings", {"input": ["a dog runs in the park", "the sun"]}), lambda r: r.json()["data"]
+        ("/v1/embeddings", {"input": ["a dog runs in the park", "the sun"]}), \
+        lambda r: [(d["index"], d["embedding"]) for d in r.json()["data"]]
 
 
 def _reranking_server(tmp_path):
@@ -263,7 +264,7 @@ def _reranking_server(tmp_path):
     path = write_rerank_model(tmp_path / "xenc.gguf")
     return ServerProcess("--reranking", "--sleep-idle-seconds", "1", model=str(path)), \
         ("/v1/rerank", {"query": "where is the dog", "documents": ["a dog in the park", "the sun"]}), \
-        lambda r: r.json()["results"]
+        lambda r: [(d["index"], [d["relevance_score"]]) for d in r.json()["results"]]
 
 
 @pytest.mark.parametrize("make", [lambda tmp: _embedding_server(), _reranking_server], ids=["embedding", "reranking"])
@@ -287,7 +288,13 @@ def test_an_embedding_or_reranking_server_sleeps_and_wakes_with_the_same_answers
     assert health.status_code == 200 and health.json()["is_sleeping"] is True
     assert models == awake_models  # described as loaded, from before it slept
     assert all(r.status_code == 200 for r in after), [r.text for r in after]
-    assert all(answer(r) == answer(before) for r in after)
+    # the same within float32's last bits: the three requests after the wake are batched
+    # together, and llama.cpp's kernels round by batch shape (1.5e-8 seen), asleep or not
+    expected = answer(before)
+    for r in after:
+        got = answer(r)
+        assert [index for index, _ in got] == [index for index, _ in expected]
+        assert all(values == pytest.approx(want, abs=1e-6) for (_, values), (_, want) in zip(got, expected))
     assert props["is_sleeping"] is False
     assert log.count("is waking") == 1
 

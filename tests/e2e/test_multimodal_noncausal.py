@@ -84,13 +84,18 @@ def test_an_image_answers_the_same_alone_and_beside_a_decoding_stream(client, si
     whole: split, the first rows would not see the later ones and the answer would move."""
     body = {**image_chat(png_bytes(*size), max_tokens=24), "logprobs": True, "top_logprobs": 3, "cache_prompt": False}
     alone = answer(client.post("/v1/chat/completions", json=body))
-    decoding, finished = threading.Event(), threading.Event()
-    text = {"prompt": "Count from one to one hundred in words.", "n_predict": 400, "ignore_eos": True,
-            "temperature": 0, "stream": True}
+    decoding, finished, served = threading.Event(), threading.Event(), threading.Event()
+    # long enough to outlast the image on a slow host, and with nothing to draft from
+    # another request's output (the same stream ran for the other size): it is closed
+    # once the image is served
+    text = {"prompt": "Count from one to one hundred in words.", "n_predict": 2000, "ignore_eos": True,
+            "temperature": 0, "stream": True, "cache_prompt": False}
 
     def stream():
         with client.stream("POST", "/completion", json=text) as response:
             for line in response.iter_lines():
+                if served.is_set():
+                    return
                 if line.startswith("data: ") and json.loads(line[6:]).get("content"):
                     decoding.set()
         finished.set()
@@ -102,6 +107,7 @@ def test_an_image_answers_the_same_alone_and_beside_a_decoding_stream(client, si
         beside = answer(client.post("/v1/chat/completions", json=body))
         assert not finished.is_set(), "the text stream ended before the image was served: nothing ran beside it"
     finally:
+        served.set()
         thread.join()
     assert beside == alone
 
