@@ -359,7 +359,7 @@ def test_models_beside_the_chat_model_sleep_on_their_own_clocks(tmp_path):
     assert after_rerank["is_sleeping"] is True and after_rerank["rerank"]["is_sleeping"] is False
     assert chat.status_code == 200 and after_chat["is_sleeping"] is False
     waking = [line for line in log.splitlines() if "is waking" in line]
-    assert sum("embedding model" in line for line in waking) == 1
+    assert sum("embedding model" in line for line in waking) == 1, waking
     assert sum("rerank model" in line for line in waking) == 1
     assert len(waking) == 3, waking  # and the chat model once
 
