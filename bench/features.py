@@ -36,12 +36,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,7 +51,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from reference import ensure_llama_server  # noqa: E402
-from servers import llama_server_argv, start_server  # noqa: E402
+from servers import Server, llama_server_argv, start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # llama-server closes idle keep-alive connections; a pooled one can be dead on reuse
@@ -259,33 +261,45 @@ def free_aggregate(url: str, rounds: int) -> list[float]:
     return samples
 
 
+@contextlib.contextmanager
+def kept_up(variants: dict[str, list[str]], log_dir: Path) -> Iterator[dict[str, Server]]:
+    """Every variant's server, all up until the block ends (each idle while another runs)."""
+    servers: dict[str, Server] = {}
+    try:
+        for name, argv in variants.items():
+            servers[name] = start_server(name, argv, log_dir)
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def in_turn(servers: dict[str, Server], r: int) -> list[str]:
+    """Round r's order: the variants' own, reversed every other round."""
+    return list(servers) if r % 2 == 0 else list(reversed(servers))
+
+
 def free_paired(variants: dict[str, list[str]], log_dir: Path, rounds: int) -> dict[str, list[float]]:
     """free_aggregate's rounds on servers that all stay up (each idle while another
     runs), the variants taking every round in turn, the order flipped each round: every
     pair of figures comes from the same two processes minutes apart, so neither a
     process's own speed (where its buffers landed) nor the host's drift between starts
     separates them, as it does servers started afresh per round."""
-    servers = {name: start_server(name, argv, log_dir) for name, argv in variants.items()}
     out: dict[str, list[float]] = {name: [] for name in variants}
     drafts: dict[str, list[int]] = {name: [0, 0] for name in variants}
-    try:
-        with free_client() as client:
-            for name, server in servers.items():
-                free_round(client, server.url, 0)  # warm-up
-            for r in range(1, rounds + 1):
-                order = list(servers) if r % 2 else list(reversed(servers))
-                for name in order:
-                    rate, drafted, accepted = free_round(client, servers[name].url, r)
-                    out[name].append(rate)
-                    drafts[name][0] += drafted
-                    drafts[name][1] += accepted
+    with kept_up(variants, log_dir) as servers, free_client() as client:
+        for name, server in servers.items():
+            free_round(client, server.url, 0)  # warm-up
+        for r in range(1, rounds + 1):
+            for name in in_turn(servers, r - 1):
+                rate, drafted, accepted = free_round(client, servers[name].url, r)
+                out[name].append(rate)
+                drafts[name][0] += drafted
+                drafts[name][1] += accepted
         for name, server in servers.items():
             profile = step_profile(server.url)
             print(f"    {name}: drafted {drafts[name][0]}, accepted {drafts[name][1]}"
                   + (f"; {profile}" if profile else ""))
-    finally:
-        for server in servers.values():
-            server.stop()
     return out
 
 
@@ -367,23 +381,19 @@ def lookup_cache_paired(variants: dict[str, list[str]], log_dir: Path, rounds: i
     """traffic_round's decode rate on servers that all stay up, the variants taking the
     rounds in turn (the order flipped each round), on tasks after the corpus's, with
     cache_prompt false (neither the traffic drafts nor the prompt cache apply)."""
-    servers = {name: start_server(name, argv, log_dir) for name, argv in variants.items()}
     out: dict[str, list[float]] = {name: [] for name in variants}
-    try:
-        with httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
-            for server in servers.values():  # warm-up: one request, a task no round sends
-                streamed(client, f"{server.url}/v1/chat/completions", {
-                    "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "cache_prompt": False})
-            for r in range(rounds):
-                first = CORPUS_TASKS + r * TRAFFIC_PER_ROUND
-                for name in (list(servers) if r % 2 == 0 else list(reversed(servers))):
-                    tokens, seconds, drafted, accepted = traffic_round(client, servers[name].url, first, False)
-                    out[name].append(tokens / seconds)
-                    print(f"    round {r + 1} {name}: {tokens / seconds:.1f} tok/s, drafted {drafted}, "
-                          f"accepted {accepted}")
-    finally:
-        for server in servers.values():
-            server.stop()
+    with kept_up(variants, log_dir) as servers, \
+            httpx.Client(timeout=600, trust_env=False, limits=NO_KEEPALIVE) as client:
+        for server in servers.values():  # warm-up: one request, a task no round sends
+            streamed(client, f"{server.url}/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "cache_prompt": False})
+        for r in range(rounds):
+            first = CORPUS_TASKS + r * TRAFFIC_PER_ROUND
+            for name in in_turn(servers, r):
+                tokens, seconds, drafted, accepted = traffic_round(client, servers[name].url, first, False)
+                out[name].append(tokens / seconds)
+                print(f"    round {r + 1} {name}: {tokens / seconds:.1f} tok/s, drafted {drafted}, "
+                      f"accepted {accepted}")
     return out
 
 
