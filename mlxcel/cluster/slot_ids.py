@@ -20,15 +20,23 @@ class SlotPlace:
 
 
 def merged_rows(answers: dict[str, list]) -> list[dict]:
-    """Every replica's `/slots` rows (replica id -> its list), renumbered as above."""
-    rows, offset = [], 0
+    """Every replica's `/slots` rows (replica id -> its list), renumbered as above; the
+    requests waiting in each replica's queue (its rows after its slots) come after every
+    slot, numbered on, with no `replica_slot`."""
+    rows, waiting, offset = [], [], 0
     for replica in sorted(answers):
-        own = answers[replica]
-        for row in own:
+        slots = [row for row in answers[replica] if not _waiting(row)]
+        for row in slots:
             if isinstance(row, dict) and isinstance(row.get("id"), int):
                 rows.append({**row, "id": offset + row["id"], "replica": replica, "replica_slot": row["id"]})
-        offset += len(own)
-    return rows
+        waiting += [{**row, "replica": replica, "replica_slot": None} for row in answers[replica] if _waiting(row)]
+        offset += len(slots)
+    return rows + [{**row, "id": offset + i} for i, row in enumerate(waiting)]
+
+
+def _waiting(row) -> bool:
+    """A queued request's row, not a slot's (a slot prefilling is `queued` but processing)."""
+    return isinstance(row, dict) and row.get("state") == "queued" and row.get("is_processing") is False
 
 
 def locate(slot_id: int, counts: dict[str, int]) -> SlotPlace | None:

@@ -5,7 +5,8 @@ Request fields mirror vLLM's RepetitionDetectionParams (`max_pattern_size`,
 `resolve_loop_policy`, first match wins:
 
 1. the request: if it sets any of the three fields (an explicit
-   `max_pattern_size: 0` force-disables);
+   `max_pattern_size: 0` force-disables, as does a `min_count` below 2, which vLLM
+   refuses);
 2. the `MLXCEL_LOOP_DETECTION` environment variable, read by the server at startup
    (`parse_loop_env` validates it there):
 
@@ -82,9 +83,11 @@ class LoopDetector:
         return False
 
 
-def validate_loop_params(max_pattern_size: Any, min_pattern_size: Any, min_count: Any) -> LoopPolicy:
+def validate_loop_params(max_pattern_size: Any, min_pattern_size: Any, min_count: Any,
+                         count_below_two_disables: bool = False) -> LoopPolicy:
     """Checks the three values vLLM's way; raises ValueError naming the bad field.
-    Returns them as ints with `min_pattern_size` 0 read as 1."""
+    Returns them as ints with `min_pattern_size` 0 read as 1. A request's `min_count`
+    below 2 turns detection off (`count_below_two_disables`), as the spec has it."""
     values = {"max_pattern_size": max_pattern_size, "min_pattern_size": min_pattern_size, "min_count": min_count}
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int):
@@ -95,7 +98,7 @@ def validate_loop_params(max_pattern_size: Any, min_pattern_size: Any, min_count
     if max_pattern_size > 0:
         if effective_min > max_pattern_size:
             raise ValueError("min_pattern_size must be <= max_pattern_size")
-        if min_count < 2:
+        if min_count < 2 and not count_below_two_disables:
             raise ValueError("min_count must be >= 2")
     return max_pattern_size, effective_min, min_count
 
@@ -141,10 +144,12 @@ def resolve_loop_policy(
     (naming the field) for bad request values or a bad environment value."""
     given = {name: request_fields[name] for name in LOOP_FIELDS if request_fields.get(name) is not None}
     if given:
-        policy = validate_loop_params(
-            given.get("max_pattern_size", 0), given.get("min_pattern_size", 0), given.get("min_count", 0)
-        )
-        return policy if policy[0] > 0 else None
+        count = given.get("min_count", 0)
+        if isinstance(count, int) and not isinstance(count, bool) and count < 2:
+            count = 0  # below 2 turns detection off, even below 0
+        policy = validate_loop_params(given.get("max_pattern_size", 0), given.get("min_pattern_size", 0), count,
+                                      count_below_two_disables=True)
+        return policy if policy[0] > 0 and policy[2] >= 2 else None
     if env_value is not None and env_value.strip():
         return parse_loop_env(env_value)
     return family_loop_default(model_family)

@@ -1,8 +1,9 @@
 """API-key check: `Authorization: Bearer KEY`, the raw key in the same header, or
 `x-api-key: KEY` as Anthropic clients send it. /health, /v1/health and / stay open, as
-in llama-server; keys are compared in constant time. A missing or wrong key gets
-llama-server's 401 body (`authentication_error`, "Invalid API Key"); the Anthropic
-routes get Anthropic's error shape.
+in llama-server; keys are compared in constant time. A missing key gets a 401 of type
+and code `missing_api_key`, a wrong one `invalid_api_key` (llama-server's message,
+"Invalid API Key"), as the spec's error table and OpenAI name them; the Anthropic
+routes get Anthropic's error shape (`authentication_error`).
 
 The key a request was accepted with is recorded in its scope's state as `api_key_id`
 (a short SHA-256 digest, never the key), so that what a key stores stays its own."""
@@ -18,7 +19,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mlxcel.http.errors import anthropic_error_body, is_anthropic_path
 
 OPEN_PATHS = frozenset({"/health", "/v1/health", "/"})
-INVALID_KEY = "Invalid API Key"  # llama-server's message, for a missing key too
+INVALID_KEY = "Invalid API Key"  # llama-server's message
+MISSING_KEY = "Missing API key: send it as `Authorization: Bearer KEY`"
 KEY_ID = "api_key_id"
 
 
@@ -31,10 +33,12 @@ def request_key_id(scope: Scope) -> str | None:
     return (scope.get("state") or {}).get(KEY_ID)
 
 
-def _error(path: str) -> bytes:
+def _error(path: str, missing: bool) -> bytes:
     if is_anthropic_path(path):
         return json.dumps(anthropic_error_body("authentication_error", "Invalid API key")).encode()
-    return json.dumps({"error": {"code": 401, "message": INVALID_KEY, "type": "authentication_error"}}).encode()
+    kind = "missing_api_key" if missing else "invalid_api_key"
+    return json.dumps({"error": {"message": MISSING_KEY if missing else INVALID_KEY, "type": kind,
+                                 "code": kind}}).encode()
 
 
 def presented_keys(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
@@ -72,12 +76,14 @@ class APIKeyMiddleware:
             await self.app(scope, receive, send)
             return
         # every presented key is compared
-        accepted = [key for key in presented_keys(scope["headers"]) if self._accepts(key)]
+        presented = presented_keys(scope["headers"])
+        accepted = [key for key in presented if self._accepts(key)]
         if not accepted:
+            body = _error(path, missing=not any(presented))
             if scope["type"] == "websocket":
-                await self._reject_handshake(scope, send, _error(path))
+                await self._reject_handshake(scope, send, body)
             else:
-                await self._reject(send, _error(path))
+                await self._reject(send, body)
             return
         scope["state"] = {**(scope.get("state") or {}), KEY_ID: key_id(accepted[0])}
         await self.app(scope, receive, send)

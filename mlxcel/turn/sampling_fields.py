@@ -51,7 +51,7 @@ class SamplingFields(BaseModel):
     logit_bias: dict[str, float | bool] | list[list[int | str | float | bool]] | None = None
     max_pattern_size: int | None = Field(default=None, ge=0, le=512)
     min_pattern_size: int | None = Field(default=None, ge=0, le=512)
-    min_count: int | None = Field(default=None, ge=0, le=4096)
+    min_count: int | None = Field(default=None, le=4096)  # below 2: no loop detection for the request
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: StrictBool = False
@@ -85,13 +85,6 @@ class SamplingFields(BaseModel):
     def _check_repeat_penalty(cls, value: float | None) -> float | None:
         if value is not None and value < MIN_REPEAT_PENALTY:
             raise ValueError("must be above 0 (1.0: no penalty): llama.cpp divides logits by it")
-        return value
-
-    @field_validator("min_count")
-    @classmethod
-    def _check_min_count(cls, value: int | None) -> int | None:
-        if value is not None and value == 1:
-            raise ValueError("min_count must be >= 2 (0 disables loop detection)")
         return value
 
     def extra_cache_prompt(self) -> bool | None:

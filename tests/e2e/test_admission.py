@@ -65,6 +65,30 @@ def test_health_says_no_slot_available_while_every_slot_is_busy(one_slot):
         assert client.get("/health").json()["status"] == "ok"
 
 
+def test_slots_lists_the_waiting_requests_after_the_slots(one_slot):
+    holder, _ = _occupy(one_slot, n_predict=200)
+    waiting = threading.Thread(target=lambda: httpx.post(f"{one_slot.base_url}/completion", timeout=120,
+                                                         json={"prompt": "queued", "n_predict": 1}))
+    waiting.start()
+    try:
+        with one_slot.client() as client:
+            deadline = time.monotonic() + 30
+            while len(rows := client.get("/slots").json()) < 2:
+                assert time.monotonic() < deadline, rows
+                time.sleep(0.05)
+    finally:
+        waiting.join(120)
+        holder.join(120)
+    slot, queued = rows
+    assert (slot["id"], slot["is_processing"]) == (0, True)
+    assert {k: queued[k] for k in ("id", "state", "is_processing", "n_decoded", "context_size")} == {
+        "id": 1, "state": "queued", "is_processing": False, "n_decoded": 0, "context_size": 1024}
+    assert queued["id_task"] != slot["id_task"] and queued["n_prompt_tokens"] > 0
+    _wait_idle(one_slot)
+    with one_slot.client() as client:
+        assert [row["id"] for row in client.get("/slots").json()] == [0]
+
+
 def test_priority_orders_the_queue(one_slot):
     holder, _ = _occupy(one_slot)
     finished: list[str] = []

@@ -354,7 +354,7 @@ def test_api_key_in_x_api_key(secured):
     with secured.client() as http:
         _error(http.post("/v1/messages/count_tokens", json={"messages": HELLO}), 401, "authentication_error")
         openai_shape = http.get("/v1/models", headers={"x-api-key": "nope"})
-        assert openai_shape.status_code == 401 and openai_shape.json()["error"]["type"] == "authentication_error"
+        assert openai_shape.status_code == 401 and openai_shape.json()["error"]["type"] == "invalid_api_key"
         assert http.get("/v1/models", headers={"x-api-key": KEY}).status_code == 200
 
 

@@ -24,7 +24,8 @@ def test_missing_key(secured):
     with secured.client() as client:
         response = client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
     assert response.status_code == 401
-    assert response.json() == {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
+    assert response.json() == {"error": {"message": "Missing API key: send it as `Authorization: Bearer KEY`",
+                                         "type": "missing_api_key", "code": "missing_api_key"}}
 
 
 @pytest.mark.parametrize("header", ["Bearer wrong", "wrong", f"Bearer {KEY}x", "Basic abc"])
@@ -32,7 +33,8 @@ def test_wrong_key(secured, header):
     with secured.client() as client:
         response = client.get("/v1/models", headers={"Authorization": header})
     assert response.status_code == 401
-    assert response.json()["error"]["type"] == "authentication_error"
+    assert response.json() == {"error": {"message": "Invalid API Key", "type": "invalid_api_key",
+                                         "code": "invalid_api_key"}}
 
 
 @pytest.mark.parametrize("header", [f"Bearer {KEY}", KEY, f"bearer {KEY}", "Bearer sk-from-file"])
@@ -73,7 +75,7 @@ def test_a_websocket_handshake_needs_the_key_too(secured):
     with pytest.raises(InvalidStatus) as keyless:
         connect(url, open_timeout=30)
     assert keyless.value.response.status_code == 401
-    assert b"Invalid API Key" in keyless.value.response.body
+    assert b"missing_api_key" in keyless.value.response.body
     with pytest.raises(InvalidStatus) as keyed:  # past the key: the route's own refusal
         connect(url, open_timeout=30, additional_headers={"Authorization": f"Bearer {KEY}"})
     assert keyed.value.response.status_code == 501

@@ -134,7 +134,7 @@ def test_same_seed_same_output(http):
     assert a == b
 
 
-@pytest.mark.parametrize("field, value", [("top_p", 2), ("temperature", -1), ("max_tokens", -7), ("min_count", 1),
+@pytest.mark.parametrize("field, value", [("top_p", 2), ("temperature", -1), ("max_tokens", -7), ("min_count", 4097),
                                           ("top_logprobs", 50), ("xtc_probability", 3), ("presence_penalty", 9)])
 def test_out_of_range_values_name_the_field(http, field, value):
     response = _chat(http, **{field: value})
@@ -162,9 +162,13 @@ def test_loop_detection_stops_a_forced_repetition(http):
     text = stopped["choices"][0]["message"]["content"]
     assert plain["choices"][0]["message"]["content"].startswith(text)
     assert text.count("la femme au roi") == 3
-    # an explicit max_pattern_size 0 forces detection off
+    # an explicit max_pattern_size 0 forces detection off, and so does a min_count below 2 (the spec's rule)
     off = _chat(http, messages=LOOPING, max_tokens=80, max_pattern_size=0, **REPEATING).json()
     assert off["usage"]["completion_tokens"] == 80
+    for count in (1, 0, -3):
+        off = _chat(http, messages=LOOPING, max_tokens=80, max_pattern_size=8, min_count=count, **REPEATING)
+        assert off.status_code == 200, off.text
+        assert off.json()["usage"]["completion_tokens"] == 80
 
 
 def _repeated_4grams(text: str) -> int:

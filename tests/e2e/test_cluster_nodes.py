@@ -81,7 +81,7 @@ def test_replicas_on_two_nodes_behind_the_head():
         served = set()
         with server.client() as anonymous:
             refused = anonymous.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
-            assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+            assert refused.status_code == 401 and refused.json()["error"]["type"] == "missing_api_key"
         with server.client(headers={"Authorization": "Bearer k-secret"}) as client:
             for i in range(6):  # unrelated prompts (no shared prefix): placed by load, so both replicas serve
                 answer = client.post("/v1/chat/completions", json={

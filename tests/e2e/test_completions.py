@@ -43,6 +43,9 @@ def test_stream_ends_with_done_and_usage_only_when_asked(http):
     plain = events({"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "stream": True})
     assert plain[-1] == "[DONE]"
     assert all("usage" not in json.loads(e) for e in plain[:-1])
+    choices = [c for e in plain[:-1] for c in json.loads(e)["choices"]]
+    assert "".join(c["text"] for c in choices)
+    assert all(c["delta"] == {"text": c["text"]} for c in choices)  # the spec's delta, beside OpenAI's text
     with_usage = events(
         {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     )

@@ -60,12 +60,17 @@ def _metrics(text: str) -> dict[str, tuple[str, float]]:
 # -- auth ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"x-api-key": "wrong"}])
-def test_missing_or_wrong_key_gets_llama_servers_401(keyed, headers):
+@pytest.mark.parametrize("headers, kind", [
+    ({}, "missing_api_key"), ({"Authorization": ""}, "missing_api_key"),
+    ({"Authorization": "Bearer wrong"}, "invalid_api_key"), ({"x-api-key": "wrong"}, "invalid_api_key")])
+def test_missing_or_wrong_key_gets_the_specs_401(keyed, headers, kind):
     with keyed.client() as client:
         response = client.post("/completion", json={"prompt": "x", "n_predict": 1}, headers=headers)
     assert response.status_code == 401
-    assert response.json() == {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == (kind, kind)
+    assert error["message"] == ("Invalid API Key" if kind == "invalid_api_key" else
+                                "Missing API key: send it as `Authorization: Bearer KEY`")
     assert response.headers["content-type"] == "application/json; charset=utf-8"
 
 

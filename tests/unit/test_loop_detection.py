@@ -146,8 +146,6 @@ def test_family_names():
 @pytest.mark.parametrize(
     "fields,message",
     [
-        ({"max_pattern_size": 20, "min_count": 1}, "min_count must be >= 2"),
-        ({"max_pattern_size": 20}, "min_count must be >= 2"),
         ({"max_pattern_size": -1, "min_count": 3}, "max_pattern_size must be >= 0"),
         ({"max_pattern_size": 4, "min_pattern_size": -2, "min_count": 3}, "min_pattern_size must be >= 0"),
         (
@@ -162,6 +160,17 @@ def test_family_names():
 def test_bad_request_values_name_the_field(fields, message):
     with pytest.raises(ValueError, match=message):
         resolve_loop_policy(fields, None, None)
+
+
+def test_a_request_min_count_below_two_turns_detection_off():
+    for count in (1, 0, -5):
+        assert resolve_loop_policy({"max_pattern_size": 20, "min_count": count}, "20,1,4", "gemma4") is None
+    assert resolve_loop_policy({"max_pattern_size": 20}, None, "gemma4") is None  # no count: 0
+    assert resolve_loop_policy({"max_pattern_size": 20, "min_count": 2}, None, None) == (20, 1, 2)
+    with pytest.raises(ValueError, match="min_pattern_size must be <= max_pattern_size"):
+        resolve_loop_policy({"max_pattern_size": 2, "min_pattern_size": 3, "min_count": 1}, None, None)
+    with pytest.raises(ValueError, match="min_count must be >= 2"):
+        validate_loop_params(20, 1, 1)  # the environment's thresholds stay strict
 
 
 def test_disabled_request_skips_the_cross_checks():

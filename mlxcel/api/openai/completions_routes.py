@@ -89,7 +89,7 @@ async def _stream(
     n: int = 1,
 ) -> AsyncIterator[str]:
     def chunk(index: int, text: str, reason: str | None, token_logprobs: dict | None = None) -> str:
-        choice = completion_choice(index, text, reason, token_logprobs)
+        choice = completion_choice(index, text, reason, token_logprobs, stream=True)
         return sse_data(completion_body(completion_id, created, model, [choice], None, stream=True))
 
     prompt_tokens = completion_tokens = cached = 0

@@ -32,8 +32,14 @@ class CompletionRequest(SamplingFields, GrammarFields):
     response_format: dict[str, Any] | None = None
 
 
-def completion_choice(index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
-    return {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
+def completion_choice(index: int, text: str, finish_reason: str | None, logprobs: dict | None = None,
+                      stream: bool = False) -> dict:
+    """A choice; streamed, its text is also under `delta` (the spec's "same SSE format as
+    chat completions, with text instead of content"), OpenAI's `text` kept for its SDKs."""
+    choice = {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": logprobs}
+    if stream:
+        choice["delta"] = {"text": text}
+    return choice
 
 
 def completion_body(

@@ -343,8 +343,9 @@ async def slots(request: Request):
     if host.absent:  # --embedding / --reranking: no model generates, so there are no generation slots
         return []
     host.require_ready()
+    snapshot = host.engine.snapshot  # one picture for the slots and the queue
     rows = []
-    for slot in host.engine.snapshot.slots:
+    for slot in snapshot.slots:
         rows.append(
             {
                 "id": slot.id,
@@ -361,4 +362,10 @@ async def slots(request: Request):
                 "lora": [{"id": i, "scale": scale} for i, scale in enumerate(slot.lora)],
             }
         )
+    # then each request waiting for a slot, in the order it would be served (the spec's
+    # queued rows: numbered on from the slots, never processing)
+    for place, queued in enumerate(snapshot.queued, start=len(snapshot.slots)):
+        rows.append({"id": place, "state": "queued", "model": host.model_id, "context_size": host.slot_context,
+                     "is_processing": False, "n_ctx": host.slot_context, "id_task": queued.request_id,
+                     "n_prompt_tokens": queued.n_prompt_tokens, "n_decoded": 0, "n_cached": 0, "lora": []})
     return rows
