@@ -330,12 +330,12 @@ class Fleet:
             return "unloaded"
         return "loaded" if resident.ready else "loading"
 
-    def keep(self, model_id: str, keep: bool, warm: bool) -> Resident | None:
-        """POST /v1/keep: mark the model kept (and load it unless `warm` is false), or release it."""
+    def keep(self, model_id: str, keep: bool) -> Resident | None:
+        """POST /v1/keep: mark the model kept, loading it if it is not resident, or release it."""
         entry = self.entry(model_id)
         with self._lock:
             resident = self.residents.get(entry.id)
-            if keep and resident is None and warm:
+            if keep and resident is None:
                 resident = self._resident_for(entry)
             if resident is not None:
                 resident.kept = keep

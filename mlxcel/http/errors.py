@@ -87,9 +87,13 @@ class APIError(Exception):
         return OVERLOADED_STATUS if self.type == "server_busy" else self.status
 
     def anthropic_body(self) -> dict:
+        """Anthropic's shape; the error's own fields (a model_not_found's available_models,
+        a context overflow's n_ctx) ride along in its error object."""
         status = self.anthropic_status()
         kind = ANTHROPIC_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-        return anthropic_error_body(kind, self.message)
+        body = anthropic_error_body(kind, self.message)
+        body["error"].update({k: v for k, v in self.extra.items() if k not in body["error"]})
+        return body
 
     def anthropic_response(self) -> JSONResponse:
         return JSONResponse(self.anthropic_body(), status_code=self.anthropic_status(), headers=self.headers())

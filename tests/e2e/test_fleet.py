@@ -90,6 +90,10 @@ def test_models_lists_ids_and_aliases_with_markers(client):
     assert rows["smol"]["context_length"] == 1024  # 2048 over 2 slots
     for row in rows.values():
         assert {"speculative", "vlm", "max_context_at_width_1"} <= set(row)
+    # every model drafts by prompt lookup, the server's default: /v1/models says so, as /v1/metrics does
+    assert all(row["speculative"] is True for row in rows.values())
+    metrics = client.get("/v1/metrics").json()
+    assert {m["id"]: m["speculative"] for m in metrics["server"]["resident_models"]}["smol"] is True
 
 
 def test_each_model_answers_as_it_does_alone(client, http, qwen):
@@ -118,6 +122,11 @@ def test_unknown_model_is_404_with_the_available_ids(client):
     assert {"smol", "coder", "gemma", "tiny", "short"} <= set(error["available_models"])
     # an unknown @suffix is not a profile: the whole string is an id
     assert chat(client, "smol@nonsense").status_code == 404
+    # Anthropic's shape on /v1/messages, the served ids in it all the same
+    messages = client.post("/v1/messages", json={"model": "no-such-model", "max_tokens": 2, "messages": QUESTION})
+    assert messages.status_code == 404
+    assert messages.json()["type"] == "error" and messages.json()["error"]["type"] == "not_found_error"
+    assert {"smol", "coder", "gemma"} <= set(messages.json()["error"]["available_models"])
 
 
 def test_unknown_profile_is_400_listing_valid_ones(client):
@@ -237,6 +246,17 @@ def test_keep_loads_and_marks_a_model(client):
     assert models(client)["gemma"]["kept"]
     released = client.post("/v1/keep", json={"model": "gemma", "keep": False})
     assert released.status_code == 200 and not models(client)["gemma"]["kept"]
+    # warm: false loads it too, answering at once instead of once it is warm
+    assert client.post("/unload", json={"model": "gemma"}).status_code == 200
+    assert not models(client)["gemma"]["resident"]
+    cold = client.post("/v1/keep", json={"model": "gemma", "warm": False})
+    assert cold.status_code == 200 and cold.json()["kept"]
+    assert models(client)["gemma"]["kept"]
+    deadline = time.monotonic() + 120
+    while not models(client)["gemma"]["resident"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert client.post("/v1/keep", json={"model": "gemma", "keep": False}).status_code == 200
     assert client.post("/v1/keep", json={"model": "nope"}).status_code == 404
     assert client.post("/v1/keep", json={}).status_code == 400
     assert client.post("/v1/keep", json={"model": "gemma", "warm": "yes"}).status_code == 400

@@ -77,6 +77,25 @@ def test_text_format_json_schema_is_valid_json(openai_client):
     assert response.text.format.type == "json_schema"
 
 
+def test_chat_shaped_response_format_is_honoured_too(http):
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+              "additionalProperties": False}
+    response = http.post("/v1/responses", json={
+        "input": QUESTION, "temperature": 0, "max_output_tokens": 40,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "sum", "schema": schema}}}).json()
+    assert response["status"] == "completed"
+    text = response["output"][-1]["content"][0]["text"]
+    jsonschema.validate(json.loads(text), schema)
+    assert response["text"]["format"] == {"type": "json_schema", "name": "sum", "schema": schema}
+    loose = http.post("/v1/responses", json={"input": QUESTION, "temperature": 0, "max_output_tokens": 40,
+                                             "response_format": {"type": "json_object"}}).json()
+    assert isinstance(json.loads(loose["output"][-1]["content"][0]["text"]), dict)
+    assert loose["text"]["format"] == {"type": "json_object"}
+    for bad in ("json", {"type": "yaml"}):
+        refused = http.post("/v1/responses", json={"input": QUESTION, "max_output_tokens": 4, "response_format": bad})
+        assert refused.status_code == 400, refused.text
+
+
 def test_retrieve_and_delete(openai_client):
     created = openai_client.responses.create(input=QUESTION, **SHORT)
     fetched = openai_client.responses.retrieve(created.id)

@@ -269,6 +269,9 @@ def test_error_shapes():
     assert APIError(401, "no", "invalid_api_key").anthropic_body()["error"]["type"] == "authentication_error"
     assert APIError(413, "big", "invalid_request_error").anthropic_body()["error"]["type"] == "request_too_large"
     assert APIError(500, "x", "server_error").anthropic_body()["error"]["type"] == "api_error"
+    unknown = APIError(404, "no model x", "model_not_found", "model_not_found", available_models=["a"])
+    assert unknown.anthropic_body() == {"type": "error", "error": {"type": "not_found_error", "message": "no model x",
+                                                                   "available_models": ["a"]}}
     assert as_api_error(RuntimeError()).status == 500
     _, payload = _events([MessageStream.error(busy)])[0]
     assert payload["error"]["type"] == "overloaded_error"

@@ -35,7 +35,7 @@ from mlxcel.turn.chat_turn import RenderedTurn, count_prompt_tokens
 from mlxcel.turn.structured_output import compile_response_format
 
 router = APIRouter()
-HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body"}
+HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body", "response_format"}  # chat's shape of text.format
 # the edge checks `input` against --max-messages, like every API's messages
 CREATE = opening(ResponsesRequest, "resp_", HONORED_FIELDS, api="responses")
 COUNT = opening(ResponsesRequest, "resp_", api="responses")

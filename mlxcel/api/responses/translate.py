@@ -99,10 +99,16 @@ def chat_tool_choice(tool_choice: Any, tools: list[dict]) -> tuple[Any, list[dic
                          code="unsupported_tool_type")
 
 
-def response_format(text: dict | None) -> dict | None:
+def response_format(text: dict | None, chat_format: Any = None) -> dict | None:
+    """text.format as chat's response_format; without one, a `response_format` sent in
+    chat's shape (the multi-model spec honours it here too), checked as chat checks it."""
     fmt = (text or {}).get("format")
     if fmt is None:
-        return None
+        if chat_format is None:
+            return None
+        if not isinstance(chat_format, dict):
+            raise ChatInputError("response_format must be an object")
+        return chat_format
     if not isinstance(fmt, dict):
         raise ChatInputError("text.format must be an object")
     kind = fmt.get("type")
@@ -146,7 +152,7 @@ def turn_spec(data: dict, body: ResponsesInput, history: list[dict], server_temp
         sampling=body,
         tools=tools,
         tool_choice=tool_choice,
-        response_format=response_format(body.text),
+        response_format=response_format(body.text, data.get("response_format")),
         template_kwargs=template_kwargs(data, server_template_kwargs),
         max_tokens=request.max_output_tokens if request else None,
         logprobs=request.top_logprobs if request else None,

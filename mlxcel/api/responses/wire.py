@@ -131,7 +131,7 @@ def response_object(
         "reasoning": request.reasoning or {"effort": None, "summary": None},
         "store": request.store,
         "temperature": request.temperature,
-        "text": request.text or {"format": {"type": "text"}},
+        "text": request.text or _text_of(request),
         "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
         "tools": request.tools or [],
         "top_logprobs": request.top_logprobs,
@@ -146,3 +146,14 @@ def response_object(
     if request.background:
         body["background"] = True
     return body
+
+
+def _text_of(request) -> dict:
+    """The `text` echoed for a request without one: its chat-shaped `response_format`, in
+    text.format's shape, else plain text."""
+    fmt = (request.model_extra or {}).get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("json_schema"), dict):
+        return {"format": {"type": "json_schema", **fmt["json_schema"]}}
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        return {"format": {"type": "json_object"}}
+    return {"format": {"type": "text"}}

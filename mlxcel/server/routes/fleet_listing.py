@@ -8,7 +8,7 @@ from mlxcel.engine.projector import projector_caps
 from mlxcel.fleet.capacity import max_context_at_width_1 as table_width_1
 from mlxcel.fleet.footprint import estimate_footprint
 from mlxcel.fleet.monitor import ServerMonitor
-from mlxcel.fleet.residency import Fleet
+from mlxcel.fleet.residency import Fleet, host_config
 from mlxcel.turn.model_host import ModelHost
 
 OWNER = "mlxcel"
@@ -51,7 +51,8 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         "resident": resident is not None and resident.ready,
         "pinned": model_id in fleet.pinned,
         "kept": resident is not None and resident.kept,
-        "speculative": entry.speculative or entry.draft is not None,
+        # whether its engine drafts: the server's --spec-type (prompt lookup by default) unless the entry names one
+        "speculative": host_config(fleet.base, entry).spec_type != "none",
         "vlm": entry.mmproj is not None,  # a projector is configured (images and/or audio)
         "modalities": modalities,
         "profile": profile,

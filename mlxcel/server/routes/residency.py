@@ -54,12 +54,15 @@ async def unload(request: Request):
 
 @router.post("/v1/keep")
 async def keep(request: Request):
-    """Keep a model resident past its idle timeout (loading it unless `warm` is false), or release it."""
+    """Keep a model resident past its idle timeout, or release it (`keep: false`). A model
+    not resident starts loading; the answer waits for it to be warm (loaded, llama.cpp's
+    warm-up run done) unless `warm` is false, which answers at once (`resident` false
+    while it loads)."""
     fleet = _fleet(request)
     body = await read_optional_object(request)
     model = _model_field(body, required=True)
     keep_it, warm = _flag(body, "keep", True), _flag(body, "warm", True)
-    resident = fleet.keep(model, keep_it, warm)
+    resident = await asyncio.to_thread(fleet.keep, model, keep_it)
     if resident is not None and keep_it and warm:
         lease = await fleet.acquire(resident.entry)  # waits for the load
         lease.release()
