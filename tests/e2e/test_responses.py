@@ -244,4 +244,8 @@ def test_a_streaming_response_in_progress_can_be_cancelled(server, http):
     final = events[-1]["response"]
     assert events[-1]["type"] == "response.incomplete" and final["status"] == "cancelled"
     assert final["usage"]["output_tokens"] < 600
-    assert http.get(f"/v1/responses/{final['id']}").json()["status"] == "cancelled"
+    stored = http.get(f"/v1/responses/{final['id']}").json()
+    assert stored["status"] == "cancelled"
+    # the cancel answered with the recorded object: the output so far and when it ended, as GET shows it
+    assert cancelled == stored == final
+    assert stored["output"] and stored["completed_at"]

@@ -86,6 +86,7 @@ class ResponseRun:
         self._compactor: Compactor | None = None
         self.compaction: Compaction | None = None
         self.final: dict | None = None
+        self.finished = asyncio.Event()  # set once `final` is recorded
         self.failed_generation: FinishEvent | None = None  # the engine's error, when generation failed
 
     # -- before generation ----------------------------------------------------------
@@ -215,6 +216,7 @@ class ResponseRun:
                                prefix + builder.output, usage, error=error, incomplete_details=details,
                                completed_at=int(time.time()), conversation_id=self.conversation)
         self.final = self.record(body)
+        self.finished.set()
         terminal = event(TERMINAL_EVENTS[self.final["status"]], response=self.final)
         if outcome.finish.reason is not FinishReason.ERROR:
             terminal["timings"] = outcome.finish.timings.to_dict()  # as llama-server's final event carries

@@ -38,6 +38,7 @@ router = APIRouter()
 HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body", "response_format"}  # chat's shape of text.format
 # the edge checks `input` against --max-messages, like every API's messages
 CREATE = opening(ResponsesRequest, "resp_", HONORED_FIELDS, api="responses")
+CANCEL_SETTLE_S = 5.0  # how long a cancel waits for the response it stops to be recorded
 COUNT = opening(ResponsesRequest, "resp_", api="responses")
 COMPACT = opening(CompactRequest, "resp_", api="responses")
 
@@ -146,8 +147,12 @@ async def cancel_response(response_id: str, request: Request):
         state.cancel_local(response_id)
         return JSONResponse(job.body)
     if run is not None and run.turn is not None:
-        run.turn.cancel()  # its request then ends as cancelled, and is recorded so
-        return JSONResponse(run.snapshot("cancelled"))
+        run.turn.cancel()  # its request then ends as cancelled, and is recorded so:
+        try:  # answer with that record (the output so far, completed_at), as GET will show it
+            await asyncio.wait_for(run.finished.wait(), CANCEL_SETTLE_S)
+        except asyncio.TimeoutError:  # a stream its client does not read: what is known now
+            return JSONResponse(run.snapshot("cancelled"))
+        return JSONResponse(run.final)
     if job is not None:  # a background job another server sharing the store runs
         record = await state.cancel_elsewhere(response_id, owner)
     else:
