@@ -167,7 +167,7 @@ class SlotWatcher:
         async with self._changed:
             while True:
                 for slot in self.slots:
-                    if slot["n_prompt_tokens"] == n_prompt and slot["state"] != "idle":
+                    if slot["n_prompt_tokens"] == n_prompt and slot["is_processing"]:  # a slot's, not a waiting row
                         return "prefill" if slot["state"] == "queued" else "decoding"
                 await self._changed.wait()
 
