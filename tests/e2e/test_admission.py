@@ -76,6 +76,9 @@ def test_slots_lists_the_waiting_requests_after_the_slots(one_slot):
             while len(rows := client.get("/slots").json()) < 2:
                 assert time.monotonic() < deadline, rows
                 time.sleep(0.05)
+            probe = client.get("/slots?fail_on_no_slot=1")  # llama-server's: 503 while no slot is idle
+            assert probe.status_code == 503 and probe.json()["error"]["message"] == "no slot available"
+            assert probe.json()["error"]["type"] == "unavailable_error"
     finally:
         waiting.join(120)
         holder.join(120)
@@ -87,6 +90,7 @@ def test_slots_lists_the_waiting_requests_after_the_slots(one_slot):
     _wait_idle(one_slot)
     with one_slot.client() as client:
         assert [row["id"] for row in client.get("/slots").json()] == [0]
+        assert client.get("/slots?fail_on_no_slot=1").status_code == 200
 
 
 def test_priority_orders_the_queue(one_slot):

@@ -300,14 +300,21 @@ def keyed_pair(reference):
         theirs.stop()
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}])
+@pytest.mark.parametrize("headers, kind", [({}, "missing_api_key"),
+                                           ({"Authorization": "Bearer wrong"}, "invalid_api_key")])
 @pytest.mark.parametrize("path", ["/completion", "/v1/chat/completions", "/tokenize"])
-def test_auth_errors_match(keyed_pair, headers, path):
+def test_auth_errors_match(keyed_pair, headers, kind, path):
+    """The same 401 where llama-server answers one; the body names the spec's error type
+    (missing_api_key / invalid_api_key) where llama-server says authentication_error,
+    with llama-server's message for a wrong key."""
     ours, theirs = keyed_pair
     with ours.client() as a, theirs.client() as b:
         answers = [client.post(path, json={"prompt": PROMPT, "content": "x"}, headers=headers) for client in (a, b)]
     assert answers[0].status_code == answers[1].status_code == 401
-    assert answers[0].json() == answers[1].json()
+    mine, reference = answers[0].json()["error"], answers[1].json()["error"]
+    assert (mine["type"], mine["code"]) == (kind, kind) and reference["type"] == "authentication_error"
+    if kind == "invalid_api_key":
+        assert mine["message"] == reference["message"]
 
 
 def test_public_routes_match(keyed_pair):

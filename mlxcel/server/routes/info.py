@@ -14,7 +14,7 @@ from mlxcel import __version__
 from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.chat.media_parts import MEDIA_MARKER
 from mlxcel.chat.template_caps import probe_caps
-from mlxcel.http.errors import not_supported
+from mlxcel.http.errors import APIError, not_supported
 from mlxcel.server.routes.fleet_listing import fleet_listing, max_context_at_width_1
 from mlxcel.server.routes.readiness import readiness
 from mlxcel.server.routes.residency import reread
@@ -344,6 +344,8 @@ async def slots(request: Request):
         return []
     host.require_ready()
     snapshot = host.engine.snapshot  # one picture for the slots and the queue
+    if request.query_params.get("fail_on_no_slot") and snapshot.n_idle == 0:  # llama-server's probe
+        raise APIError(503, "no slot available", "unavailable_error")
     rows = []
     for slot in snapshot.slots:
         rows.append(
