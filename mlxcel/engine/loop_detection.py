@@ -88,6 +88,8 @@ def validate_loop_params(max_pattern_size: Any, min_pattern_size: Any, min_count
     """Checks the three values vLLM's way; raises ValueError naming the bad field.
     Returns them as ints with `min_pattern_size` 0 read as 1. A request's `min_count`
     below 2 turns detection off (`count_below_two_disables`), as the spec has it."""
+    if count_below_two_disables and isinstance(min_count, int) and not isinstance(min_count, bool) and min_count < 2:
+        min_count = 0  # off, even below 0
     values = {"max_pattern_size": max_pattern_size, "min_pattern_size": min_pattern_size, "min_count": min_count}
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int):
@@ -144,11 +146,8 @@ def resolve_loop_policy(
     (naming the field) for bad request values or a bad environment value."""
     given = {name: request_fields[name] for name in LOOP_FIELDS if request_fields.get(name) is not None}
     if given:
-        count = given.get("min_count", 0)
-        if isinstance(count, int) and not isinstance(count, bool) and count < 2:
-            count = 0  # below 2 turns detection off, even below 0
-        policy = validate_loop_params(given.get("max_pattern_size", 0), given.get("min_pattern_size", 0), count,
-                                      count_below_two_disables=True)
+        policy = validate_loop_params(given.get("max_pattern_size", 0), given.get("min_pattern_size", 0),
+                                      given.get("min_count", 0), count_below_two_disables=True)
         return policy if policy[0] > 0 and policy[2] >= 2 else None
     if env_value is not None and env_value.strip():
         return parse_loop_env(env_value)

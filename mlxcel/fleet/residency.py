@@ -44,10 +44,19 @@ def host_config(base: ServerConfig, entry: ModelEntry) -> ServerConfig:
     if entry.adapters:
         changes["lora"] = tuple((path, 1.0) for path in entry.adapters)
     if entry.draft is not None:
-        changes.update(model_draft=entry.draft, spec_type="draft")
-    elif entry.speculative and base.spec_type == "none":
-        changes["spec_type"] = "ngram-simple"  # no drafter named: prompt lookup, output unchanged
+        changes["model_draft"] = entry.draft
+    changes["spec_type"] = spec_type_of(base, entry)
     return dataclasses.replace(base, **changes)
+
+
+def spec_type_of(base: ServerConfig, entry: ModelEntry) -> str:
+    """How the entry drafts: its draft model, else the server's --spec-type, which an
+    entry marked `speculative` turns on as prompt lookup (output unchanged) when it is none."""
+    if entry.draft is not None:
+        return "draft"
+    if entry.speculative and base.spec_type == "none":
+        return "ngram-simple"
+    return base.spec_type
 
 
 @dataclass(eq=False)

@@ -38,9 +38,9 @@ router = APIRouter()
 HONORED_FIELDS = set(ResponsesRequest.model_fields) | {"extra_body", "response_format"}  # chat's shape of text.format
 # the edge checks `input` against --max-messages, like every API's messages
 CREATE = opening(ResponsesRequest, "resp_", HONORED_FIELDS, api="responses")
-CANCEL_SETTLE_S = 5.0  # how long a cancel waits for the response it stops to be recorded
 COUNT = opening(ResponsesRequest, "resp_", api="responses")
 COMPACT = opening(CompactRequest, "resp_", api="responses")
+CANCEL_SETTLE_S = 5.0  # how long a cancel waits for the response it stops to be recorded
 
 
 def _state(request: Request) -> ResponsesState:

@@ -8,7 +8,7 @@ from mlxcel.engine.projector import projector_caps
 from mlxcel.fleet.capacity import max_context_at_width_1 as table_width_1
 from mlxcel.fleet.footprint import estimate_footprint
 from mlxcel.fleet.monitor import ServerMonitor
-from mlxcel.fleet.residency import Fleet, host_config
+from mlxcel.fleet.residency import Fleet, spec_type_of
 from mlxcel.turn.model_host import ModelHost
 
 OWNER = "mlxcel"
@@ -52,7 +52,7 @@ def _entry(fleet: Fleet, monitor: ServerMonitor, model_id: str, profile: str | N
         "pinned": model_id in fleet.pinned,
         "kept": resident is not None and resident.kept,
         # whether its engine drafts: the server's --spec-type (prompt lookup by default) unless the entry names one
-        "speculative": host_config(fleet.base, entry).spec_type != "none",
+        "speculative": spec_type_of(fleet.base, entry) != "none",
         "vlm": entry.mmproj is not None,  # a projector is configured (images and/or audio)
         "modalities": modalities,
         "profile": profile,

@@ -346,28 +346,19 @@ async def slots(request: Request):
     snapshot = host.engine.snapshot  # one picture for the slots and the queue
     if request.query_params.get("fail_on_no_slot") and snapshot.n_idle == 0:  # llama-server's probe
         raise APIError(503, "no slot available", "unavailable_error")
-    rows = []
-    for slot in snapshot.slots:
-        rows.append(
-            {
-                "id": slot.id,
-                "state": slot.state.value,
-                "model": host.model_id,
-                "context_size": host.slot_context,
-                "is_processing": slot.busy,
-                "n_ctx": host.slot_context,
-                "id_task": slot.request_id,
-                "n_prompt_tokens": slot.n_prompt_tokens,
-                "n_decoded": slot.n_decoded,
-                "n_cached": slot.n_cached,
+
+    def row(id: int, state: str, processing: bool, task: int, n_prompt: int, n_decoded: int, n_cached: int,
+            lora: tuple[float, ...]) -> dict:
+        return {"id": id, "state": state, "model": host.model_id, "context_size": host.slot_context,
+                "is_processing": processing, "n_ctx": host.slot_context, "id_task": task,
+                "n_prompt_tokens": n_prompt, "n_decoded": n_decoded, "n_cached": n_cached,
                 # the LoRA scales the slot runs (or last ran) with, as llama-server's slot params list them
-                "lora": [{"id": i, "scale": scale} for i, scale in enumerate(slot.lora)],
-            }
-        )
+                "lora": [{"id": i, "scale": scale} for i, scale in enumerate(lora)]}
+
+    rows = [row(s.id, s.state.value, s.busy, s.request_id, s.n_prompt_tokens, s.n_decoded, s.n_cached, s.lora)
+            for s in snapshot.slots]
     # then each request waiting for a slot, in the order it would be served (the spec's
     # queued rows: numbered on from the slots, never processing)
-    for place, queued in enumerate(snapshot.queued, start=len(snapshot.slots)):
-        rows.append({"id": place, "state": "queued", "model": host.model_id, "context_size": host.slot_context,
-                     "is_processing": False, "n_ctx": host.slot_context, "id_task": queued.request_id,
-                     "n_prompt_tokens": queued.n_prompt_tokens, "n_decoded": 0, "n_cached": 0, "lora": []})
+    rows += [row(place, "queued", False, q.request_id, q.n_prompt_tokens, 0, 0, ())
+             for place, q in enumerate(snapshot.queued, start=len(snapshot.slots))]
     return rows
