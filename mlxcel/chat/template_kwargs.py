@@ -9,7 +9,8 @@ A request names them in one of three shapes, first match winning:
    SDK flattens ``extra_body``, at the top level.
 
 The winner is merged over the server defaults: request keys win, other defaults stay,
-unknown keys pass through to the template untouched.
+unknown keys pass through to the template untouched. The variables the request itself
+sets (`RENDER_VARIABLES`) cannot be set again as kwargs: a 400, or a refusal at start.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import Any
 from mlxcel.chat.errors import ChatInputError
 
 PRESERVE_THINKING = "preserve_thinking"
+# the template variables every render sets from the request (its messages, its tools, and
+# whether the prompt ends with the assistant's turn opened)
+RENDER_VARIABLES = ("messages", "tools", "add_generation_prompt")
 
 
 def resolve_template_kwargs(body: dict[str, Any], server_defaults: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +54,20 @@ def _request_kwargs(body: dict[str, Any]) -> dict[str, Any]:
 def _object(value: Any, name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ChatInputError(f"{name} must be a JSON object")
+    reserved = settable_problem(value, name)
+    if reserved:
+        raise ChatInputError(reserved)
     return dict(value)
+
+
+def settable_problem(kwargs: dict[str, Any], name: str) -> str | None:
+    """Why `kwargs` (named `name`) cannot be rendered with, or None: it sets one of the
+    variables the request itself sets."""
+    taken = [key for key in RENDER_VARIABLES if key in kwargs]
+    if not taken:
+        return None
+    return (f"{name} cannot set {', '.join(repr(key) for key in taken)}: the request sets "
+            f"{'it' if len(taken) == 1 else 'them'} (messages, tools and add_generation_prompt are request fields)")
 
 
 def parse_kwargs_json(text: str) -> dict[str, Any]:
@@ -61,6 +78,9 @@ def parse_kwargs_json(text: str) -> dict[str, Any]:
         raise ValueError(f"--chat-template-kwargs is not valid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(value, dict):
         raise ValueError(f"--chat-template-kwargs must be a JSON object, not {_json_kind(value)}")
+    reserved = settable_problem(value, "--chat-template-kwargs")
+    if reserved:
+        raise ValueError(reserved)
     return value
 
 

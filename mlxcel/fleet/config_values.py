@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from mlxcel.chat.template_kwargs import settable_problem
 from mlxcel.fleet.entries import LoadSettings, Profile
 from mlxcel.fleet.errors import ConfigError
 from mlxcel.turn.sampling_fields import SamplingFields
@@ -215,6 +216,9 @@ class Checker:
         if "cache" in block:
             self.cache(block["cache"], f"{key}.cache")
         kwargs = self.mapping(block.get("chat_template_kwargs"), f"{key}.chat_template_kwargs")
+        reserved = settable_problem(kwargs, "chat_template_kwargs")
+        if reserved:
+            self.fail(f"{key}.chat_template_kwargs", reserved)
         template = self.string(block.get("chat_template"), f"{key}.chat_template")
         extends = self.string(block.get("extends"), f"{key}.extends")
         return Profile(

@@ -70,6 +70,10 @@ def test_defaults_are_not_modified() -> None:
         ({"extra_body": {"chat_template_kwargs": 3}}, "^extra_body.chat_template_kwargs must be a JSON object$"),
         ({"extra_body": {"preserve_thinking": "yes"}}, "^extra_body.preserve_thinking must be a boolean$"),
         ({"preserve_thinking": 1}, "^preserve_thinking must be a boolean$"),
+        # the variables a render sets from the request itself (a second value was a TypeError, a 500)
+        ({"chat_template_kwargs": {"add_generation_prompt": True}}, "^chat_template_kwargs cannot set 'add_gen"),
+        ({"chat_template_kwargs": {"tools": [], "messages": []}}, "cannot set 'messages', 'tools': the request"),
+        ({"extra_body": {"chat_template_kwargs": {"tools": []}}}, "^extra_body.chat_template_kwargs cannot set"),
     ],
 )
 def test_malformed_shapes_are_chat_input_errors(body: dict, match: str) -> None:
@@ -98,6 +102,7 @@ def test_parse_kwargs_json() -> None:
         ("3", "not a number"),
         ("{enable_thinking: false}", "is not valid JSON"),
         ("", "is not valid JSON"),
+        ('{"add_generation_prompt": false}', "cannot set 'add_generation_prompt'"),
     ],
 )
 def test_parse_kwargs_json_rejects_non_objects(text: str, match: str) -> None:
