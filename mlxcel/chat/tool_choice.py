@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxcel.chat.errors import ChatInputError
+from mlxcel.structured.schema_validity import schema_problem
 
 REQUIRED_INSTRUCTION = "You must call one or more of the declared functions to answer."
 
@@ -25,6 +26,7 @@ def _name(tool: dict) -> str:
 
 def plan_tools(tools: list[dict] | None, tool_choice: Any) -> ToolPlan:
     tools = list(tools or [])
+    _check_parameters(tools)
     if tool_choice is None or tool_choice == "auto":
         return ToolPlan(tools)
     if tool_choice == "none":
@@ -49,3 +51,16 @@ def plan_tools(tools: list[dict] | None, tool_choice: Any) -> ToolPlan:
             raise ChatInputError(f"tool_choice: function {name!r} is not declared in 'tools'")
         return ToolPlan(chosen, f"You must call the function {name} to answer.", forced=True, forced_name=name)
     raise ChatInputError("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', ...}")
+
+
+def _check_parameters(tools: list[dict]) -> None:
+    """A tool whose parameters are not a JSON schema is a 400 (whatever tool_choice says,
+    as OpenAI's and Anthropic's APIs answer); one the grammar engine merely cannot
+    express is served."""
+    for i, tool in enumerate(tools):
+        parameters = tool.get("function", {}).get("parameters")
+        if isinstance(parameters, dict):
+            problem = schema_problem(parameters)
+            if problem:
+                raise ChatInputError(f"tools[{i}] ({_name(tool)!r}): its parameters are not a valid JSON schema: "
+                                     f"{problem}")

@@ -139,6 +139,20 @@ def test_tools_and_tool_choice():
         chat_tool_choice({"type": "function"}, tools)
 
 
+@pytest.mark.parametrize("tool", [{"name": "f"}, {"name": "f", "type": "custom"},
+                                  {"name": "f", "description": "no schema", "input_schema": None}])
+def test_a_client_tool_without_input_schema_is_refused(tool):
+    """Anthropic's 400 "tools.0.input_schema: Field required"; it was dropped silently, so
+    a tool_choice naming it read as naming an undeclared tool."""
+    with pytest.raises(ValueError, match="input_schema: Field required"):
+        _request(tools=[tool])
+
+
+def test_a_custom_tool_with_a_schema_is_a_client_tool():
+    tool = {**WEATHER, "type": "custom"}
+    assert chat_tools(_request(tools=[tool]).tools)[0]["function"]["name"] == "get_weather"
+
+
 def test_disable_parallel_tool_use_allows_one_call():
     assert max_tool_calls(None) is None
     assert max_tool_calls({"type": "auto"}) is None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from mlxcel.turn.sampling_fields import SamplingFields
 
@@ -28,13 +28,20 @@ class AnthropicMessage(BaseModel):
 
 
 class AnthropicTool(BaseModel):
-    """A client tool has `input_schema`; server tools (web_search ...) do not."""
+    """A client tool (no `type`, or "custom") has `input_schema`, as Anthropic requires;
+    server tools (a versioned `type`: web_search_20250305 ...) do not."""
 
     model_config = ConfigDict(extra="allow")
     name: str = Field(min_length=1, max_length=256)
     type: str | None = None
     description: str | None = None
     input_schema: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _client_tool_has_schema(self) -> AnthropicTool:
+        if self.type in (None, "custom") and self.input_schema is None:
+            raise ValueError("input_schema: Field required (a client tool declares its input's JSON schema)")
+        return self
 
 
 class ThinkingConfig(BaseModel):
