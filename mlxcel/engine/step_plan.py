@@ -83,7 +83,9 @@ class StepPlanner:
         spans, options, n_planned = self._decoding()
         n_decode = len(spans)
         room = self.capacity - sum(len(span.tokens) for span in spans)
-        budget = (room if n_decode == 0 else min(room, self.prefill_chunk)) - media_rows
+        # alone, a micro-batch a step: as fast as one call of the whole prompt (llama.cpp cuts
+        # it so), and a request cancelled meanwhile (its client gone) stops within a chunk
+        budget = min(room, self.n_ubatch if n_decode == 0 else self.prefill_chunk) - media_rows
         for slot in self.prefilling():
             if budget <= 0:
                 break

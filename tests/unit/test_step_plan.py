@@ -32,9 +32,10 @@ def _prefilling(slot: Slot, prompt: list[int], admitted_at: float, done: int = 0
     slot.state = SlotState.PREFILL
 
 
-def _planner(slots: SlotTable, capacity=32, chunk=4, n_ctx_slot=64, drafts=None, shift=None, failed=None):
+def _planner(slots: SlotTable, capacity=32, chunk=4, n_ctx_slot=64, drafts=None, shift=None, failed=None,
+             n_ubatch=512):
     return StepPlanner(slots, capacity, drafts or NoDrafts(), prefill_chunk=chunk, n_ctx_slot=n_ctx_slot,
-                       split_kv=True, n_ubatch=512, sizes_drafts_together=False, shift_context=shift,
+                       split_kv=True, n_ubatch=n_ubatch, sizes_drafts_together=False, shift_context=shift,
                        request_failed=lambda slot, phase, exc: failed.append((slot.id, phase)))
 
 
@@ -57,6 +58,18 @@ def test_a_lone_prompt_takes_the_whole_batch_and_media_rows_come_off_it():
     planner = _planner(slots, capacity=32, chunk=4)
     assert [(s.start, len(s.tokens)) for s in planner.plan()] == [(5, 32)]
     assert [(s.start, len(s.tokens)) for s in planner.plan(media_rows=10)] == [(5, 22)]
+
+
+def test_lone_prompts_go_a_micro_batch_a_step():
+    """Not the whole batch at once: a request cancelled while its long prompt is
+    prefilled (its client left) stops after the micro-batch under way."""
+    slots = SlotTable(2)
+    _prefilling(slots.slots[0], list(range(3000)), admitted_at=1.0, done=100)
+    _prefilling(slots.slots[1], list(range(300)), admitted_at=2.0)
+    planner = _planner(slots, capacity=2048, chunk=256, n_ctx_slot=4096, n_ubatch=512)
+    assert [(s.slot.id, s.start, len(s.tokens)) for s in planner.plan()] == [(0, 100, 512)]
+    slots.slots[0].cached_tokens = list(range(2900))
+    assert [(s.slot.id, s.start, len(s.tokens)) for s in planner.plan()] == [(0, 2900, 100), (1, 0, 300)]
 
 
 def test_a_slot_whose_drafting_fails_fails_alone_with_its_history_untouched():
