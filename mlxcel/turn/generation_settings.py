@@ -11,8 +11,6 @@ from collections.abc import Iterable
 from mlxcel.engine.sampling import DEFAULT_SEED, SamplingParams
 from mlxcel.turn.logit_bias import reported_logit_bias
 
-U64_MAX = 18446744073709551615
-
 
 def f32(value: float) -> float:
     """A setting as llama.cpp holds it (float32), so 0.95 reads 0.949999988079071 as in
@@ -41,7 +39,8 @@ def generation_settings(
     """`banned_eog`: the end-of-generation tokens `ignore_eos` bans, which llama-server
     lists in `logit_bias` after the request's own biases."""
     if seed is None:
-        seed = U64_MAX if sampling.seed in (None, -1, DEFAULT_SEED) else sampling.seed
+        # a random seed reads as llama.cpp's LLAMA_DEFAULT_SEED, as llama-server reports it (a value it takes back)
+        seed = DEFAULT_SEED if sampling.seed in (None, -1) else sampling.seed
     return {
         "seed": seed,
         "temperature": f32(sampling.temperature),

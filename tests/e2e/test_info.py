@@ -43,7 +43,10 @@ def test_props_reports_defaults(http):
     body = http.get("/props").json()
     settings = body["default_generation_settings"]
     assert body["total_slots"] == 4
-    assert settings["seed"] == 18446744073709551615
+    assert settings["seed"] == 4294967295  # llama-server's LLAMA_DEFAULT_SEED, which a request may send back
+    sent_back = http.post("/completion", json={"prompt": "hi", "n_predict": 1, "seed": settings["seed"]})
+    assert sent_back.status_code == 200  # a random seed: the answer names the one drawn
+    assert 0 <= sent_back.json()["generation_settings"]["seed"] < 4294967295
     # float settings as llama.cpp holds them (float32), as llama-server reports them
     assert settings["temperature"] == pytest.approx(0.8) and settings["top_k"] == 40 and settings["n_predict"] == -1
 

@@ -77,6 +77,7 @@ def test_bad_actions_ids_bodies_and_files_fail_alone(saver):
             "action": client.post("/slots/0?action=launch", json={"filename": "a.bin"}),
             "no action": client.post("/slots/0", json={"filename": "a.bin"}),
             "id": _action(client, "zero", "save", "a.bin"),
+            "other script's digit": _action(client, "\u0660", "erase"),  # Arabic-Indic zero, which int() reads
             "range": _action(client, 7, "erase"),
             "negative": _action(client, -1, "erase"),
             "no filename": _action(client, 0, "save", json={}),

@@ -42,7 +42,9 @@ def _text_of(block: dict, where: str) -> str:
     if not isinstance(kind, str):  # system blocks and tool_result parts arrive unchecked
         raise ChatInputError(f"{where}.type must be a string")
     if kind == "text":
-        text = block.get("text", "")
+        text = block.get("text")
+        if "text" not in block:
+            raise ChatInputError(f"{where}.text: Field required")  # Anthropic's 400
         if not isinstance(text, str):
             raise ChatInputError(f"{where}.text must be a string")
         return text

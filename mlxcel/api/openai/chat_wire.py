@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from mlxcel.api.openai.completions_wire import StreamOptions
 from mlxcel.turn.chat_turn import ChatOutcome
@@ -16,6 +16,12 @@ class ContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str
     text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_has_text(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError("a text part needs its 'text'")
+        return self
 
 
 class FunctionCall(BaseModel):
@@ -39,6 +45,15 @@ class ChatMessage(BaseModel):
     tool_calls: list[AssistantToolCall] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
+
+    @model_validator(mode="after")
+    def _says_something(self) -> ChatMessage:
+        """llama-server's rule: 'content' (null allowed) or 'tool_calls' (or the legacy
+        'function_call'); a message with neither is malformed."""
+        sent = self.model_fields_set
+        if "content" not in sent and "tool_calls" not in sent and "function_call" not in (self.model_extra or {}):
+            raise ValueError("expected 'content' or 'tool_calls'")
+        return self
 
 
 class FunctionDefinition(BaseModel):

@@ -22,6 +22,11 @@ def check_request(body: ResponsesInput) -> None:
         raise ChatInputError("previous_response_id and conversation cannot be used together")
 
 
+# a conversation is created by naming it; its id is kept with every turn, so it is bounded
+# (OpenAI's conv_ ids are ~50 characters)
+MAX_CONVERSATION_ID = 512
+
+
 def conversation_id(body: ResponsesInput) -> str | None:
     value = body.conversation
     if value is None:
@@ -30,6 +35,8 @@ def conversation_id(body: ResponsesInput) -> str | None:
         value = value.get("id")
     if not isinstance(value, str) or not value:
         raise ChatInputError("conversation must be a conversation id or {'id': ...}")
+    if len(value) > MAX_CONVERSATION_ID:
+        raise ChatInputError(f"conversation: an id is at most {MAX_CONVERSATION_ID} characters, not {len(value)}")
     return value
 
 

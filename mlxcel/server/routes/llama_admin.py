@@ -28,9 +28,11 @@ async def slot_action(id_slot: str, request: Request) -> dict:
     if folder is None:
         raise not_supported("This server does not support slots action. Start it with `--slot-save-path`")
     try:
-        slot_id = int(id_slot)
+        slot_id = int(id_slot) if id_slot.isascii() else None  # int() reads other scripts' digits too
     except ValueError:
-        raise invalid_request("Invalid slot ID") from None
+        slot_id = None
+    if slot_id is None:
+        raise invalid_request("Invalid slot ID")
     if host.absent:
         raise invalid_request("Invalid slot ID: this server has no generation slots (--embedding / --reranking)")
     kind = request.query_params.get("action", "")
