@@ -254,6 +254,8 @@ ERRORS = [
      "cannot read the template file"),
     ("models: {a: {path: SMOL}}\nprofiles: {p: {chat_template_kwargs: [1]}}", "profiles.p.chat_template_kwargs",
      "must be a mapping"),
+    ("models: {a: {path: SMOL}}\nprofiles: {p: {chat_template_kwargs: {add_generation_prompt: false}}}",
+     "profiles.p.chat_template_kwargs", "cannot set 'add_generation_prompt'"),
     ("models: {a: {path: SMOL, profile: coding}}\nserver: {family_defaults: false}", "models.a.profile",
      "unknown profile `coding`"),
 ]
