@@ -177,3 +177,6 @@ class GenerationRequest:
     fault: Any = None  # mlxcel.engine.faults.Fault: a fault a test injects (never set in service)
     id: int = field(default_factory=lambda: next(_request_ids))
     created: float = field(default_factory=time.monotonic)
+    # set by the engine when a slot takes the request (before its first event): the slot
+    # llama-server's stream chunks name in `id_slot`
+    taken_by: int | None = None

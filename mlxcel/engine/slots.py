@@ -104,6 +104,7 @@ class Slot:
 
     def begin(self, request: GenerationRequest, n_reused: int, sampler: SamplerChain, loop_detector=None) -> None:
         self.request = request
+        request.taken_by = self.id
         self.sampler = sampler
         self.text_decoder = IncrementalTextDecoder()
         self.stop_matcher = StopStringMatcher(request.stop)

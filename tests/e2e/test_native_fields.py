@@ -106,6 +106,10 @@ def test_id_slot_runs_the_request_in_that_slot(http):
         assert body["id_slot"] == slot
     missing = http.post("/completion", json={"prompt": PROMPT, **GREEDY, "id_slot": 9})
     assert missing.status_code == 400 and "id_slot" in missing.json()["error"]["message"]
+    # every chunk of a stream names its slot, progress chunks included, as llama-server's do
+    for slot in (3, 1):
+        events = _events(http, {"prompt": PROMPT, **GREEDY, "id_slot": slot, "return_progress": True})
+        assert len(events) > 3 and {e["id_slot"] for e in events} == {slot}
 
 
 def test_chat_input_tokens_counts_the_rendered_prompt(http):

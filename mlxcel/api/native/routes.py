@@ -78,11 +78,13 @@ async def _stream(group: GenerationGroup, answer: CompletionAnswer, options: Nat
     async for index, event in group.events():
         result = results[index]
         n_prompt = len(group.requests[index].prompt_tokens)
+        id_slot = group.requests[index].taken_by
         if isinstance(event, PromptProgressEvent):
             if live is not None:
                 live[index].progress(event)
             if options.return_progress:  # llama-server's progress chunk, its `tokens: [0]` included
-                yield sse_data({"index": index, "content": "", "tokens": [0], "stop": False, "id_slot": -1,
+                yield sse_data({"index": index, "content": "", "tokens": [0], "stop": False,
+                                "id_slot": -1 if id_slot is None else id_slot,
                                 "tokens_predicted": 0, "tokens_evaluated": n_prompt,
                                 "prompt_progress": {"total": event.total, "cache": event.cache,
                                                     "processed": event.processed, "time_ms": event.time_ms}})
@@ -93,7 +95,7 @@ async def _stream(group: GenerationGroup, answer: CompletionAnswer, options: Nat
             if live is not None:
                 live[index].token()
             if event.text or answer.return_tokens or answer.probs is not None:
-                chunk = answer.partial(index, event, len(result.tokens), n_prompt)
+                chunk = answer.partial(index, event, len(result.tokens), n_prompt, id_slot)
                 if live is not None:
                     chunk["timings"] = live[index].to_dict()
                 yield sse_data(chunk)
@@ -104,7 +106,7 @@ async def _stream(group: GenerationGroup, answer: CompletionAnswer, options: Nat
             yield sse_data(as_api_error(generation_error(event)).body())
             continue
         if event.end_token is not None:  # llama-server streams the end token's probabilities too
-            yield sse_data(answer.partial(index, event.end_token, len(result.tokens) + 1, n_prompt))
+            yield sse_data(answer.partial(index, event.end_token, len(result.tokens) + 1, n_prompt, id_slot))
         yield sse_data(answer.final_body(index, event.text, result, group.requests[index]))
 
 
