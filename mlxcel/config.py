@@ -240,6 +240,7 @@ class ServerConfig:
     pooling: str = "unspecified"  # --pooling: none | mean | cls | last | rank (unspecified: the GGUF's)
     embd_normalize: int = 2  # the native routes' default normalisation (llama-server's --embd-normalize)
     stt_model: str | None = None  # --stt-model: speech to text (faster-whisper) beside the chat model
+    stt_max_seconds: float = 7200.0  # --stt-max-seconds: longer uploads are refused while decoding
     tts_model: str | None = None  # --tts-model: text to speech (piper) beside the chat model
     audio_queue_depth: int = 8  # audio requests waiting per worker; beyond it 503
     audio_request_timeout_secs: float = 300.0  # an audio request running longer answers 504

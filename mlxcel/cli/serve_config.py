@@ -394,6 +394,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         pooling=args.pooling,
         embd_normalize=args.embd_normalize,
         stt_model=args.stt_model,
+        stt_max_seconds=args.stt_max_seconds,
         tts_model=args.tts_model,
         audio_queue_depth=args.audio_queue_depth,
         audio_request_timeout_secs=args.audio_request_timeout_secs,

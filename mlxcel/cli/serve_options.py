@@ -336,6 +336,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--stt-model",), "stt_model", str, None, "MLXCEL_STT_MODEL",
      "speech-to-text model served on /v1/audio/transcriptions and /v1/audio/translations beside the chat model "
      "(catalog name such as whisper-tiny.en or whisper-base, or a CTranslate2 Whisper folder)"),
+    (("--stt-max-seconds",), "stt_max_seconds", _ranged(float, 1.0), 7200.0, "MLXCEL_STT_MAX_SECONDS",
+     "longest audio /v1/audio/transcriptions and /v1/audio/translations take; longer is a 400, counted as the file "
+     "is read (a small file can claim hours)"),
     (("--tts-model",), "tts_model", str, None, "MLXCEL_TTS_MODEL",
      "text-to-speech model served on /v1/audio/speech beside the chat model (catalog name such as piper-joe, "
      "or a piper voice)"),

@@ -21,6 +21,14 @@ class AudioDecodeFailed(InvalidRequest):
                          code="invalid_audio")
 
 
+class AudioTooLong(InvalidRequest):
+    """The uploaded audio lasts longer than --stt-max-seconds (400, as OpenAI answers it)."""
+
+    def __init__(self, max_seconds: float) -> None:
+        super().__init__(f"the audio is longer than {max_seconds:g} seconds, the most this server transcribes "
+                         "(--stt-max-seconds)", code="audio_too_long")
+
+
 class AudioTimedOut(TurnError):
     """An audio request ran past --audio-request-timeout-secs (504)."""
 

@@ -231,6 +231,20 @@ def test_not_audio_is_400_with_a_clear_message(client, data):
     _error(_post(client, data, name="a.mp3"), 400, "could not decode the audio file", "invalid_audio")
 
 
+def test_audio_longer_than_the_limit_is_400_before_it_is_decoded(client):
+    """32 KB of WAV at a sample rate of 1 Hz claim 4.4 hours: refused as the file is read
+    (it took a minute and 7 GB of memory, giving back 775 MB of it, and answered 200)."""
+    import struct
+
+    pcm = b"\0\0" * 16_000
+    wav = (b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 1, 2, 2, 16)
+           + b"data" + struct.pack("<I", len(pcm)) + pcm)
+    started = time.monotonic()
+    _error(_post(client, wav), 400, "longer than 7200 seconds", "audio_too_long")
+    assert time.monotonic() - started < 10
+    assert client.get("/health").status_code == 200
+
+
 def test_a_json_body_is_400(client):
     _error(client.post("/v1/audio/transcriptions", json={"file": "x"}), 400, "multipart/form-data")
 

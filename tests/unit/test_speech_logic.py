@@ -65,9 +65,57 @@ def test_undecodable_bytes_are_a_clear_400():
     from mlxcel.speech.decode import decode_upload
 
     with pytest.raises(AudioDecodeFailed, match="could not decode the audio file"):
-        decode_upload(b"definitely not audio" * 50)
+        decode_upload(b"definitely not audio" * 50, 60.0)
     with pytest.raises(AudioDecodeFailed, match="empty"):
-        decode_upload(b"")
+        decode_upload(b"", 60.0)
+
+
+def _wav(samples: np.ndarray, rate: int, channels: int = 1) -> bytes:
+    import io
+    import wave
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as file:
+        file.setnchannels(channels)
+        file.setsampwidth(2)
+        file.setframerate(rate)
+        file.writeframes(samples.astype("<i2").tobytes())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("rate", "channels"), [(16_000, 1), (44_100, 2), (8_000, 1)])
+def test_uploads_decode_as_faster_whisper_decodes_them(rate, channels):
+    pytest.importorskip("faster_whisper")
+    import io
+
+    from faster_whisper.audio import decode_audio
+
+    from mlxcel.speech.decode import decode_upload
+
+    t = np.arange(int(rate * 1.5) * channels) / (rate * channels)
+    data = _wav((np.sin(2 * np.pi * 440 * t) * 12_000).astype(np.int16), rate, channels)
+    ours = decode_upload(data, 60.0)
+    np.testing.assert_array_equal(ours, decode_audio(io.BytesIO(data), sampling_rate=16_000))
+    assert abs(ours.size - 24_000) <= 64 and ours.dtype == np.float32
+
+
+def test_audio_longer_than_the_limit_is_refused_before_it_is_resampled():
+    """32 KB of WAV at 1 Hz is 4.4 hours: 1 GB once resampled to 16 kHz, and gigabytes more
+    in the model. It is refused as it is read, and a file within the limit is not."""
+    pytest.importorskip("faster_whisper")
+    import resource
+
+    from mlxcel.speech.decode import decode_upload
+    from mlxcel.speech.errors import AudioTooLong
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(AudioTooLong, match="longer than 7200 seconds"):
+        decode_upload(_wav(np.zeros(16_000, np.int16), rate=1), 7200.0)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200_000  # KiB: far below the 1 GB
+    two_seconds = _wav(np.zeros(32_000, np.int16), rate=16_000)
+    with pytest.raises(AudioTooLong):
+        decode_upload(two_seconds, 1.5)
+    assert decode_upload(two_seconds, 2.5).size == 32_000
 
 
 class SlowModel:

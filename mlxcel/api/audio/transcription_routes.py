@@ -35,7 +35,8 @@ async def _transcribe(request: Request, task: str) -> Response:
     host: SttHost | None = getattr(request.app.state, "stt_host", None)
     if host is not None:
         check_service_model(request, fields.model, host.model_id, WHISPER_ALIAS, host.model)
-    samples = await decode_in_background(fields.data)  # not audio: 400 even without a model
+    # not audio, or too long: 400 even without a model
+    samples = await decode_in_background(fields.data, request.app.state.config.stt_max_seconds)
     if host is None:
         raise AudioModelMissing("stt", "--stt-model", ROUTES)
     host.require_ready()
