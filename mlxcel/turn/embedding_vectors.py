@@ -20,8 +20,9 @@ def normalize(vector: np.ndarray, mode: int) -> np.ndarray:
         scale = float(np.max(np.abs(values), initial=0.0)) / 32760.0
     elif mode == 2:
         scale = float(np.sqrt(np.sum(values * values)))
-    else:
-        scale = float(np.sum(np.abs(values) ** mode) ** (1.0 / mode))
+    else:  # the p-norm taken relative to the largest value, so a large p cannot overflow
+        largest = float(np.max(np.abs(values), initial=0.0))
+        scale = largest * float(np.sum((np.abs(values) / largest) ** mode) ** (1.0 / mode)) if largest > 0 else 0.0
     factor = 1.0 / scale if scale > 0 else 0.0
     return (values * factor).astype(np.float32)
 

@@ -57,6 +57,10 @@ def test_normalisations_match_llama_cpp():
     p3 = (27 + 64) ** (1 / 3)
     np.testing.assert_allclose(normalize(v, 3), [3 / p3, -4 / p3, 0], rtol=1e-6)
     assert normalize(np.zeros(3, dtype=np.float32), 2).tolist() == [0, 0, 0]
+    # a huge p: the largest value's share, not an overflow to inf and a vector of zeros
+    with np.errstate(over="raise"):
+        np.testing.assert_allclose(normalize(v, 1_000_000), [0.75, -1.0, 0], rtol=1e-6)
+        assert normalize(np.zeros(3, dtype=np.float32), 1_000_000).tolist() == [0, 0, 0]
 
 
 def test_base64_is_little_endian_float32():
