@@ -18,6 +18,12 @@ __all__ = [
     "UnknownProfile",
 ]
 
+SHOWN_NAME = 200  # characters of a client's name an error echoes
+
+
+def shown(name: str) -> str:
+    """A name as an error echoes it: at most SHOWN_NAME characters."""
+    return name if len(name) <= SHOWN_NAME else f"{name[:SHOWN_NAME]}... ({len(name)} characters)"
 
 class ConfigError(Exception):
     """The --config file cannot be served: one line naming the file, the key and why."""
@@ -27,14 +33,15 @@ class ModelNotFound(TurnError):
     """404 model_not_found, listing the served ids and aliases."""
 
     def __init__(self, name: str, available: list[str]) -> None:
-        super().__init__(f"The model `{name}` does not exist", code="model_not_found", available_models=available)
+        super().__init__(f"The model `{shown(name)}` does not exist", code="model_not_found",
+                         available_models=available)
 
 
 class UnknownProfile(TurnError):
     """400 unknown_profile, listing the valid profile names."""
 
     def __init__(self, name: str, valid: list[str]) -> None:
-        super().__init__(f"unknown profile `{name}`; valid profiles: {', '.join(valid)}", code="unknown_profile",
+        super().__init__(f"unknown profile `{shown(name)}`; valid profiles: {', '.join(valid)}", code="unknown_profile",
                          valid_profiles=valid)
 
 
@@ -50,9 +57,9 @@ class ModelNotLoaded(TurnError):
     """400 model_not_loaded: a server started with --no-models-autoload does not load a
     model for a request; POST /v1/keep loads it."""
 
-    def __init__(self, model_id: str) -> None:
-        super().__init__(f"The model `{model_id}` is not loaded and this server does not load models for requests "
-                         "(--no-models-autoload): load it with POST /v1/keep", code="model_not_loaded")
+    def __init__(self, model_id: str, why: str | None = None) -> None:
+        super().__init__(why or f"The model `{model_id}` is not loaded and this server does not load models for "
+                         "requests (--no-models-autoload): load it with POST /v1/keep", code="model_not_loaded")
 
 
 class ModelLoadDeferred(TurnError):

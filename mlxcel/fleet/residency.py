@@ -300,6 +300,8 @@ class Fleet:
                 resident = self.residents.get(entry.id)
                 if resident is None:
                     return [entry.id] if self._end_sleep(entry.id) else []
+                if resident.host.state is HostState.LOADING:
+                    raise ModelBusy(f"model `{entry.id}` is loading; unload it once it is loaded", code="model_busy")
                 if resident.busy:
                     raise ModelBusy(f"model `{entry.id}` is serving {max(resident.in_flight, resident.leases)} "
                                     "request(s); unload it once they finish", code="model_busy")

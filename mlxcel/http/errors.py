@@ -49,6 +49,8 @@ ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 40
                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                    429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
 OVERLOADED_STATUS = 529
+# the 503s that say "no capacity now, retry" (not "the engine failed"): Anthropic's 529 overloaded_error
+CAPACITY_TYPES = frozenset({"server_busy", "model_load_deferred", "server_overloaded", "server_overloaded_shed"})
 CLIENT_CLOSED_REQUEST = 499
 
 
@@ -84,7 +86,7 @@ class APIError(Exception):
         return {"Retry-After": str(int(self.retry_after))} if self.retry_after is not None else None
 
     def anthropic_status(self) -> int:
-        return OVERLOADED_STATUS if self.type == "server_busy" else self.status
+        return OVERLOADED_STATUS if self.type in CAPACITY_TYPES else self.status
 
     def anthropic_body(self) -> dict:
         """Anthropic's shape; the error's own fields (a model_not_found's available_models,

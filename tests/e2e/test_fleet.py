@@ -122,6 +122,10 @@ def test_unknown_model_is_404_with_the_available_ids(client):
     assert {"smol", "coder", "gemma", "tiny", "short"} <= set(error["available_models"])
     # an unknown @suffix is not a profile: the whole string is an id
     assert chat(client, "smol@nonsense").status_code == 404
+    # a client's long name is echoed cut
+    long_name = chat(client, "x" * 100_000)
+    assert long_name.status_code == 404 and len(long_name.text) < 2_000
+    assert "(100000 characters)" in long_name.json()["error"]["message"]
     # Anthropic's shape on /v1/messages, the served ids in it all the same
     messages = client.post("/v1/messages", json={"model": "no-such-model", "max_tokens": 2, "messages": QUESTION})
     assert messages.status_code == 404
@@ -195,6 +199,10 @@ def test_a_model_loads_on_its_first_request_and_lru_unloads_at_the_cap(client):
     assert rows["gemma"]["resident"]
     # max_models 2: the least recently used unpinned model made room; the pinned one stayed
     assert rows["smol"]["resident"] and not rows["coder"]["resident"]
+    # a route that describes a loaded model, asked of one that is not: a 400 saying so, not a "busy" 503
+    for path in ("/slots?model=coder", "/props?model=coder"):
+        answer = client.get(path)
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "model_not_loaded", answer.text
 
 
 def _stream_in_background(fleet, model: str, tokens: int) -> tuple[threading.Thread, list]:

@@ -110,6 +110,7 @@ CASES = [
     ("content-part-text-number", CHAT, chat("", '[{"role": "user", "content": [{"type": "text", "text": 5}]}]'), 400),
     ("content-part-text-missing", CHAT, chat("", '[{"role": "user", "content": [{"type": "text"}]}]'), 400),
     ("message-without-content", CHAT, chat("", '[{"role": "user"}]'), 400),
+    ("dry-run-string", CHAT, chat(', "dry_run": "yes"'), 400),
     ("content-part-image", CHAT,
      chat("", '[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]'), 400),
     ("name-number", CHAT, chat("", '[{"role": "user", "content": "hi", "name": 5}]'), 400),

@@ -22,6 +22,7 @@ from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.output import FinalChat
 from mlxcel.engine.request import FinishEvent, FinishReason, Timings
+from mlxcel.fleet.errors import ModelLoadDeferred
 from mlxcel.http.errors import APIError, as_api_error, server_busy
 from mlxcel.turn.chat_turn import ChatOutcome
 
@@ -287,5 +288,11 @@ def test_error_shapes():
     assert unknown.anthropic_body() == {"type": "error", "error": {"type": "not_found_error", "message": "no model x",
                                                                    "available_models": ["a"]}}
     assert as_api_error(RuntimeError()).status == 500
+    # every "no capacity now" 503 is Anthropic's overloaded 529; an engine that failed is not
+    deferred = as_api_error(ModelLoadDeferred("model `a` cannot load now", retry_after=2))
+    assert deferred.status == 503 and deferred.anthropic_status() == 529
+    assert deferred.anthropic_body()["error"]["type"] == "overloaded_error"
+    failed = APIError(503, "the engine failed", "unavailable_error", "engine_failed")
+    assert failed.anthropic_status() == 503 and failed.anthropic_body()["error"]["type"] == "api_error"
     _, payload = _events([MessageStream.error(busy)])[0]
     assert payload["error"]["type"] == "overloaded_error"

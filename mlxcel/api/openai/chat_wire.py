@@ -116,6 +116,7 @@ class ChatCompletionRequest(SamplingFields, GrammarFields):
     parallel_tool_calls: StrictBool | None = None
     response_format: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    dry_run: StrictBool = False  # 003: the admission estimate instead of a generation
     reasoning_effort: str | None = None
     reasoning: dict[str, Any] | None = None
     enable_thinking: StrictBool | None = None

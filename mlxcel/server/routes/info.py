@@ -14,12 +14,12 @@ from mlxcel import __version__
 from mlxcel.api.rerank import listing as rerank_listing
 from mlxcel.chat.media_parts import MEDIA_MARKER
 from mlxcel.chat.template_caps import probe_caps
+from mlxcel.fleet.errors import ModelNotLoaded
 from mlxcel.http.errors import APIError, not_supported
 from mlxcel.server.routes.fleet_listing import fleet_listing, max_context_at_width_1
 from mlxcel.server.routes.readiness import readiness
 from mlxcel.server.routes.residency import reread
 from mlxcel.turn.embedding_host import EmbeddingHost
-from mlxcel.turn.errors import ServerBusy
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.model_host import ModelHost
 from mlxcel.turn.rerank_host import RerankHost
@@ -37,7 +37,9 @@ def host_of(request: Request) -> ModelHost:
     prefer = fleet.entry(name).id if name else None
     host = fleet.any_host(prefer)
     if host is None or (prefer is not None and host.model_id != prefer):
-        raise ServerBusy(f"model `{prefer or fleet.config.default_model}` is not loaded")
+        model_id = prefer or fleet.config.default_model
+        raise ModelNotLoaded(model_id, f"The model `{model_id}` is not loaded: this route describes a loaded model "
+                                       "(a request to it, or POST /v1/keep, loads it)")
     return host
 
 
