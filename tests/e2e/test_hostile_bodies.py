@@ -150,7 +150,6 @@ CASES = [
     ("dry-breakers-empty", "/completion", completion(', "dry_multiplier": 1, "dry_sequence_breakers": []'), 400),
     ("grammar-lazy", "/completion", completion(', "grammar": "root ::= [a-z]+", "grammar_lazy": true'), 400),
     ("grammar-lazy-string", CHAT, chat(', "grammar_lazy": "yes"'), 400),
-    ("detokenize-token-out-of-vocab", "/detokenize", b'{"tokens": [1, 49152]}', 400),
     ("dry-breaker-token-out-of-vocab", CHAT, chat(', "dry_multiplier": 0.8, "dry_sequence_breakers": [-1]'), 400),
     ("chat-template-kwargs-list", CHAT, chat(', "chat_template_kwargs": [1]'), 400),
     ("extra-body-template-kwargs-number", CHAT, chat(', "extra_body": {"chat_template_kwargs": 5}'), 400),

@@ -12,7 +12,7 @@ from mlxcel.api.native.answer import CompletionAnswer, NativeStreamOptions, sele
 from mlxcel.api.native.wire import DetokenizeRequest, NativeCompletionRequest, TokenizeRequest
 from mlxcel.engine.request import FinishReason, PromptProgressEvent, TokenEvent
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.http.errors import as_api_error, invalid_request
+from mlxcel.http.errors import as_api_error, invalid_request, server_error
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse, sse_data
@@ -147,6 +147,6 @@ async def detokenize(request: Request, opened: Opened[DetokenizeRequest] = Depen
     body, tokenizer = opened.body, vocabulary_of(request, opened)
     bad = tokenizer.first_out_of_range(body.tokens)
     if bad is not None:
-        # llama-server's vocabulary lookup throws here (a 500); an id the model lacks is the request's error
-        raise invalid_request(f"token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")
+        # spec 001's error table: "a /detokenize id outside the vocabulary" is its one 500 (llama-server's too)
+        raise server_error(f"token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")
     return {"content": tokenizer.decode(body.tokens)}
