@@ -69,13 +69,13 @@ class CompletionAnswer:
             events = events[: max(0, len(events) - cut)]
         return events
 
-    def partial(self, index: int, event: TokenEvent, n_predicted: int, n_prompt: int, id_slot: int | None) -> dict:
+    def partial(self, index: int, event: TokenEvent, n_predicted: int, n_prompt: int, id_slot: int) -> dict:
         body = {
             "index": index,
             "content": event.text,
             "tokens": [event.token],  # llama-server's stream chunks carry their token whatever return_tokens says
             "stop": False,
-            "id_slot": -1 if id_slot is None else id_slot,
+            "id_slot": id_slot,
             "tokens_predicted": n_predicted,
             "tokens_evaluated": n_prompt,
         }

@@ -78,13 +78,13 @@ async def _stream(group: GenerationGroup, answer: CompletionAnswer, options: Nat
     async for index, event in group.events():
         result = results[index]
         n_prompt = len(group.requests[index].prompt_tokens)
-        id_slot = group.requests[index].taken_by
+        taken_by = group.requests[index].taken_by
+        id_slot = -1 if taken_by is None else taken_by  # llama-server's -1 before a slot takes it
         if isinstance(event, PromptProgressEvent):
             if live is not None:
                 live[index].progress(event)
             if options.return_progress:  # llama-server's progress chunk, its `tokens: [0]` included
-                yield sse_data({"index": index, "content": "", "tokens": [0], "stop": False,
-                                "id_slot": -1 if id_slot is None else id_slot,
+                yield sse_data({"index": index, "content": "", "tokens": [0], "stop": False, "id_slot": id_slot,
                                 "tokens_predicted": 0, "tokens_evaluated": n_prompt,
                                 "prompt_progress": {"total": event.total, "cache": event.cache,
                                                     "processed": event.processed, "time_ms": event.time_ms}})
