@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mlxcel.config import ServerConfig
-from mlxcel.engine.page_calls import trim_heap
+from mlxcel.engine.page_calls import give_back_memory
 from mlxcel.fleet.addressing import default_name, resolve_name
 from mlxcel.fleet.entries import FleetConfig, ModelEntry
 from mlxcel.fleet.errors import ModelBusy, ModelLoadDeferred, ModelNotLoaded
@@ -57,6 +57,12 @@ def spec_type_of(base: ServerConfig, entry: ModelEntry) -> str:
     if entry.speculative and base.spec_type == "none":
         return "ngram-simple"
     return base.spec_type
+
+
+def _unload(resident: Resident) -> None:
+    """An unload on a thread of its own: the model freed, then its memory given back."""
+    resident.host.close()
+    give_back_memory()
 
 
 @dataclass(eq=False)
@@ -179,7 +185,8 @@ class Fleet:
             idle = [r for r in self.retiring if not r.busy]
             self.retiring = [r for r in self.retiring if r.busy]
         for resident in idle:
-            threading.Thread(target=resident.host.close, name=f"mlxcel-unload-{resident.id}", daemon=True).start()
+            threading.Thread(target=_unload, args=(resident,), name=f"mlxcel-unload-{resident.id}",
+                             daemon=True).start()
 
     def _resident_for(self, entry: ModelEntry) -> Resident:
         """Under the lock: the resident copy of `entry`, loading it if needed."""
@@ -314,7 +321,7 @@ class Fleet:
         for resident in chosen:
             resident.host.close()
         if chosen:
-            trim_heap()
+            give_back_memory()
         return [r.id for r in chosen] + asleep
 
     def _end_sleep(self, model_id: str) -> bool:
@@ -379,7 +386,7 @@ class Fleet:
             resident.host.close()
         self.close_retired()
         if expired or slept:
-            trim_heap()
+            give_back_memory()
         return [r.id for r, _ in expired]
 
     # -- reload and lifecycle -----------------------------------------------------------

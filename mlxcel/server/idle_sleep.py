@@ -27,7 +27,7 @@ from typing import Protocol
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlxcel.engine.page_calls import trim_heap
+from mlxcel.engine.page_calls import give_back_memory
 
 log = logging.getLogger("mlxcel.server")
 
@@ -116,7 +116,7 @@ class IdleSleep:
 
     def _sleep_host(self) -> None:
         self.host.sleep()
-        trim_heap()  # what the model's objects held goes back to the kernel, not to malloc's free lists
+        give_back_memory()  # what the model's objects held goes back to the kernel
 
     def _due(self, now: float) -> bool:
         return (self.host.ready and not self._busy()

@@ -29,3 +29,28 @@ def test_freed_heap_pages_go_back_to_the_kernel():
     trimmed = _rss_mib()
     assert freed - trimmed > 60, (freed, trimmed)
     assert len(kept) == 6000
+
+
+class _Engine:
+    """Stands for a closed engine: objects that refer to each other, holding a buffer."""
+
+    def __init__(self) -> None:
+        self.slot = {"engine": self, "buffer": bytearray(1 << 20)}
+
+
+def test_give_back_memory_frees_what_only_cycles_held_even_with_the_collector_s_view_frozen():
+    import gc
+    import weakref
+
+    from mlxcel.engine.page_calls import give_back_memory
+
+    gc.freeze()  # as the server does after start; a model loaded later is not frozen
+    try:
+        engine = _Engine()
+        gone = weakref.ref(engine)
+        del engine
+        assert gone() is not None  # reference counting alone cannot free a cycle
+        give_back_memory()
+        assert gone() is None
+    finally:
+        gc.unfreeze()
