@@ -219,6 +219,15 @@ CASES = [
     ("responses-text-string", RESPONSES, responses(', "text": "x"'), 400),
     ("responses-text-format-number", RESPONSES, responses(', "text": {"format": 5}'), 400),
     ("responses-background-stream", RESPONSES, responses(', "background": true, "stream": true'), 400),
+    # two leading system messages, one with an image: joined as parts, then refused by a text-only model (was a 500)
+    ("responses-system-media-joined", RESPONSES, responses("", '[{"role": "system", "content": "a"}, '
+     '{"role": "developer", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}, '
+     '{"role": "user", "content": "hi"}]'), 400),
+    ("responses-instructions-system-media", RESPONSES, responses(', "instructions": "x"', '[{"role": "system", '
+     '"content": [{"type": "input_image", "image_url": "http://x/y.png"}]}, {"role": "user", "content": "hi"}]'), 400),
+    ("compact-system-media-joined", "/v1/responses/compact", b'{"input": [{"role": "system", "content": "a"}, '
+     b'{"role": "system", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}, '
+     b'{"role": "user", "content": "hi"}]}', 400),
     ("compact-max-output-tokens-zero", "/v1/responses/compact", b'{"input": "hi", "max_output_tokens": 0}', 400),
     # 10,000-element arrays
     ("10k-messages", CHAT, chat("", many('{"role": "user", "content": "hi"}')), 400),

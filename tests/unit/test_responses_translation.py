@@ -53,6 +53,15 @@ def test_instructions_join_the_leading_system_messages():
                         {"role": "user", "content": "hi"}]
 
 
+def test_leading_system_messages_with_media_join_as_parts():
+    image = {"type": "input_image", "image_url": "http://x/y.png"}
+    messages = chat_messages("Answer in French.", [{"role": "developer", "content": [image]},
+                                                   {"role": "user", "content": "hi"}])
+    assert messages == [{"role": "system", "content": [
+        {"type": "text", "text": "Answer in French."}, {"type": "text", "text": ""},
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}, {"role": "user", "content": "hi"}]
+
+
 def test_media_parts_become_chat_media_parts():
     messages = items_to_messages([{"role": "user", "content": [
         {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "http://x/y.png"},

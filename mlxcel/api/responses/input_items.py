@@ -271,8 +271,16 @@ def join_leading_system(messages: list[dict]) -> list[dict]:
         n += 1
     if n < 2:
         return messages
-    joined = "\n\n".join(m["content"] for m in messages[:n] if m["content"])
-    return [{"role": "system", "content": joined}, *messages[n:]]
+    contents = [m["content"] for m in messages[:n] if m["content"]]
+    if all(isinstance(c, str) for c in contents):
+        return [{"role": "system", "content": "\n\n".join(contents)}, *messages[n:]]
+    # one of them holds media parts: the parts of all, an empty text part between two messages
+    parts: list[dict] = []
+    for content in contents:
+        if parts:
+            parts.append({"type": "text", "text": ""})
+        parts.extend([{"type": "text", "text": content}] if isinstance(content, str) else content)
+    return [{"role": "system", "content": parts}, *messages[n:]]
 
 
 def fill_reasoning(messages: list[dict], lookup: Callable[[dict], str | None]) -> list[dict]:
