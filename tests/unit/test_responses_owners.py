@@ -129,3 +129,21 @@ def test_the_middleware_records_a_digest_of_the_key_that_matched():
     assert first["state"]["lifespan"] == 1 and "k1" not in str(first["state"])
     assert _scope_after([(b"authorization", b"Bearer nope")]) == {"rejected": 401}
     assert request_key_id({"type": "http"}) is None
+
+
+def test_two_turns_of_one_conversation_at_once_both_stay_in_it():
+    state = ResponsesState(ResponsesLimits(), prompt_cache=True)
+    host = SimpleNamespace(model_id="m", config=SimpleNamespace(chat_template_kwargs={}))
+    state.records.save_conversation("c", HISTORY, owner="a")
+    runs = []
+    for n in (1, 2):  # both read the transcript before either finishes
+        run = ResponseRun(state, host, {}, ResponsesRequest(input=f"q{n}", conversation="c"),
+                          RequestContext(f"resp_{n}", owner="a"))
+        run.conversation_base = state.records.conversation_history("c", "a")
+        run.history = run.conversation_base + [{"type": "message", "role": "user", "content": f"q{n}"}]
+        runs.append(run)
+    for n, run in enumerate(runs, 1):
+        run.record({**run.snapshot("completed"), "output": [message_item(f"msg_{n}", f"a{n}")]})
+    texts = [item["content"] if isinstance(item["content"], str) else item["content"][0]["text"]
+             for item in state.records.conversation_history("c", "a")]
+    assert texts == ["hi", "q1", "a1", "q2", "a2"]

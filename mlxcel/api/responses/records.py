@@ -141,11 +141,16 @@ class ResponseRecords:
             raise conversation_too_large(conversation_id, size, budget)
         return history, size
 
-    def save_conversation(self, conversation_id: str, history: list[dict], owner: str | None = None) -> None:
+    def save_conversation(self, conversation_id: str, history: list[dict], owner: str | None = None,
+                          base: list[dict] | None = None) -> None:
         """Raises (and keeps the last transcript) when the new one is too large or the
-        id was meanwhile taken by another key."""
-        history, size = self.check_conversation_size(conversation_id, history)
+        id was meanwhile taken by another key. `base`: the transcript `history` continues
+        (its first len(base) items); when another turn was saved since it was read, this
+        turn's items are appended to that transcript rather than replacing it."""
         current = _conversation(self.conversations.peek(conversation_id))
         if current is not None and current.owner != owner:
             raise conversation_not_found(conversation_id)
+        if base is not None and current is not None and current.history != base:
+            history = current.history + history[len(base):]
+        history, size = self.check_conversation_size(conversation_id, history)
         self.conversations.put(conversation_id, {"owner": owner, "history": history}, size)

@@ -88,6 +88,7 @@ class ResponseRun:
         self.final: dict | None = None
         self.finished = asyncio.Event()  # set once `final` is recorded
         self.failed_generation: FinishEvent | None = None  # the engine's error, when generation failed
+        self.conversation_base: list[dict] | None = None  # the transcript read at the start (conversation)
 
     # -- before generation ----------------------------------------------------------
 
@@ -99,6 +100,7 @@ class ResponseRun:
             prior = await asyncio.to_thread(self.state.previous_history, self.body.previous_response_id, self.owner)
         elif self.conversation:
             prior = await asyncio.to_thread(self.state.records.conversation_history, self.conversation, self.owner)
+            self.conversation_base = prior
         await asyncio.to_thread(self._prepare, prior)
 
     def _prepare(self, prior: list[dict]) -> None:
@@ -260,7 +262,9 @@ class ResponseRun:
             self.state.records.reasoning_echo.remember(output)
             if self.conversation is not None:
                 try:
-                    self.state.records.save_conversation(self.conversation, self.history + output, self.owner)
+                    # a compacted history replaces the transcript; otherwise this turn is appended to it
+                    base = None if self.compaction is not None else self.conversation_base
+                    self.state.records.save_conversation(self.conversation, self.history + output, self.owner, base)
                 except TurnError as exc:  # the transcript stays as it was
                     message = f"the output was generated but is not kept: {exc.message}"
                     body, output = json_safe(self._failure(str(exc.code), message)), []
