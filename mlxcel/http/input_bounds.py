@@ -59,10 +59,20 @@ def parse_json(raw: bytes):
         raise BodyError(f"malformed JSON in the request body: {exc}") from None
 
 
+PATH_HEAD, PATH_TAIL, PATH_KEY_CHARS = 4, 2, 40
+
+
 def field_path(parts: tuple) -> str:
+    """`messages[1].content`. A deep path shows its first PATH_HEAD and last PATH_TAIL
+    steps, and a long key its first PATH_KEY_CHARS characters: an error names where,
+    without echoing a client's schema or a hundred levels of its keys."""
+    if len(parts) > PATH_HEAD + PATH_TAIL + 1:
+        parts = (*parts[:PATH_HEAD], f"…{len(parts) - PATH_HEAD - PATH_TAIL} levels…", *parts[-PATH_TAIL:])
     out = ""
     for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if not isinstance(part, int) and len(part) > PATH_KEY_CHARS:
+            part = part[:PATH_KEY_CHARS] + "…"
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
     return out or "body"
 
 

@@ -61,6 +61,16 @@ def test_deep_nesting_is_refused(depth):
     assert "nested" in rejected(raw).message
 
 
+def test_a_deep_error_names_where_without_echoing_the_keys_on_the_way():
+    secret = "customer_ssn_" + "x" * 200
+    nested: dict = {}
+    for _ in range(20):
+        nested = {"properties": {secret: nested}}
+    message = rejected(json.dumps({"response_format": {"schema": nested}})).message
+    assert message.startswith("response_format.schema.properties.") and "nested deeper than 16" in message
+    assert "levels…" in message and len(message) < 200 and secret not in message
+
+
 def test_nesting_within_the_limit_passes():
     assert check('{"a": ' + "[" * 14 + "]" * 14 + "}")
 
