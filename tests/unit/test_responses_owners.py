@@ -18,7 +18,7 @@ from mlxcel.http.auth import APIKeyMiddleware, request_key_id
 from mlxcel.http.errors import as_api_error
 from mlxcel.state.store import json_size
 from mlxcel.turn.context import RequestContext
-from mlxcel.turn.errors import TurnError
+from mlxcel.turn.errors import InvalidRequest, TurnError
 
 HISTORY = [{"role": "user", "content": "hi"}]
 
@@ -42,6 +42,19 @@ def test_a_response_is_found_only_with_its_owners_key():
     with pytest.raises(TurnError, match="store: false"):
         records.previous_history("e1", "a")
     assert records.drop("r1", "a") and records.find("r1", "a") is None
+
+
+def test_a_failed_response_kept_without_its_history_cannot_be_continued():
+    """A background result over the store's budget is kept bare (failed, no history):
+    continuing it would silently drop every earlier turn."""
+    records = ResponseRecords(ResponsesLimits(), prompt_cache=True)
+    failed = {"id": "big", "status": "failed", "output": [],
+              "error": {"code": "server_error", "message": "the response is larger than the store's budget"}}
+    records.save(ResponseRecord(failed, [], owner="a"))
+    with pytest.raises(InvalidRequest, match="kept no history.*larger than the store"):
+        records.previous_history("big", "a")
+    records.save(ResponseRecord({**failed, "id": "f2"}, HISTORY, owner="a"))  # a failure that kept its input
+    assert records.previous_history("f2", "a") == HISTORY
 
 
 def test_a_conversation_is_another_keys_404_and_is_not_taken_over():

@@ -115,6 +115,10 @@ class ResponseRecords:
                 raise InvalidRequest(f"previous response '{response_id}' was not stored (store: false)",
                                       code="previous_response_not_found")
             raise InvalidRequest(f"previous response '{response_id}' not found", code="previous_response_not_found")
+        if not record.history and record.body.get("status") == "failed":  # kept bare (keep_bare): nothing to continue
+            raise InvalidRequest(f"previous response '{response_id}' failed and kept no history to continue from: "
+                                 f"{(record.body.get('error') or {}).get('message', 'it failed')}",
+                                 code="previous_response_not_found")
         return list(record.history)
 
     # -- conversations ------------------------------------------------------------
