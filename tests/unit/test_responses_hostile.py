@@ -46,3 +46,21 @@ def test_a_well_formed_body_translates():
                          {"type": "function_call_output", "call_id": "c", "output": "r"}],
                "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
                "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "f"}]}})
+
+
+@pytest.mark.parametrize(("metadata", "words"), [
+    ({f"k{i}": "v" for i in range(17)}, "at most 16 key-value pairs"),
+    ({"k" * 65: "v"}, "longer than 64"),
+    ({"k": {"nested": "object"}}, "must be a string"),
+    ({"k": 3}, "must be a string"),
+    ({"k": "v" * 513}, "longer than 512"),
+])
+def test_metadata_past_openai_s_bounds_is_400(metadata, words):
+    with pytest.raises(APIError) as exc:
+        validate(ResponsesRequest, {"input": "hi", "metadata": metadata})
+    assert exc.value.status == 400 and words in exc.value.message and "metadata" in exc.value.message
+
+
+def test_metadata_within_the_bounds_is_kept():
+    metadata = {f"k{i}": "v" * 512 for i in range(16)}
+    assert validate(ResponsesRequest, {"input": "hi", "metadata": metadata}).metadata == metadata

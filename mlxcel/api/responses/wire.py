@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from mlxcel.turn.sampling_fields import SamplingFields
 
@@ -38,6 +38,8 @@ class ResponsesInput(SamplingFields):
     truncation: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 
+METADATA_MAX_PAIRS, METADATA_MAX_KEY, METADATA_MAX_VALUE = 16, 64, 512
+
 
 class ResponsesRequest(ResponsesInput):
     context_management: list[ContextManagement] | None = None
@@ -52,6 +54,24 @@ class ResponsesRequest(ResponsesInput):
     return_progress: StrictBool = False  # llama-server: response.in_progress events with prompt_progress
     metadata: dict[str, Any] | None = None
     user: str | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """OpenAI's bounds on what a response stores and echoes: at most 16 pairs, keys of
+        at most 64 characters, values strings of at most 512."""
+        if value is None:
+            return value
+        if len(value) > METADATA_MAX_PAIRS:
+            raise ValueError(f"at most {METADATA_MAX_PAIRS} key-value pairs (got {len(value)})")
+        for key, item in value.items():
+            if len(key) > METADATA_MAX_KEY:
+                raise ValueError(f"a key is longer than {METADATA_MAX_KEY} characters")
+            if not isinstance(item, str):
+                raise ValueError(f"the value of '{key}' must be a string")
+            if len(item) > METADATA_MAX_VALUE:
+                raise ValueError(f"the value of '{key}' is longer than {METADATA_MAX_VALUE} characters")
+        return value
 
 
 class CompactRequest(ResponsesInput):
