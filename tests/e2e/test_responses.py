@@ -249,3 +249,26 @@ def test_a_streaming_response_in_progress_can_be_cancelled(server, http):
     # the cancel answered with the recorded object: the output so far and when it ended, as GET shows it
     assert cancelled == stored == final
     assert stored["output"] and stored["completed_at"]
+
+
+def test_a_stored_response_in_progress_reads_as_in_progress_until_it_ends(server, http):
+    body = {"input": "Write a long story.", "stream": True, "max_output_tokens": 600, "ignore_eos": True}
+    with server.client() as client, client.stream("POST", "/v1/responses", json=body) as response:
+        events = []
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(json.loads(line[6:]))
+            if events[-1]["type"] == "response.output_text.delta" and len(events) == 6:
+                response_id = events[0]["response"]["id"]
+                seen = http.get(f"/v1/responses/{response_id}")
+                deleted = http.delete(f"/v1/responses/{response_id}")
+                continued = http.post("/v1/responses", json={"input": "And then?", "max_output_tokens": 2,
+                                                             "previous_response_id": response_id})
+                http.post(f"/v1/responses/{response_id}/cancel")
+    assert seen.status_code == 200 and seen.json()["status"] == "in_progress" and seen.json()["id"] == response_id
+    assert deleted.status_code == 400 and "has not finished" in deleted.json()["error"]["message"]
+    assert continued.status_code == 400
+    assert continued.json()["error"]["code"] == "previous_response_not_finished"
+    assert http.get(f"/v1/responses/{response_id}").json()["status"] == "cancelled"  # recorded once it ended
+    assert http.delete(f"/v1/responses/{response_id}").status_code == 200

@@ -116,6 +116,8 @@ async def get_response(response_id: str, request: Request):
     job = state.job(response_id, owner)
     if job is not None:
         return JSONResponse(job.body)
+    if (run := state.unfinished(response_id, owner)) is not None:
+        return JSONResponse(run.snapshot("in_progress"))
     record = await asyncio.to_thread(state.records.find, response_id, owner)  # decodes its history too
     if record is None:
         raise not_found(response_id)
@@ -130,6 +132,9 @@ async def delete_response(response_id: str, request: Request):
     job = state.job(response_id, owner)
     if job is not None:
         raise invalid_request(f"response '{response_id}' has not finished (status: {job.status.value}): "
+                              "cancel it before deleting it")
+    if state.unfinished(response_id, owner) is not None:
+        raise invalid_request(f"response '{response_id}' has not finished (status: in_progress): "
                               "cancel it before deleting it")
     if not state.records.drop(response_id, owner):
         raise not_found(response_id)

@@ -63,11 +63,23 @@ class ResponsesState:
         run = self.running.get(response_id)
         return run if run is not None and run.owner == owner else None
 
+    def unfinished(self, response_id: str, owner: str | None) -> ResponseRun | None:
+        """A stored (store: true) response this server is still generating in the
+        foreground (whole or streamed): it is recorded when it ends, and meanwhile it is
+        `in_progress`, as a background job's is."""
+        run = self.run(response_id, owner)
+        if run is None or run.background or not run.body.store or run.finished.is_set():
+            return None
+        return run
+
     def previous_history(self, response_id: str, owner: str | None) -> list[dict]:
         self.records.require_storing()
         job = self.job(response_id, owner)
         if job is not None:
             raise InvalidRequest(f"previous response '{response_id}' has not finished (status: {job.status.value})",
+                                  code="previous_response_not_finished")
+        if self.unfinished(response_id, owner) is not None:
+            raise InvalidRequest(f"previous response '{response_id}' has not finished (status: in_progress)",
                                   code="previous_response_not_finished")
         return self.records.previous_history(response_id, owner)
 
