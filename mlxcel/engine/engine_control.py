@@ -122,11 +122,11 @@ class EngineControl:
         answered once the slot is idle and the action ran."""
         with self._admission:
             if self.failure is not None or self._stopped:
-                action.done.set_exception(SlotFileError("the server is shutting down", client_error=False))
+                action.done.set_exception(SlotFileError("the server is shutting down", busy=True))
                 return action.done
             if self._slot_actions_open >= SLOT_ACTIONS_MAX:
                 action.done.set_exception(SlotFileError(f"{SLOT_ACTIONS_MAX} slot actions are already waiting",
-                                                        client_error=False))
+                                                        busy=True))
                 return action.done
             self._slot_actions_open += 1
             self._inbox.put(action)

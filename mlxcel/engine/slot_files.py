@@ -31,11 +31,13 @@ DISK_RESERVE = 256 * 2**20  # a save never leaves its filesystem with less free
 
 class SlotFileError(Exception):
     """An action that failed; `client_error` when the request caused it (a bad id, a
-    file that is not a slot file)."""
+    file that is not a slot file), `busy` when the server had no room for it now (too
+    many actions waiting, the server stopping): a 503 to retry, not a 500."""
 
-    def __init__(self, message: str, client_error: bool = True) -> None:
+    def __init__(self, message: str, client_error: bool = True, busy: bool = False) -> None:
         super().__init__(message)
-        self.client_error = client_error
+        self.client_error = client_error and not busy
+        self.busy = busy
 
 
 @dataclass

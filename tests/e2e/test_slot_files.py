@@ -121,6 +121,38 @@ def test_an_action_on_a_busy_slot_waits_for_its_request(saver):
     assert saved["n_saved"] >= results["answer"]["tokens_evaluated"] + 47
 
 
+def test_a_full_action_queue_is_a_busy_503_not_a_500(saver):
+    """SLOT_ACTIONS_MAX actions waiting on a busy slot: one more is the spec's 503
+    server_busy for a full queue, a retry, not a 500 internal error."""
+    from mlxcel.engine.engine_control import SLOT_ACTIONS_MAX
+
+    extra = 3
+    answers: list[httpx.Response] = []
+    clients = [saver.client(timeout=120) for _ in range(SLOT_ACTIONS_MAX + extra)]
+    with saver.client() as generator:
+        with generator.stream("POST", "/completion", json={"prompt": PROMPT, "n_predict": 900, "id_slot": 0,
+                                                           "ignore_eos": True, "stream": True}) as stream:
+            lines = stream.iter_lines()  # held: a dropped iterator would close the stream
+            next(lines)  # slot 0 generates
+            workers = [threading.Thread(target=lambda other=other: answers.append(
+                other.post("/slots/0?action=erase"))) for other in clients]
+            for worker in workers:
+                worker.start()
+            deadline = time.monotonic() + 30
+            while len(answers) < extra and time.monotonic() < deadline:
+                time.sleep(0.02)
+            refused = list(answers)
+        for worker in workers:  # the stream closed: its request ends and the waiting actions run
+            worker.join(60)
+    for other in clients:
+        other.close()
+    assert len(refused) == extra and sorted(a.status_code for a in answers) == [200] * SLOT_ACTIONS_MAX + [503] * extra
+    for answer in refused:
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["type"] == "server_busy"
+        assert "already waiting" in answer.json()["error"]["message"]
+
+
 def test_without_the_flag_the_action_is_not_supported(http):
     answer = http.post("/slots/0?action=save", json={"filename": "a.bin"})
     assert answer.status_code == 501 and "--slot-save-path" in answer.json()["error"]["message"]

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from mlxcel.engine.engine_control import EngineStoppedError
 from mlxcel.engine.lora import LoraError, requested_scales
 from mlxcel.engine.slot_files import SlotAction, SlotFileError, valid_filename
-from mlxcel.http.errors import invalid_request, not_supported, server_error
+from mlxcel.http.errors import invalid_request, not_supported, server_busy, server_error
 from mlxcel.http.json_body import read_small_json
 from mlxcel.server.routes.info import host_of
 
@@ -51,6 +51,8 @@ async def slot_action(id_slot: str, request: Request) -> dict:
     try:
         result = await asyncio.wrap_future(host.engine.slot_action(action))
     except SlotFileError as exc:
+        if exc.busy:  # no room now (the spec's 503 for a full queue): the client retries
+            raise server_busy(str(exc)) from None
         raise (invalid_request(str(exc)) if exc.client_error else server_error(str(exc))) from None
     if kind == "erase":
         return {"id_slot": slot_id, "n_erased": result.n_tokens}
