@@ -108,7 +108,9 @@ def save(runtime: LlamaRuntime, slot_id: int, tokens: list[int], path: str) -> S
         raise SlotFileError(f"Unable to save slot: the file needs {needed / 2**20:.1f} MiB and its disk has "
                             f"{free / 2**20:.0f} MiB free ({DISK_RESERVE // 2**20} MiB are kept free)",
                             client_error=False)
-    partial = os.path.join(directory, f".slot{slot_id}.{os.getpid()}.partial")  # short: a long name still fits
+    # short, so a long name still fits; with `..`, a name valid_filename refuses, so never a
+    # client's file (a save to the temporary name itself would be deleted once renamed)
+    partial = os.path.join(directory, f".slot{slot_id}.{os.getpid()}..partial")
     array = (llama_cpp.llama_token * len(packed))(*packed)
     try:
         written = llama_cpp.llama_state_seq_save_file(runtime.ctx, partial.encode(), slot_id, array, len(packed))

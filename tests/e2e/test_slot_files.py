@@ -153,6 +153,20 @@ def test_a_full_action_queue_is_a_busy_503_not_a_500(saver):
         assert "already waiting" in answer.json()["error"]["message"]
 
 
+def test_a_file_named_as_the_save_s_temporary_file_is_kept(saver):
+    """A save writes a temporary file beside its target, then renames it: a client's name
+    never is that temporary name, which the save deletes afterwards."""
+    name = f".slot0.{saver.process.pid}.partial"  # the temporary file's name before this was fixed
+    with saver.client() as client:
+        _complete(client, 0)
+        saved = _action(client, 0, "save", name)
+        restored = _action(client, 1, "restore", name)
+    assert saved.status_code == 200, saved.text
+    assert (saver.folder / name).stat().st_size == saved.json()["n_written"] > 0
+    assert restored.status_code == 200 and restored.json()["n_restored"] == saved.json()["n_saved"]
+    assert not [p.name for p in saver.folder.iterdir() if "..partial" in p.name]  # no temporary file left
+
+
 def test_without_the_flag_the_action_is_not_supported(http):
     answer = http.post("/slots/0?action=save", json={"filename": "a.bin"})
     assert answer.status_code == 501 and "--slot-save-path" in answer.json()["error"]["message"]
