@@ -37,12 +37,17 @@ class IdleWork:
         done = False
         pending, self.slot_actions = self.slot_actions, []
         for action in pending:
+            if action.done.cancelled():  # its caller went away (a shutdown cancels what waits): not run
+                continue
             if not 0 <= action.slot_id < len(self.slots):
-                action.done.set_exception(SlotFileError("Invalid slot ID"))
+                if action.done.set_running_or_notify_cancel():
+                    action.done.set_exception(SlotFileError("Invalid slot ID"))
                 continue
             slot = self.slots.slots[action.slot_id]
             if slot.request is not None:
                 self.slot_actions.append(action)
+                continue
+            if not action.done.set_running_or_notify_cancel():  # from here on, no cancel: it runs and is answered
                 continue
             try:
                 action.done.set_result(slot_files.run(action, slot, self.runtime, self.n_ctx_slot, self.n_vocab))
@@ -57,5 +62,6 @@ class IdleWork:
     def fail_all(self, message: str) -> None:
         """The engine stops: every waiting action fails with `message`."""
         for action in self.slot_actions:
-            action.done.set_exception(SlotFileError(message, client_error=False))
+            if not action.done.cancelled():
+                action.done.set_exception(SlotFileError(message, client_error=False))
         self.slot_actions = []

@@ -53,3 +53,23 @@ def test_everything_waiting_fails_when_the_engine_stops():
     with pytest.raises(SlotFileError, match="shutting down"):
         action.done.result(0)
     assert not work.pending
+
+
+def test_a_cancelled_action_is_dropped_without_breaking_the_engine():
+    """A waiting action whose caller was cancelled (a shutdown cancels the route awaiting
+    it): answering it raised InvalidStateError out of run_ready and crashed the engine thread."""
+    work, slots, runtime = _work()
+    _busy(slots, 0)
+    cancelled, other = SlotAction("erase", 0), SlotAction("erase", 0)
+    work.take(cancelled), work.take(other)
+    work.run_ready()
+    assert cancelled.done.cancel()
+    slots.slots[0].release()
+    assert work.run_ready() and other.done.result(0).n_tokens == 0 and not work.pending
+    assert runtime.cleared == [0]  # the cancelled erase did not run
+    late = SlotAction("erase", 0)
+    _busy(slots, 0)
+    work.take(late), work.run_ready()
+    late.done.cancel()
+    work.fail_all("the server is shutting down")  # nothing raised
+    assert not work.pending
