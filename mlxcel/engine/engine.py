@@ -196,12 +196,14 @@ class Engine(EngineControl):
                 break
             if isinstance(command, Submit):
                 self.waiting.push(command.request)
+            elif not isinstance(command, (LoraChange, EndReasoning)):
+                self._idle_work.take(command)
+            elif not command.done.set_running_or_notify_cancel():  # its caller went away
+                continue
             elif isinstance(command, LoraChange):
                 command.done.set_exception(EngineStoppedError(failure or "the server is shutting down"))
-            elif isinstance(command, EndReasoning):
-                command.done.set_result(False)
             else:
-                self._idle_work.take(command)
+                command.done.set_result(False)
         self._idle_work.fail_all(failure or "the server is shutting down")
         self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None)
         self._publish()
@@ -268,6 +270,8 @@ class Engine(EngineControl):
                 queued = True
             elif isinstance(command, Cancel):
                 self._cancel(command.request_id, command.reason, command.error, command.shed)
+            elif isinstance(command, (LoraChange, EndReasoning)) and not command.done.set_running_or_notify_cancel():
+                pass  # its caller went away (a shutdown cancels what still waits): nothing to answer
             elif isinstance(command, LoraChange):
                 self._lora.change(command)
             elif isinstance(command, EndReasoning):

@@ -555,6 +555,20 @@ def test_a_lone_sequence_the_context_fails_fails_the_engine(make_rig):
     assert_engine_failed(rig, events, "llama_decode returned -3", since)
 
 
+def test_a_command_whose_caller_went_away_is_dropped_not_answered(make_rig):
+    """A shutdown cancels the HTTP handlers still waiting on the engine: answering a
+    cancelled future raises InvalidStateError, which would crash the engine thread."""
+    rig = make_rig(n_parallel=2, start=False)
+    gone = [rig.engine.end_reasoning(1), rig.engine.set_lora_scales([])]
+    for future in gone:
+        assert future.cancel()
+    waiting = rig.engine.end_reasoning(2)
+    rig.engine.start()
+    assert waiting.result(timeout=5) is False
+    assert rig.submit([1], max_tokens=3).wait().reason is FinishReason.LENGTH and rig.failures == []
+    assert all(future.cancelled() for future in gone)
+
+
 def test_an_exception_in_the_engine_thread_fails_the_engine(make_rig):
     rig = make_rig(n_parallel=2)
     calls = []
