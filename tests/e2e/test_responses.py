@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 
 import jsonschema
 import openai
@@ -230,17 +231,27 @@ def test_top_logprobs_come_with_the_text(openai_client):
     assert response.top_logprobs == 2
 
 
-def test_a_streaming_response_in_progress_can_be_cancelled(server, http):
-    body = {"input": "Write a long story.", "stream": True, "max_output_tokens": 600, "ignore_eos": True}
-    with server.client() as client, client.stream("POST", "/v1/responses", json=body) as response:
+LONG_STREAM = {"input": "Write a long story.", "stream": True, "max_output_tokens": 600, "ignore_eos": True}
+
+
+def stream_acting_midway(server, act: Callable[[str], None]) -> list[dict]:
+    """A long streamed response's events; `act(its id)` runs once its third delta came."""
+    with server.client() as client, client.stream("POST", "/v1/responses", json=LONG_STREAM) as response:
         events = []
         for line in response.iter_lines():
             if not line.startswith("data: "):
                 continue
             events.append(json.loads(line[6:]))
             if events[-1]["type"] == "response.output_text.delta" and len(events) == 6:
-                cancelled = http.post(f"/v1/responses/{events[0]['response']['id']}/cancel").json()
-                assert cancelled["status"] == "cancelled"
+                act(events[0]["response"]["id"])
+    return events
+
+
+def test_a_streaming_response_in_progress_can_be_cancelled(server, http):
+    answers = []
+    events = stream_acting_midway(server, lambda rid: answers.append(http.post(f"/v1/responses/{rid}/cancel")))
+    cancelled = answers[0].json()
+    assert cancelled["status"] == "cancelled"
     final = events[-1]["response"]
     assert events[-1]["type"] == "response.incomplete" and final["status"] == "cancelled"
     assert final["usage"]["output_tokens"] < 600
@@ -252,20 +263,18 @@ def test_a_streaming_response_in_progress_can_be_cancelled(server, http):
 
 
 def test_a_stored_response_in_progress_reads_as_in_progress_until_it_ends(server, http):
-    body = {"input": "Write a long story.", "stream": True, "max_output_tokens": 600, "ignore_eos": True}
-    with server.client() as client, client.stream("POST", "/v1/responses", json=body) as response:
-        events = []
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            events.append(json.loads(line[6:]))
-            if events[-1]["type"] == "response.output_text.delta" and len(events) == 6:
-                response_id = events[0]["response"]["id"]
-                seen = http.get(f"/v1/responses/{response_id}")
-                deleted = http.delete(f"/v1/responses/{response_id}")
-                continued = http.post("/v1/responses", json={"input": "And then?", "max_output_tokens": 2,
-                                                             "previous_response_id": response_id})
-                http.post(f"/v1/responses/{response_id}/cancel")
+    answers = {}
+
+    def meanwhile(response_id: str) -> None:
+        answers["id"] = response_id
+        answers["seen"] = http.get(f"/v1/responses/{response_id}")
+        answers["deleted"] = http.delete(f"/v1/responses/{response_id}")
+        answers["continued"] = http.post("/v1/responses", json={"input": "And then?", "max_output_tokens": 2,
+                                                                "previous_response_id": response_id})
+        http.post(f"/v1/responses/{response_id}/cancel")
+
+    stream_acting_midway(server, meanwhile)
+    response_id, seen, deleted, continued = answers["id"], answers["seen"], answers["deleted"], answers["continued"]
     assert seen.status_code == 200 and seen.json()["status"] == "in_progress" and seen.json()["id"] == response_id
     assert deleted.status_code == 400 and "has not finished" in deleted.json()["error"]["message"]
     assert continued.status_code == 400
