@@ -195,7 +195,10 @@ def render_error(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     async def _known(request: Request, exc: Exception) -> JSONResponse:
-        return render_error(request, exc)
+        response = render_error(request, exc)
+        if isinstance(exc, StarletteHTTPException) and exc.headers:  # a 405's Allow
+            response.headers.update(exc.headers)
+        return response
 
     for kind in (APIError, TurnError, StructuredOutputError, TemplateError, ChatInputError, MediaError,
                  RequestValidationError, StarletteHTTPException):

@@ -32,6 +32,7 @@ from mlxcel.http.auth import OPEN_PATHS, APIKeyMiddleware
 from mlxcel.http.cors import CorsMiddleware, CorsPolicy
 from mlxcel.http.errors import install_error_handlers
 from mlxcel.http.fleet_opening import LeaseMiddleware
+from mlxcel.http.head_requests import HeadAsGetMiddleware
 from mlxcel.http.metrics_port import MetricsPortMiddleware
 from mlxcel.http.static_files import StaticFilesMiddleware
 from mlxcel.http.stream_sessions import StreamSessions
@@ -210,6 +211,7 @@ def create_app(
     app.include_router(unserved.router)  # image generation, structured decisions: 501 naming what they need
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
     # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, sleep
+    app.add_middleware(HeadAsGetMiddleware)  # innermost: static files and the web UI answer HEAD themselves
     vertex = config.vertex
     vertex_health = frozenset({vertex.health_route} if vertex is not None and vertex.health_route else ())
     if sleepers is not None:

@@ -49,6 +49,7 @@ def test_health_and_root_need_no_key(secured):
         assert client.get("/").status_code == 200
         assert client.get("/v1/health").status_code == 200
         assert client.get("/props").status_code == 401
+        assert client.head("/health").status_code == 200 and client.head("/props").status_code == 401
 
 
 def test_openai_sdk_with_key(secured):

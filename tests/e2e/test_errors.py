@@ -63,7 +63,16 @@ def test_oversized_body_is_refused(http):
 
 def test_unknown_route_and_method(http):
     _error(http.get("/v1/nothing-here"), 404, "not_found_error")
+    assert http.get("/v1/completions").headers["allow"] == "POST"  # a 405 names the methods it takes
     _error(http.get("/v1/completions"), 405)
+
+
+@pytest.mark.parametrize("path", ["/health", "/props", "/v1/models", "/slots"])
+def test_head_answers_as_get_without_the_body(http, path):
+    head, get = http.head(path), http.get(path)  # llama-server's HTTP library answers HEAD on its GET routes
+    assert head.status_code == get.status_code == 200 and head.content == b""
+    assert head.headers["content-type"] == get.headers["content-type"]
+    assert http.head("/v1/completions").status_code == 405 and http.get("/health").status_code == 200
 
 
 def test_unknown_response_format_type(http):
