@@ -6,14 +6,36 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 
 
 class ListenError(Exception):
     """An address that cannot be listened on; printed as one line."""
 
 
+def _stale_socket(path: str) -> bool:
+    """Whether `path` is a socket nothing listens on (left by an earlier run): only that
+    is removed; a live server's socket or any other file stops the start."""
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+    return False
+
+
 def _unix_socket(path: str) -> socket.socket:
-    if os.path.exists(path):
+    if os.path.lexists(path):
+        if not _stale_socket(path):
+            raise ListenError(f"cannot listen on {path}: it exists and is not a stale socket (another server's, "
+                              "or not a socket)")
         try:
             os.unlink(path)  # a stale socket from an earlier run
         except OSError as exc:

@@ -20,6 +20,24 @@ def test_tcp_and_unix_listeners(tmp_path):
             sock.close()
 
 
+def test_a_unix_path_in_use_or_not_a_socket_is_left_alone(tmp_path):
+    taken, stale, kept = (str(tmp_path / name) for name in ("live.sock", "stale.sock", "file.sock"))
+    first = open_listeners([taken], 0)
+    with socket.socket(socket.AF_UNIX) as old:  # bound, never listening: a socket left by a run that ended
+        old.bind(stale)
+    (tmp_path / "file.sock").write_text("data")
+    try:
+        with pytest.raises(ListenError, match="live.sock: it exists"):
+            open_listeners([taken], 0)
+        with pytest.raises(ListenError, match="file.sock: it exists"):
+            open_listeners([kept], 0)
+        assert (tmp_path / "file.sock").read_text() == "data"
+        for sock in open_listeners([stale], 0):  # a stale one is replaced
+            sock.close()
+    finally:
+        first[0].close()
+
+
 def test_an_address_in_use_is_one_line():
     first = open_listeners(["127.0.0.1"], 0)
     port = first[0].getsockname()[1]
