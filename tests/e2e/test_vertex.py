@@ -21,7 +21,7 @@ KEY = {"Authorization": "Bearer vertex-secret"}
 @pytest.fixture(scope="module")
 def vertex():
     port = free_port()
-    proc = ServerProcess("-c", "2048", "-np", "2", "--api-key", "vertex-secret",
+    proc = ServerProcess("-c", "2048", "-np", "2", "--api-key", "vertex-secret", "--max-body-bytes", str(1 << 20),
                          env={"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port), "AIP_HEALTH_ROUTE": "/ping",
                               "AIP_PREDICT_ROUTE": "predict"})
     ignored_port = proc.port
@@ -83,6 +83,16 @@ def test_a_bad_predict_body_is_a_400(vertex, body, message):
     with vertex.client(headers={**KEY, "content-type": "application/json"}) as client:
         answer = client.post("/predict", content=body)
     assert answer.status_code == 400 and message in answer.json()["error"]["message"], answer.text
+
+
+def test_a_predict_body_past_max_body_bytes_is_a_413(vertex):
+    big = b'{"instances": [{"@requestFormat": "tokenize", "content": "' + b"a" * (2 << 20) + b'"}]}'
+    with vertex.client(headers={**KEY, "content-type": "application/json"}) as client:
+        answer, chunked = client.post("/predict", content=big), client.post("/predict", content=iter([big]))
+    for refused in (answer, chunked):  # the length declared, or none (chunked): never buffered whole
+        assert refused.status_code == 413 and "exceeds" in refused.json()["error"]["message"], refused.text
+    with vertex.client(headers={**KEY, "content-type": "application/json"}) as client:
+        assert client.get("/ping").status_code == 200
 
 
 def test_a_predict_request_wakes_only_the_models_its_instances_need():
