@@ -210,8 +210,7 @@ def create_app(
     app.include_router(cors_proxy.router)  # --ui-mcp-proxy: the web UI's requests to remote MCP servers
     app.include_router(unserved.router)  # image generation, structured decisions: 501 naming what they need
     app.include_router(metrics.router)  # without --metrics it answers 501, as llama-server does
-    # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, sleep
-    app.add_middleware(HeadAsGetMiddleware)  # innermost: static files and the web UI answer HEAD themselves
+    # middleware added last runs first: CORS (answers OPTIONS anywhere), prefix, key, static files, HEAD as GET, sleep
     vertex = config.vertex
     vertex_health = frozenset({vertex.health_route} if vertex is not None and vertex.health_route else ())
     if sleepers is not None:
@@ -222,6 +221,7 @@ def create_app(
         modelless = unserved.PATHS | tools.PATHS | cors_proxy.PATHS | predict
         app.add_middleware(IdleSleepMiddleware, plan=sleepers, routes=lambda: app.router.routes,
                            describing=vertex_health, modelless=modelless)
+    app.add_middleware(HeadAsGetMiddleware)  # inside static files and the web UI, which answer HEAD themselves
     if config.webui:  # --path's own index.html, added after it, is served first
         app.add_middleware(WebUIMiddleware, prefix=config.api_prefix or "")
     if config.static_path:

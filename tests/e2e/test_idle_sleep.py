@@ -73,6 +73,7 @@ def test_an_idle_model_sleeps_and_the_describing_routes_do_not_wake_it(sleepy):
         asleep_predicted = _counter(client, "llamacpp:tokens_predicted_total")
         unknown = client.get("/no/such/route")
         unserved = [client.post(path, json={}).status_code for path in ("/cors-proxy", "/v1/images/generations")]
+        heads = [client.head(path).status_code for path in ("/health", "/props", "/v1/models")]  # as GET
         still = client.get("/props").json()
         asleep_rss = _rss_mib(sleepy.process.pid)
     assert awake_props["is_sleeping"] is False
@@ -83,6 +84,7 @@ def test_an_idle_model_sleeps_and_the_describing_routes_do_not_wake_it(sleepy):
     assert asleep_predicted == predicted >= before["tokens_predicted"]
     assert unknown.status_code == 404
     assert unserved == [403, 501]  # answered without the model: a scanner wakes nothing
+    assert heads == [200, 200, 200]
     assert still["is_sleeping"] is True
     assert awake_rss - asleep_rss > 50, (awake_rss, asleep_rss)  # the weights' pages and the buffers are gone
     assert sleepy.log().count("is waking") == wakes
