@@ -5,10 +5,13 @@ the file; every other request goes on to the routes. A path that leaves the fold
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from starlette.responses import FileResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlxcel.http.errors import APIError
 
 
 class StaticFilesMiddleware:
@@ -20,7 +23,7 @@ class StaticFilesMiddleware:
         if scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
             found = self.file_for(scope["path"])
             if found is not None:
-                await FileResponse(found)(scope, receive, send)
+                await FileResponse(found)(scope, receive, _range_errors_as_416(send, found))
                 return
         await self.app(scope, receive, send)
 
@@ -39,3 +42,25 @@ class StaticFilesMiddleware:
         if not resolved.is_relative_to(self.root) or not resolved.is_file():
             return None
         return resolved
+
+
+def _range_errors_as_416(send: Send, found: Path) -> Send:
+    """A Range header Starlette cannot serve (a 400 or an empty 416 in plain text) answers
+    416 in the spec's error format with `Content-Range: bytes */SIZE`, as llama-server
+    answers a range it cannot parse or satisfy."""
+    refused = False
+
+    async def sending(message: Message) -> None:
+        nonlocal refused
+        if message["type"] == "http.response.start" and message["status"] in (400, 416):
+            refused = True
+            error = APIError(416, "the Range header is malformed or outside the file", "invalid_request_error")
+            body = json.dumps(error.body()).encode()
+            await send({"type": "http.response.start", "status": 416, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                (b"content-range", f"bytes */{found.stat().st_size}".encode())]})
+            await send({"type": "http.response.body", "body": body})
+        elif not refused:
+            await send(message)
+
+    return sending

@@ -45,3 +45,13 @@ def test_nothing_outside_the_folder_is_served(static, path):
     with static.client() as client:
         answer = client.get(path)
     assert answer.status_code == 404 and "outside the folder" not in answer.text
+
+
+@pytest.mark.parametrize("header", ["bytes=5-2", "garbage", "bytes=100-200", "items=0-1"])
+def test_a_range_it_cannot_serve_is_a_416_in_the_error_format(static, header):
+    with static.client() as client:
+        answer = client.get("/app.js", headers={"Range": header})
+        part = client.get("/app.js", headers={"Range": "bytes=0-6"})
+    assert answer.status_code == 416 and answer.headers["content-range"] == "bytes */17"
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+    assert part.status_code == 206 and part.text == "console"
