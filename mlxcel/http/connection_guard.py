@@ -14,6 +14,7 @@ connected. Here:
 - a head must arrive whole within `head_timeout_s` of the connection opening or of its
   first byte (408, or a plain close where nothing was sent);
 - a body may pause at most `timeout_s` between reads while the server waits for it (408);
+- a request the HTTP parser refuses is uvicorn's 400, in the error format below;
 - a response may wait at most `timeout_s` for the client to read any of it; then the
   connection is dropped, and the app sees the client gone (its request is cancelled and
   the slot freed), as for a client that disconnects.
@@ -184,6 +185,11 @@ class GuardedConnection(HttpToolsProtocol):
         self._body_timer = _cancel(self._body_timer)
         self._write_timer = _cancel(self._write_timer)
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request the HTTP parser refuses (a duplicated Content-Length, Content-Length
+        beside chunked, a bad chunk size): uvicorn's 400, in the spec's error format."""
+        self._refuse(_error_response("400 Bad Request", "invalid_http_request", msg))
 
     def _refuse(self, response: bytes) -> None:
         self._in_head = self._in_body = False

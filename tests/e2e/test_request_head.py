@@ -151,3 +151,13 @@ def test_an_endless_header_pipelined_behind_a_request_is_still_a_431(server, htt
     assert first.startswith(b"HTTP/1.1 200"), raw[:200]
     _assert_431(rest[rest.index(b"HTTP/1.1 "):])
     assert http.get("/health").status_code == 200
+
+
+def test_a_request_the_parser_refuses_is_a_400_in_the_error_format(server, http):
+    for head in (b"Content-Length: 2\r\nContent-Length: 3\r\n", b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n",
+                 b"Content-Length: -1\r\n"):
+        with _connect(server) as sock:
+            sock.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n{}")
+            status, body = _status_and_body(_read_all(sock))
+        assert status == 400 and json.loads(body)["error"]["type"] == "invalid_request_error", body
+    assert http.get("/health").status_code == 200
