@@ -41,12 +41,15 @@ def content_text(content: Any, where: str, media: MediaIntake | None = None) -> 
     return "\n".join(text for text, _ in texts)
 
 
-def _arguments_object(arguments: Any) -> Any:
-    """Templates expect tool-call arguments as a mapping; keep text that is not JSON."""
+def _arguments_object(arguments: Any, where: str) -> Any:
+    """Templates expect tool-call arguments as a mapping; keep text that is not JSON
+    (an integer past Python's digit limit included), refuse what the parser cannot nest."""
     if isinstance(arguments, str):
         try:
             return json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+        except RecursionError:
+            raise ChatInputError(f"{where}: the JSON is nested too deeply") from None
+        except ValueError:
             return arguments
     return arguments
 
@@ -69,7 +72,8 @@ def normalise_messages(messages: list[dict], media: MediaIntake | None = None) -
                     "type": "function",
                     "function": {
                         "name": call["function"]["name"],
-                        "arguments": _arguments_object(call["function"].get("arguments", "")),
+                        "arguments": _arguments_object(call["function"].get("arguments", ""),
+                                                       f"messages[{i}].tool_calls[{n}].function.arguments"),
                     },
                 }
                 for n, call in enumerate(message["tool_calls"])
