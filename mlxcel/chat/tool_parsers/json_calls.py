@@ -204,17 +204,44 @@ class JsonCallReader:
         return step
 
 
+SCHEMA_DATA_KEYWORDS = ("const", "enum", "default", "examples")  # values that are data, not schemas
+SCHEMA_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
+
+
+def _rebased(schema: object, base: str) -> object:
+    """`schema` embedded at the JSON pointer `base` of a larger one: each local `$ref`
+    ("#/$defs/City") points into it there ("#<base>/$defs/City"), as it did at its root.
+    A subschema with its own `$id` is a resource its refs already resolve within."""
+    if isinstance(schema, list):
+        return [_rebased(item, base) for item in schema]
+    if not isinstance(schema, dict) or "$id" in schema:
+        return schema
+    rebased = {}
+    for key, value in schema.items():
+        if key == "$ref" and isinstance(value, str) and (value == "#" or value.startswith("#/")):
+            rebased[key] = "#" + base + value[1:]  # an anchor ("#node") is found wherever it is
+        elif key in SCHEMA_DATA_KEYWORDS:
+            rebased[key] = value
+        elif key in SCHEMA_NAME_MAPS and isinstance(value, dict):
+            rebased[key] = {name: _rebased(item, base) for name, item in value.items()}
+        else:
+            rebased[key] = _rebased(value, base)
+    return rebased
+
+
 def call_object_schema(tools: list[dict], args_key: str = "arguments") -> dict:
-    """JSON Schema of one call object to any of `tools`."""
+    """JSON Schema of one call object to any of `tools`; each tool's parameters keep
+    their local `$ref`s (`$defs`, `definitions`) resolving as in the tool alone."""
     variants = []
-    for tool in tools:
+    for n, tool in enumerate(tools):
         function = tool.get("function", tool)
+        at = f"/properties/{args_key}" if len(tools) == 1 else f"/anyOf/{n}/properties/{args_key}"
         variants.append(
             {
                 "type": "object",
                 "properties": {
                     "name": {"const": function["name"]},
-                    args_key: function.get("parameters") or {"type": "object"},
+                    args_key: _rebased(function.get("parameters") or {"type": "object"}, at),
                 },
                 "required": ["name", args_key],
             }

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from mlxcel.chat.tool_parsers.json_calls import call_object_schema
 from mlxcel.structured import (
     GrammarTimeoutError,
     ResponseFormat,
@@ -18,6 +19,7 @@ from mlxcel.structured import (
 )
 from mlxcel.structured import grammar as grammar_module
 from mlxcel.structured.errors import MAX_REASON_CHARS
+from mlxcel.structured.tool_call_grammar import tool_call_grammar
 
 from .walk import lowest_allowed, random_logits, walk
 
@@ -143,3 +145,30 @@ def test_pathological_schema_is_bounded(tokenizer, lltokenizer, piece_lengths, n
         except AssertionError as exc:
             assert "not finished" in str(exc) or constraint.error  # a step limit stops it
     assert time.perf_counter() - started < 5.0
+
+
+def test_forced_tool_call_grammar_resolves_refs_in_each_tools_parameters(tokenizer, lltokenizer):
+    city = {"type": "object", "properties": {"name": {"type": "string"}, "country": {"type": "string"}},
+            "required": ["name", "country"]}
+    parameters = {"$defs": {"City": city}, "type": "object", "properties": {"city": {"$ref": "#/$defs/City"}},
+                  "required": ["city"]}
+    tools = [{"type": "function", "function": {"name": name, "parameters": parameters}} for name in ("a", "b")]
+
+    def accepts(tools: list[dict], text: str) -> bool:
+        # refs that resolved against the call object's root were a SchemaError here
+        constraint = compile_constraint(tool_call_grammar(tokenizer, "", call_object_schema(tools), ""), lltokenizer)
+        accepted = all(constraint.accept(token) for token in tokenizer.encode(text, add_special=False))
+        return accepted and constraint.is_accepting()
+
+    good = '{"name": "b", "arguments": {"city": {"name": "Paris", "country": "France"}}}'
+    assert accepts(tools, good) and accepts(tools[1:], good)
+    assert not accepts(tools, '{"name": "b", "arguments": {"city": {"name": "Paris"}}}')
+    # parameters with an $id are a resource of their own: their refs resolve there already
+    identified = {"type": "function", "function": {"name": "b", "parameters": {"$id": "https://example.com/b",
+                                                                                **parameters}}}
+    assert accepts([tools[0], identified], good) and accepts([identified], good)
+    # an anchor names its subschema wherever it sits
+    anchored = {"type": "function", "function": {"name": "b", "parameters": {
+        "$defs": {"City": {**city, "$anchor": "city"}}, "type": "object", "properties": {"city": {"$ref": "#city"}},
+        "required": ["city"]}}}
+    assert accepts([tools[0], anchored], good) and not accepts([anchored], good.replace(', "country": "France"', ""))
