@@ -105,9 +105,9 @@ class ChatOutcome:
     def finish_reason(self) -> str:
         if self.finish.reason is FinishReason.ERROR:
             return "error"
-        if self.final.tool_calls:
-            return "tool_calls"
-        return "length" if self.finish.reason is FinishReason.LENGTH else "stop"
+        if self.finish.reason is FinishReason.LENGTH:
+            return "length"  # a call max_tokens cut off is not one to run (llama-server's order too)
+        return "tool_calls" if self.final.tool_calls else "stop"
 
     @property
     def reasoning_only(self) -> bool:

@@ -193,6 +193,17 @@ def test_forced_tool_use_streamed_and_not(qwen_claude, tool_choice):
     assert final.stop_reason == "tool_use"
 
 
+def test_a_tool_use_cut_off_by_max_tokens_is_max_tokens(qwen_claude):
+    """stop_reason max_tokens, as in llama-server (it was tool_use): the cut block holds no
+    whole input."""
+    kwargs = {"model": "qwen", "max_tokens": 15, "messages": ASK, "tools": [WEATHER], "tool_choice": {"type": "any"},
+              **GREEDY}
+    message = qwen_claude.messages.create(**kwargs)
+    assert message.stop_reason == "max_tokens" and message.usage.output_tokens == 15
+    with qwen_claude.messages.stream(**kwargs) as stream:
+        assert stream.get_final_message().stop_reason == "max_tokens"
+
+
 def test_tool_result_round_trip(qwen_claude):
     first = qwen_claude.messages.create(model="qwen", max_tokens=80, **GREEDY, messages=ASK, tools=[WEATHER],
                                         tool_choice={"type": "any"})

@@ -77,6 +77,16 @@ def test_streamed_call_matches_the_spec_shape(qwen_client, tool_choice):
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 
+def test_a_call_cut_off_by_max_tokens_finishes_with_length(qwen_client):
+    """"length", as llama-server and OpenAI say (it was "tool_calls"): the cut call's
+    arguments are no JSON to run."""
+    kwargs = {"tools": [WEATHER], "tool_choice": "required", "max_tokens": 15}
+    reply = _create(qwen_client, **kwargs)
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 15
+    chunks = list(_create(qwen_client, stream=True, **kwargs))
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+
+
 def test_tool_result_round_trip(qwen_client):
     first = _create(qwen_client, tools=[WEATHER], tool_choice="required")
     call = first.choices[0].message.tool_calls[0]

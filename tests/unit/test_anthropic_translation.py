@@ -209,6 +209,7 @@ def test_content_blocks_and_stop_reasons():
     assert content_blocks(_final()) == []
     assert stop_reason(_outcome(_final(calls=[call]))) == ("tool_use", None)
     assert stop_reason(_outcome(_final("x"), FinishReason.LENGTH)) == ("max_tokens", None)
+    assert stop_reason(_outcome(_final(calls=[call]), FinishReason.LENGTH)) == ("max_tokens", None)  # a cut call
     assert stop_reason(_outcome(_final("x"), stop_word="END")) == ("stop_sequence", "END")
     assert stop_reason(_outcome(_final("x"))) == ("end_turn", None)
 

@@ -282,11 +282,12 @@ def content_blocks(final: FinalChat) -> list[dict]:
 
 
 def stop_reason(outcome: ChatOutcome) -> tuple[str, str | None]:
-    """(stop_reason, stop_sequence)."""
-    if outcome.final.tool_calls:
-        return "tool_use", None
+    """(stop_reason, stop_sequence): max_tokens before tool_use, as in llama-server, since
+    a tool_use block max_tokens cut off holds no whole input."""
     if outcome.finish.reason is FinishReason.LENGTH:
         return "max_tokens", None
+    if outcome.final.tool_calls:
+        return "tool_use", None
     if outcome.finish.stop_word is not None:
         return "stop_sequence", outcome.finish.stop_word
     return "end_turn", None
