@@ -214,7 +214,11 @@ def test_content_blocks_and_stop_reasons():
     assert stop_reason(_outcome(_final("x"))) == ("end_turn", None)
 
 
-@pytest.mark.parametrize("arguments, expected", [('{"a": 1}', {"a": 1}), ("", {}), ("[1]", {}), ("{oops", {})])
+@pytest.mark.parametrize("arguments, expected", [
+    ('{"a": 1}', {"a": 1}), ("", {}), ("[1]", {}), ("{oops", {}),
+    # what the tool parsers pass on as a call's text but Python's parser refuses (was a 500)
+    ('{"n": 1' + "0" * 5000 + "}", {}), ('{"n": ' + "[" * 5000 + "]" * 5000 + "}", {}),
+])
 def test_tool_input(arguments, expected):
     assert tool_input(arguments) == expected
 

@@ -249,10 +249,11 @@ def tool_use_id(call_id: str) -> str:
 
 
 def tool_input(arguments: str) -> dict:
-    """A call's JSON arguments as the input object (empty when they are not one)."""
+    """A call's JSON arguments as the input object (empty when they are not one, or
+    hold what Python's parser refuses: an integer past its digit limit, deep nesting)."""
     try:
         value = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         value = None
     if not isinstance(value, dict):
         log.warning("tool call arguments are not a JSON object: %r", arguments[:200])
