@@ -104,6 +104,14 @@ def test_media_anthropic_cannot_place_is_refused(content, needle):
         chat_messages(None, body.messages)
 
 
+def test_a_thinking_block_that_is_not_text_is_refused():
+    body = _request(messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": {"a": 1}, "signature": "s"}, {"type": "text", "text": "Hello"}]},
+        {"role": "user", "content": "Again"}])
+    with pytest.raises(ChatInputError, match=r"messages\[1\]\.content\[0\]\.thinking must be a string"):
+        chat_messages(None, body.messages)
+
+
 def test_unknown_block_type_is_refused():
     body = _request(messages=[{"role": "user", "content": [{"type": "hologram"}]}])
     with pytest.raises(ChatInputError, match="hologram"):

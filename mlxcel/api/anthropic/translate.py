@@ -125,7 +125,10 @@ def _assistant_message(blocks: list[dict], where: str, tool_names: dict[str, str
         at = f"{where}.content[{i}]"
         kind = block["type"]
         if kind == "thinking":
-            thoughts.append(str(block.get("thinking", "")))
+            thinking = block.get("thinking", "")
+            if not isinstance(thinking, str):
+                raise ChatInputError(f"{at}.thinking must be a string")
+            thoughts.append(thinking)
         elif kind == "tool_use":
             call_id, name, arguments = block.get("id"), block.get("name"), block.get("input", {})
             if not isinstance(name, str) or not name:
