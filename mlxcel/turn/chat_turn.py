@@ -20,14 +20,13 @@ from mlxcel.chat.prompt import PreparedChat, prepare_chat
 from mlxcel.chat.reasoning import extracts_reasoning
 from mlxcel.engine.media_span import MediaLayout
 from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, TokenEvent
-from mlxcel.engine.sampling import DEFAULT_SEED
 from mlxcel.structured import request_grammar
 from mlxcel.structured.errors import StructuredOutputError
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import InvalidRequest, generation_error
 from mlxcel.turn.generation import GenerationGroup
 from mlxcel.turn.media_input import project_media
-from mlxcel.turn.request_builder import TurnShaping, build_requests
+from mlxcel.turn.request_builder import TurnShaping, build_requests, seed_choices
 from mlxcel.turn.sampling_fields import SamplingFields
 from mlxcel.turn.structured_output import compile_forced_tool_call, compile_grammar, with_server_grammar
 
@@ -183,12 +182,10 @@ class RenderedTurn:
         group = GenerationGroup(host.engine)
         generations = build_requests(host, spec.sampling, [prepared.tokens] * spec.n, spec.max_tokens, context, group,
                                      self._shaping(constraints, prediction))
-        for index, generation in enumerate(generations):
+        for generation in generations:
             generation.report_progress = spec.report_progress
             generation.media = self.media
-            seed = generation.sampling.seed
-            if index and seed is not None and 0 <= seed != DEFAULT_SEED:  # a seeded request: choice i, seed + i
-                generation.sampling.seed = (seed + index) % DEFAULT_SEED
+        seed_choices(generations, spec.n)
         return ChatTurn(self, context, group, generations)
 
     def _prediction_tokens(self) -> list[int]:

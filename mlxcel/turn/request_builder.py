@@ -14,7 +14,7 @@ from mlxcel.engine.loop_detection import LOOP_ENV_VAR, LOOP_FIELDS, resolve_loop
 from mlxcel.engine.lora import LoraError, requested_scales
 from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.sampler_order import parse_sampler_order
-from mlxcel.engine.sampling import SamplingParams
+from mlxcel.engine.sampling import DEFAULT_SEED, SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.turn.context import RequestContext
 from mlxcel.turn.errors import ContextOverflow, InvalidRequest, PromptTooLong
@@ -103,6 +103,16 @@ def clamp_max_tokens(max_tokens: int, n_ctx_slot: int, context_shift: bool = Fal
                  max_tokens, n_ctx_slot)
         return n_ctx_slot
     return max_tokens
+
+
+def seed_choices(requests: list[GenerationRequest], n: int) -> None:
+    """A seeded request's `n` completions per prompt sample as llama-server's child tasks
+    do: completion j (of requests laid out prompt-major) with seed + j, so the choices
+    differ and the whole answer still repeats. A random seed stays random."""
+    for index, generation in enumerate(requests):
+        seed, choice = generation.sampling.seed, index % n
+        if choice and seed is not None and 0 <= seed != DEFAULT_SEED:
+            generation.sampling.seed = (seed + choice) % DEFAULT_SEED
 
 
 def resolve_loop_detection(fields: SamplingFields, model_family: str | None) -> tuple[int, int, int] | None:

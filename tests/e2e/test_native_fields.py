@@ -31,6 +31,21 @@ def test_n_on_legacy_completions_counts_the_prompt_once(http):
     assert three["usage"]["completion_tokens"] == 12
 
 
+def test_a_seeded_request_draws_each_completion_with_its_own_seed(http):
+    """llama-server's child tasks: completion j of a prompt samples with seed + j, so a
+    seeded n > 1 gives different choices, and the same request gives them again."""
+    sampled = {"temperature": 1.5, "seed": 7, "ignore_eos": True, "cache_prompt": False}
+    legacy = {"prompt": "Once upon a time", "max_tokens": 8, "n": 3, **sampled}
+    texts = [c["text"] for c in http.post("/v1/completions", json=legacy).json()["choices"]]
+    assert len(set(texts)) > 1
+    assert [c["text"] for c in http.post("/v1/completions", json=legacy).json()["choices"]] == texts
+    native = {"prompt": ["Once upon a time", PROMPT], "n_predict": 8, "n_cmpl": 2, **sampled}
+    bodies = http.post("/completion", json=native).json()
+    assert [b["generation_settings"]["seed"] for b in bodies] == [7, 8, 7, 8]
+    assert bodies[0]["content"] != bodies[1]["content"] and bodies[2]["content"] != bodies[3]["content"]
+    assert [b["content"] for b in http.post("/completion", json=native).json()] == [b["content"] for b in bodies]
+
+
 def test_response_fields_trim_the_answer(http):
     body = http.post("/completion", json={"prompt": PROMPT, **GREEDY,
                                           "response_fields": ["content", "generation_settings/n_predict", "nope"]})

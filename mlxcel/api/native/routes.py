@@ -22,7 +22,7 @@ from mlxcel.turn.generation import Completion, GenerationGroup
 from mlxcel.turn.live_timings import LiveTimings
 from mlxcel.turn.media_input import completion_prompts
 from mlxcel.turn.prompts import per_completion
-from mlxcel.turn.request_builder import TurnShaping, build_requests
+from mlxcel.turn.request_builder import TurnShaping, build_requests, seed_choices
 from mlxcel.turn.structured_output import compile_grammar, with_server_grammar
 
 router = APIRouter()
@@ -53,6 +53,7 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
     for generation, media in zip(requests, per_completion(layouts, n_each, host.config.parallel)):
         generation.media = media
         generation.report_progress = body.stream and (body.return_progress or body.timings_per_token)
+    seed_choices(requests, n_each)
     answer = CompletionAnswer(host.model_id, tokenizer, body.return_tokens, body.stream, body.wanted_probs() or 0,
                      CompletionProbs(tokenizer, body.post_sampling_probs) if n_probs is not None else None,
                      host.config.spec_type)

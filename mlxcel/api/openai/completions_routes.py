@@ -18,7 +18,7 @@ from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import GenerationGroup
 from mlxcel.turn.media_input import completion_prompts
 from mlxcel.turn.prompts import per_completion
-from mlxcel.turn.request_builder import TurnShaping, build_requests
+from mlxcel.turn.request_builder import TurnShaping, build_requests, seed_choices
 from mlxcel.turn.structured_output import compile_grammar, with_server_grammar
 
 router = APIRouter()
@@ -45,6 +45,7 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
                               TurnShaping(constraints=constraints, logprobs=k))
     for generation, media in zip(requests, per_completion(layouts, body.n, host.config.parallel)):
         generation.media = media
+    seed_choices(requests, body.n)
     group.submit(requests)
     created = int(time.time())
     echoes = [body.prompt if isinstance(body.prompt, str) else tokenizer.decode(p) for p in prompts] if body.echo else None
