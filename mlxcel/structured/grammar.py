@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from mlxcel.structured.errors import (
     SchemaError,
     StructuredOutputError,
     one_line_reason,
+    schema_free_reason,
 )
 from mlxcel.structured.limits import check_schema
 
@@ -167,7 +169,7 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     try:
         return LLMatcher.grammar_from_json_schema(schema, overrides=options)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
-        raise SchemaError(one_line_reason(str(exc))) from None
+        raise SchemaError(one_line_reason(schema_free_reason(str(exc), schema))) from None
 
 
 def compile_constraint(
@@ -222,11 +224,25 @@ def _compile(spec: GrammarSpec, lltokenizer: LLTokenizer, limits: GrammarLimits)
         scratch = np.empty((lltokenizer.vocab_size + 31) // 32, dtype=np.int32)
         matcher.unsafe_compute_mask_ptr(scratch.ctypes.data, scratch.nbytes)
     if matcher.is_error():
-        reason = one_line_reason(matcher.get_error())
-        raise GrammarError(reason) if spec.kind == "gbnf" else SchemaError(reason)
+        if spec.kind == "gbnf":
+            raise GrammarError(one_line_reason(matcher.get_error()))
+        raise SchemaError(one_line_reason(schema_free_reason(matcher.get_error(), _schema_of(spec))))
     return Constraint(matcher, lltokenizer.vocab_size, source=spec.grammar if spec.kind == "gbnf" else "")
 
 
+def _schema_of(spec: GrammarSpec) -> Any:
+    """The JSON a schema grammar carries (llguidance's grammar object around the schema,
+    or the schema after a tool call's `%json`), for keeping it out of an error."""
+    text = spec.grammar
+    if spec.kind == "tool_call":
+        text = text[text.find(TOOL_CALL_SCHEMA_MARK) + len(TOOL_CALL_SCHEMA_MARK):]
+    try:
+        return json.JSONDecoder().raw_decode(text)[0]
+    except ValueError:
+        return None
+
+
+TOOL_CALL_SCHEMA_MARK = "%json "
 GBNF_FRONT_END_PREFIX = "Failed to convert the grammar from GBNF to Lark: "
 
 

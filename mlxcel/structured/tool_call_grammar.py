@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.structured.grammar import JSON_WHITESPACE, GrammarSpec
+from mlxcel.structured.grammar import JSON_WHITESPACE, TOOL_CALL_SCHEMA_MARK, GrammarSpec
 from mlxcel.structured.limits import check_schema
 
 
@@ -34,5 +34,5 @@ def tool_call_grammar(tokenizer: Tokenizer, prefix: str, schema: dict[str, Any],
     check_schema(schema)
     body = {**schema, "x-guidance": {"whitespace_flexible": True, "whitespace_pattern": JSON_WHITESPACE}}
     parts = [p for p in (_lark_sequence(tokenizer, prefix), "call", _lark_sequence(tokenizer, suffix)) if p]
-    lark = f"start: {' '.join(parts)}\ncall: %json {json.dumps(body)}\n"
+    lark = f"start: {' '.join(parts)}\ncall: {TOOL_CALL_SCHEMA_MARK}{json.dumps(body)}\n"
     return GrammarSpec("tool_call", lark)

@@ -114,6 +114,21 @@ def test_schema_the_engine_rejects_is_a_400_with_a_reason(http):
                             json={"messages": ASK, "response_format": _json_schema(impossible)}))
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "secret_type"},
+    {"type": "object", "properties": {"a": {"type": "string", "pattern": "secret_pattern("}}},
+    {"type": "object", "properties": {"a": {"$ref": "#/$defs/secret_def"}}},
+    {"type": "object", "required": ["secret_key"], "additionalProperties": False},
+])
+def test_a_schema_the_engine_rejects_is_not_echoed(http, schema):
+    """The engine's reason quotes the type, pattern, $ref or property it refuses; the
+    spec says the schema is never echoed, on the chat route as on the native one."""
+    chat = _error(http.post("/v1/chat/completions", json={"messages": ASK, "response_format": _json_schema(schema)}))
+    native = _error(http.post("/completion", json={"prompt": "x", "n_predict": 4, "json_schema": schema}))
+    assert chat.startswith("invalid JSON schema: ") and chat == native
+    assert "secret" not in chat
+
+
 def test_a_grammar_that_outgrows_the_matcher_mid_answer_is_a_400_and_the_server_goes_on(http):
     """A pattern whose lexer grows with every token compiles (its first mask is cheap)
     and breaks the matcher's limits a few tokens in: the request's own format, a 400

@@ -18,7 +18,7 @@ from mlxcel.structured import (
     mask_words,
 )
 from mlxcel.structured import grammar as grammar_module
-from mlxcel.structured.errors import MAX_REASON_CHARS
+from mlxcel.structured.errors import MAX_REASON_CHARS, schema_free_reason
 from mlxcel.structured.tool_call_grammar import tool_call_grammar
 
 from .walk import lowest_allowed, random_logits, walk
@@ -45,6 +45,37 @@ def test_invalid_schema_is_a_schema_error_with_reason(lltokenizer, schema, reaso
         compile_constraint(spec_for(schema), lltokenizer)
     assert reason in info.value.reason
     assert json.dumps(schema) not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "schema, reason",
+    [
+        ({"type": "Secret_Type"}, "Invalid type: …"),
+        ({"type": ["string", "Secret_Type"]}, "Invalid type: …"),
+        ({"type": "string", "format": "secret-format"}, "Unknown format: …"),
+        ({"type": "string", "pattern": "(?<=x)secret_pattern"}, "look-around"),
+        ({"type": "string", "pattern": "secret  pattern\nline("}, "unclosed group"),
+        ({"type": "string", "pattern": "\\p{SecretClass}"}, "Unicode property not found"),
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/secret_def"}}}, "does not exist"),
+        ({"$ref": "https://Secret.example/schema"}, "not present"),
+        ({"type": "object", "required": ["secret_property"], "additionalProperties": False}, "nsatisfiable"),
+    ],
+)
+def test_a_refused_schema_is_not_echoed(lltokenizer, schema, reason):
+    """The spec: schema content is never echoed in errors. llguidance quotes the type,
+    format, pattern, $ref or property it refuses; the reason keeps its verdict only."""
+    with pytest.raises(SchemaError) as info:
+        compile_constraint(spec_for(schema), lltokenizer)
+    assert reason in info.value.reason
+    assert "secret" not in str(info.value).lower()
+
+
+def test_a_schema_string_is_blanked_only_as_a_whole_word():
+    message = "Unsatisfiable schema: required property 'ab' is unsatisfiable"
+    expected = "Unsatisfiable schema: required property '…' is unsatisfiable"
+    assert schema_free_reason(message, {"required": ["ab"]}) == expected
+    assert schema_free_reason("Invalid type: strin", {"type": "strin"}) == "Invalid type: …"
+    assert schema_free_reason("Invalid type: x", {"type": "x"}) == "Invalid type: x"  # one character says nothing
 
 
 def test_reason_is_truncated(lltokenizer):
