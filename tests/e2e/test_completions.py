@@ -139,3 +139,16 @@ def test_logprobs_in_openai_legacy_shape(openai_client):
     assert [v for lp in streamed for v in lp.token_logprobs] == pytest.approx(logprobs.token_logprobs, abs=1e-3)
     plain = openai_client.completions.create(model="m", prompt=PROMPT, max_tokens=2, temperature=0)
     assert plain.choices[0].logprobs is None
+
+
+def test_text_offsets_count_a_character_split_across_tokens_once(openai_client):
+    """Katakana, three bytes a character, comes a byte pair or so a token: each offset
+    is where its token's text starts in the choice's text, never past its end."""
+    request = {"model": "m", "prompt": "日本語の単語:", "max_tokens": 10, "temperature": 0, "logprobs": 1}
+    choice = openai_client.completions.create(**request).choices[0]
+    offsets = choice.logprobs.text_offset
+    assert len(offsets) == 10 and len(choice.text) < 10  # some token carries part of a character
+    assert offsets == sorted(offsets) and offsets[0] == 0 and offsets[-1] < len(choice.text)
+    streamed = [c.choices[0].logprobs for c in openai_client.completions.create(**request, stream=True)
+                if c.choices and c.choices[0].logprobs]
+    assert [o for lp in streamed for o in lp.text_offset] == offsets

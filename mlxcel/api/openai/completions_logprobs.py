@@ -4,6 +4,7 @@ and the offset of its text in the choice's text."""
 
 from __future__ import annotations
 
+import codecs
 import math
 
 from mlxcel.engine.logprobs import MAX_TOP_LOGPROBS
@@ -23,11 +24,15 @@ def _finite(value: float | None) -> float:
 
 
 class LegacyLogprobs:
-    """Builds the object for one choice; `offset` starts after the echoed prompt."""
+    """Builds the object for one choice; `offset` starts after the echoed prompt. A
+    token's offset counts the characters of the choice's text before it: a character
+    split across tokens counts once, when its last byte comes (the text has it once),
+    so every offset falls within the text."""
 
     def __init__(self, tokenizer: Tokenizer, offset: int = 0) -> None:
         self._tokenizer = tokenizer
         self.offset = offset
+        self._characters = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def _text(self, token: int) -> str:
         return self._tokenizer.piece(token).decode("utf-8", errors="replace")
@@ -40,5 +45,5 @@ class LegacyLogprobs:
             body["token_logprobs"].append(_finite(event.logprob))
             body["top_logprobs"].append({self._text(t): _finite(lp) for t, lp in event.top_logprobs or []})
             body["text_offset"].append(self.offset)
-            self.offset += len(text)
+            self.offset += len(self._characters.decode(self._tokenizer.piece(event.token)))
         return body
