@@ -142,6 +142,22 @@ def test_out_of_range_values_name_the_field(http, field, value):
     assert field in response.json()["error"]["message"]
 
 
+def test_a_null_optional_field_reads_as_absent(http):
+    """OpenAI's nullable fields, and llama-server's json_value: `"n": null` is n's
+    default. Clients that serialize every field send them so (it was a 400)."""
+    nulls = {"n": None, "logprobs": None, "top_logprobs": None, "stream": None, "ignore_eos": None}
+    reply = _chat(http, max_tokens=2, **nulls)
+    assert reply.status_code == 200, reply.text
+    assert len(reply.json()["choices"]) == 1 and reply.json()["choices"][0]["logprobs"] is None
+    legacy = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2, "n": None, "echo": None,
+                                                "stream": None, "stream_options": {"include_usage": None}})
+    assert legacy.status_code == 200 and len(legacy.json()["choices"]) == 1
+    native = http.post("/completion", json={"prompt": "Hi", "n_predict": 2, "stream": None, "return_tokens": None,
+                                            "post_sampling_probs": None})
+    assert native.status_code == 200 and native.json()["tokens_predicted"] == 2
+    assert http.post("/v1/chat/completions", json={"messages": None}).status_code == 400  # required stays required
+
+
 def test_empty_messages_and_bad_roles(http):
     assert http.post("/v1/chat/completions", json={"messages": []}).status_code == 400
     assert http.post("/v1/chat/completions", json={"messages": [{"role": "wizard", "content": "x"}]}).status_code == 400

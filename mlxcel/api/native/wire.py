@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.prompts import PromptField
-from mlxcel.turn.sampling_fields import INT32_MAX, SamplingFields
+from mlxcel.turn.sampling_fields import INT32_MAX, NullAsAbsent, SamplingFields
 
 # llama-server's "soft" limits on /completion and /infill: a number outside them is
 # clamped, not refused (its -1 for temperature is greedy, a negative top_k is off).
@@ -43,7 +43,7 @@ def clamp_soft_limits(body: Any) -> Any:
     return {**body, **clamped} if clamped else body
 
 
-class NativeCompletionRequest(SamplingFields, GrammarFields):
+class NativeCompletionRequest(NullAsAbsent, SamplingFields, GrammarFields):
     prompt: PromptField
     n_predict: int | None = Field(default=None, ge=-1)
     max_tokens: int | None = Field(default=None, ge=-1)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from mlxcel.api.openai.completions_wire import StreamOptions
 from mlxcel.turn.chat_turn import ChatOutcome
 from mlxcel.turn.grammar_fields import GrammarFields
-from mlxcel.turn.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import NullAsAbsent, SamplingFields
 
 
 class ContentPart(BaseModel):
@@ -97,7 +97,7 @@ def completion_details(outcomes: list[ChatOutcome]) -> dict:
     }
 
 
-class ChatCompletionRequest(SamplingFields, GrammarFields):
+class ChatCompletionRequest(NullAsAbsent, SamplingFields, GrammarFields):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     stream: StrictBool = False

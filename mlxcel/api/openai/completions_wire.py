@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import ConfigDict, Field, StrictBool
 
 from mlxcel.turn.grammar_fields import GrammarFields
 from mlxcel.turn.prompts import PromptField
-from mlxcel.turn.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import NullAsAbsent, SamplingFields
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(NullAsAbsent):
     model_config = ConfigDict(extra="allow")
     include_usage: StrictBool = False
 
 
-class CompletionRequest(SamplingFields, GrammarFields):
+class CompletionRequest(NullAsAbsent, SamplingFields, GrammarFields):
     model: str | None = None
     prompt: PromptField
     max_tokens: int | None = Field(default=None, ge=-1)
