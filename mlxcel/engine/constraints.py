@@ -35,6 +35,9 @@ class ConstraintMasker(Protocol):
     def apply(self, logits: np.ndarray, row: np.ndarray) -> None:
         """Set the logits of disallowed tokens to -inf, in place."""
 
+    def allows(self, row: np.ndarray, token: int) -> bool:
+        """Whether the mask `row` lets `token` through."""
+
     def close(self) -> None: ...
 
 

@@ -655,10 +655,16 @@ class Engine(EngineControl):
             logprob, top = token_logprobs(raw, token, k)
             scores = {"logprob": logprob, "top_logprobs": top}
         if constraint is not None and not constraint.accept(token):
-            # the mask leaves the sampler no token only when the request's own logit_bias
-            # banned every token the format allows
-            self._finish(slot, FinishReason.ERROR, unsatisfiable=True,
-                         error="no token satisfies both the output format and the request's logit_bias")
+            if slot.mask_row is not None and self._masker.allows(slot.mask_row, token):
+                # a token the format allows broke the matcher as it went in: the request's own
+                # grammar ran past its limits (a rule repeated 100000 times, thousands of
+                # alternatives), a 400 like an oversized schema
+                error = f"the output format's grammar exceeded the structured-output limits: {constraint.error}"
+            else:
+                # the mask leaves the sampler no token only when the request's own logit_bias
+                # banned every token the format allows
+                error = "no token satisfies both the output format and the request's logit_bias"
+            self._finish(slot, FinishReason.ERROR, unsatisfiable=True, error=error)
             return token
         self._accept_token(slot, token, scores)
         return token

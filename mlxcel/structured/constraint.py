@@ -127,6 +127,9 @@ class BatchMasker:
     def apply(self, logits: np.ndarray, row: np.ndarray) -> None:
         apply_mask(logits, row)
 
+    def allows(self, row: np.ndarray, token: int) -> bool:
+        return bool((int(row[token // 32]) >> (token % 32)) & 1)
+
     def close(self) -> None:
         if self._helper is not None:
             self._helper.shutdown(wait=True)

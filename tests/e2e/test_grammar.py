@@ -156,6 +156,18 @@ def test_invalid_or_oversized_schema_and_grammar_are_400s(http, path, body):
     assert http.post(path, json=body).status_code == 200
 
 
+@pytest.mark.parametrize("grammar", ['root ::= "a"{100000}', "root ::= " + " | ".join(f'"w{i}"' for i in range(5000))])
+def test_a_grammar_past_the_matchers_limits_says_so(http, grammar):
+    """The first token compiles and masks fine; taking it in breaks the matcher's limits.
+    A 400 that names the limits: it blamed a logit_bias the request does not have."""
+    message = _error(http.post("/completion", json={"prompt": "Hi", "n_predict": 4, "grammar": grammar}),
+                     "structured-output limits")
+    assert "logit_bias" not in message
+    banned = http.post("/completion", json={"prompt": "Hi", "n_predict": 4, "grammar": 'root ::= "Z"',
+                                            "logit_bias": [["Z", False]]})  # the one token the format allows
+    assert banned.status_code == 400 and "logit_bias" in banned.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("response_format", [
     {"type": "json_object", "schema": 123},
     {"type": "json_object", "schema": {"type": "hiccup"}},
