@@ -158,6 +158,15 @@ def test_a_null_optional_field_reads_as_absent(http):
     assert http.post("/v1/chat/completions", json={"messages": None}).status_code == 400  # required stays required
 
 
+def test_top_logprobs_without_logprobs_is_a_400(http):
+    """OpenAI and llama-server both refuse it; it was silently answered without logprobs."""
+    for logprobs in ({}, {"logprobs": False}):
+        response = _chat(http, max_tokens=2, top_logprobs=3, **logprobs)
+        assert response.status_code == 400
+        assert response.json()["error"]["message"] == "top_logprobs requires logprobs to be set to true"
+    assert _chat(http, max_tokens=2, top_logprobs=3, logprobs=True).status_code == 200
+
+
 def test_empty_messages_and_bad_roles(http):
     assert http.post("/v1/chat/completions", json={"messages": []}).status_code == 400
     assert http.post("/v1/chat/completions", json={"messages": [{"role": "wizard", "content": "x"}]}).status_code == 400

@@ -60,6 +60,8 @@ def turn_spec(data: dict, body: ChatCompletionRequest, host: ModelHost) -> ChatT
     if body.n > host.config.parallel:  # llama-server's bound: every choice takes a slot
         raise InvalidRequest(f"Field 'n': Value must be between 1 <= value <= {host.config.parallel}, "
                              f"but got {body.n}")
+    if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule, in llama-server's words
+        raise InvalidRequest("top_logprobs requires logprobs to be set to true")
     return ChatTurnSpec(
         messages=messages,
         sampling=body,
