@@ -18,11 +18,11 @@ from typing import Any
 
 from llguidance import LLMatcher
 
-from mlxcel.structured.errors import SchemaLimitError
+from mlxcel.structured.errors import SchemaLimitError, schema_free_reason
 from mlxcel.structured.limits import check_schema
 
 VERDICTS_KEPT = 1024
-MAX_MESSAGE = 300  # the meta-schema quotes the offending value, which may be large
+MAX_MESSAGE = 300
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
@@ -50,8 +50,9 @@ def _problem(text: str) -> str | None:
     validator = validator_for(schema, default=Draft202012Validator)  # an older "$schema" is read as its draft
     try:
         validator.check_schema(schema)
-    except SchemaError as exc:
-        where = "/".join(str(part) for part in exc.path)
-        message = exc.message if len(exc.message) <= MAX_MESSAGE else exc.message[:MAX_MESSAGE] + "..."
+    except SchemaError as exc:  # its message and path quote the schema, which no error echoes (spec 001)
+        where = schema_free_reason("/".join(str(part) for part in exc.path), schema)
+        message = schema_free_reason(exc.message, schema)
+        message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE] + "..."
         return f"{message} (at {where})" if where else message
     return None
