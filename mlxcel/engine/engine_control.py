@@ -82,9 +82,14 @@ class EngineControl:
         return self._outstanding
 
     @property
+    def capacity(self) -> int:
+        """The most requests outstanding at once: one a slot, and the queue's cap."""
+        return len(self.slots) + self.config.queue_cap
+
+    @property
     def has_room(self) -> bool:
         """Whether a request submitted now would be admitted (not past the queue cap)."""
-        return self._outstanding < len(self.slots) + self.config.queue_cap
+        return self._outstanding < self.capacity
 
     @property
     def alive(self) -> bool:

@@ -20,7 +20,7 @@ from mlxcel.engine.request import (
     PromptProgressEvent,
     TokenEvent,
 )
-from mlxcel.turn.errors import EngineUnavailable, ServerBusy
+from mlxcel.turn.errors import EngineUnavailable, InvalidRequest, ServerBusy
 from mlxcel.turn.loop_relay import relay_for
 
 
@@ -91,7 +91,11 @@ class GenerationGroup:
         return emit
 
     def submit(self, requests: list[GenerationRequest]) -> None:
-        """Submit every request, or none: a full queue cancels those already in."""
+        """Submit every request, or none: a full queue cancels those already in. More
+        than the engine ever holds at once is the request's error, not a busy server's."""
+        if len(requests) > self._engine.capacity:
+            raise InvalidRequest(f"this request asks for {len(requests)} generations (n times the prompts); the server "
+                                 f"holds at most {self._engine.capacity} at once (-np slots and --queue-cap)")
         self.requests = requests
         self._open = set(range(len(requests)))
         for n, request in enumerate(requests):

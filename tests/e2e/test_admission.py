@@ -210,3 +210,21 @@ def test_stream_closed_before_its_first_event_is_cancelled(one_slot):
             assert time.monotonic() < deadline, "the abandoned stream stayed queued"
             time.sleep(0.05)
     holder.join(120)
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/completions", {"prompt": ["a", "b", "c", "d", "e"], "max_tokens": 2}),
+    ("/v1/completions", {"prompt": ["a", "b", "c", "d", "e"], "max_tokens": 2, "stream": True}),
+    ("/completion", {"prompt": ["a", "b", "c", "d", "e"], "n_predict": 2}),
+])
+def test_more_generations_than_the_server_ever_holds_is_a_400_not_a_busy_503(one_slot, path, body):
+    """One slot and a queue of 3 hold 4 generations at once: a request for 5 (one per
+    prompt) could never be admitted, so a 503 asking for a retry would be a lie."""
+    with one_slot.client() as client:
+        response = client.post(path, json=body)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["type"] == "invalid_request_error" and "at most 4 at once" in error["message"]
+        ok = client.post("/v1/completions", json={"prompt": ["a", "b", "c", "d"], "max_tokens": 2})
+        assert ok.status_code == 200 and len(ok.json()["choices"]) == 4
+    _wait_idle(one_slot)
