@@ -41,6 +41,7 @@ class FakeEngine:
         self.submitted, self.cancelled = [], []
         self.refuse_at, self.error = refuse_at, error
         self.snapshot = EngineSnapshot()  # what a queue-full answer's Retry-After is estimated from
+        self.capacity = 68  # four slots and the default queue cap
 
     def submit(self, request) -> None:
         if self.refuse_at is not None and len(self.submitted) == self.refuse_at:
@@ -172,6 +173,14 @@ def test_a_group_is_submitted_whole_or_not_at_all(error, kind):
     with pytest.raises(kind):
         _build_and_submit(engine)
     assert len(engine.submitted) == 1 and engine.cancelled == [engine.submitted[0].id]
+
+
+def test_a_group_larger_than_the_engine_ever_holds_is_refused_before_any_submission():
+    engine = FakeEngine()
+    engine.capacity = 1
+    with pytest.raises(InvalidRequest, match="asks for 2 generations .* at most 1 at once"):
+        _build_and_submit(engine)
+    assert engine.submitted == [] and engine.cancelled == []
 
 
 def _build_and_submit(engine):
