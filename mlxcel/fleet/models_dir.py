@@ -6,7 +6,9 @@ A folder's models are found as llama-server finds them: each `NAME.gguf` in it i
 the model NAME (a file whose name holds `mmproj`, or starts with `mtp-`, `dspark-` or
 `dflash-`, is a companion, never a model); each sub-folder is the model named after
 it: its first shard (`-00001-of-`) or its one other GGUF, with the `mmproj` file
-beside it as its projector."""
+beside it as its projector. A file or folder whose name cannot be an id (empty, or
+holding the `@` that separates an id from a profile) is skipped with a warning, so it
+neither stops the start nor fails a /v1/reload."""
 
 from __future__ import annotations
 
@@ -24,6 +26,15 @@ DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
 
 def _companion(name: str) -> bool:
     return "mmproj" in name or name.startswith(DRAFT_PREFIXES)
+
+
+def _unusable_name(name: str) -> str | None:
+    """Why a model's name cannot be an id that a request addresses; None when it can."""
+    if not name.strip():
+        return "its name is empty"
+    if "@" in name:
+        return "its name holds `@`, which separates an id from a profile"
+    return None
 
 
 def scan_models_dir(folder: Path) -> dict[str, dict[str, str]]:
@@ -47,6 +58,8 @@ def scan_models_dir(folder: Path) -> dict[str, dict[str, str]]:
             models[item.name] = block
         elif item.is_file() and item.name.endswith(".gguf") and not _companion(item.name):
             models[item.name[: -len(".gguf")]] = {"path": str(item)}
+    for name in [name for name in models if _unusable_name(name)]:
+        log.warning("%s: not served: %s", models.pop(name)["path"], _unusable_name(name))
     return models
 
 

@@ -21,3 +21,13 @@ def test_files_and_sub_folders_become_models_and_companions_do_not(tmp_path):
                    "mmproj": str(tmp_path / "vision/mmproj-model-f16.gguf")},
         "drafted": {"path": str(tmp_path / "drafted/main.gguf")},
     }
+
+
+def test_a_name_that_cannot_be_an_id_is_skipped_and_the_rest_served(tmp_path, caplog):
+    for name in ("plain.gguf", "odd@coding.gguf", ".gguf", "at@folder/model.gguf"):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    models = scan_models_dir(tmp_path)
+    assert models == {"plain": {"path": str(tmp_path / "plain.gguf")}}
+    assert "odd@coding.gguf: not served" in caplog.text and "at@folder/model.gguf: not served" in caplog.text
