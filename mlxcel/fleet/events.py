@@ -3,7 +3,9 @@
 "unloaded", ...}}`, and `{"model": "*", "event": "models_reload"}` when the list is
 read again. Any thread publishes; each listener is a stream on an event loop, holding at
 most MAX_PENDING events its client has not read (past that its stream ends, and the
-client reconnects and reads GET /models again)."""
+client reconnects and reads GET /models again). When the server stops, every stream
+ends after the events already queued (end_streams), so the shutdown does not wait
+for these never-ending streams and then cancel them."""
 
 from __future__ import annotations
 
@@ -31,11 +33,22 @@ class Listener:
         if self._ended:
             return
         if self._queue.qsize() >= MAX_PENDING:
-            self._ended = True
-            self.close()
-            self._queue.put_nowait(None)  # the end of this stream: its reader fell too far behind
+            self._finish()  # its reader fell too far behind
             return
         self._queue.put_nowait(event)
+
+    def end(self) -> None:
+        """From any thread: the stream ends once the events queued before this are read."""
+        try:
+            self._loop.call_soon_threadsafe(self._finish)
+        except RuntimeError:  # the loop is closed
+            self.close()
+
+    def _finish(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self.close()
+            self._queue.put_nowait(None)  # the end of this stream
 
     async def next(self) -> dict | None:
         """The next event, or None once the stream has ended."""
@@ -60,6 +73,13 @@ class FleetEvents:
     def unsubscribe(self, listener: Listener) -> None:
         with self._lock:
             self._listeners.discard(listener)
+
+    def end_streams(self) -> None:
+        """Every listener's stream ends (the server is stopping)."""
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener.end()
 
     @property
     def listeners(self) -> int:

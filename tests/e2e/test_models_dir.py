@@ -107,20 +107,23 @@ def _wait_status(client, model: str, value: str) -> dict:
 def test_llama_server_router_routes_load_unload_and_announce(folder):
     """With --no-models-autoload only an explicit load loads: POST /models/load, then
     /models/unload, each change announced on /models/sse in order, a failed load marked
-    failed; llama-server's errors for unknown, running and idle models."""
+    failed; llama-server's errors for unknown, running and idle models. A stop ends
+    the /models/sse stream at once, cleanly (it was cut 3 s in, with a traceback)."""
     proc = ServerProcess("-c", "512", "-np", "1", "--models-dir", str(folder), "--no-models-autoload", model=None)
     events: list[dict] = []
+    stream_ended = threading.Event()
     try:
         proc.wait_ready()
         listening = threading.Event()
 
         def listen() -> None:
-            with contextlib.suppress(httpx.HTTPError):  # the stream is cut when the server stops
+            with contextlib.suppress(httpx.HTTPError):  # a cut stream
                 with proc.client(timeout=None) as sse, sse.stream("GET", "/models/sse") as stream:
                     listening.set()
                     for line in stream.iter_lines():
                         if line.startswith("data: "):
                             events.append(json.loads(line[6:]))
+                stream_ended.set()
 
         threading.Thread(target=listen, daemon=True).start()
         assert listening.wait(30)
@@ -153,6 +156,8 @@ def test_llama_server_router_routes_load_unload_and_announce(folder):
             downloads = [client.post("/models", json={"model": "org/repo:Q4"}), client.delete("/models?model=alpha")]
     finally:
         proc.stop()
+    assert stream_ended.wait(10)  # ended by the server, not cut
+    assert "Traceback" not in proc.log_path.read_text(errors="replace")
     assert before == {"value": "unloaded"}
     assert loaded.status_code == 200 and loaded.json() == {"success": True}, loaded.text
     assert again.status_code == 400 and again.json()["error"]["message"] == "model is already running"
