@@ -12,7 +12,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.fleet.entries import ModelEntry
 from mlxcel.fleet.model_files import gguf_path, metadata
 from mlxcel.models.catalog import CATALOG
-from mlxcel.models.gguf_header import Skipped, kv_bytes, kv_bytes_per_token, model_geometry
+from mlxcel.models.gguf_header import GGUFHeaderError, Skipped, kv_bytes, kv_bytes_per_token, model_geometry
 
 # compute buffers: llama.cpp sizes them for one ubatch; the logits rows dominate
 # with a large vocabulary (n_vocab x n_ubatch floats), the activations otherwise
@@ -64,7 +64,10 @@ def _estimate(source: str, ctx: int, type_k: str, type_v: str, n_ubatch: int) ->
         catalog = CATALOG.get(source)
         size = catalog.size if catalog is not None else 0
         return Footprint(None, size, 0, ctx, COMPUTE_FLOOR_BYTES)
-    geometry = model_geometry(meta)
+    try:
+        geometry = model_geometry(meta)
+    except GGUFHeaderError:  # a GGUF that is no model (a projector, an adapter): its load fails, for it alone
+        return Footprint(None, gguf_path(source).stat().st_size, 0, ctx, COMPUTE_FLOOR_BYTES)
     n_ctx = ctx if ctx > 0 else geometry.n_ctx_train
     tokens = meta.get("tokenizer.ggml.tokens", ())
     n_vocab = tokens.length if isinstance(tokens, Skipped) else len(tokens or ())

@@ -150,9 +150,13 @@ def model_geometry(meta: dict[str, Any]) -> Geometry:
     if not isinstance(arch, str):
         raise GGUFHeaderError("GGUF metadata lacks `general.architecture`")
     n_layer = _int(meta, f"{arch}.block_count")
+    if not 0 < n_layer <= MAX_ARRAY:  # per-layer arrays are read up to MAX_ARRAY items
+        raise GGUFHeaderError(f"GGUF metadata has an implausible `{arch}.block_count` ({n_layer})")
     n_embd = _int(meta, f"{arch}.embedding_length")
     n_head = meta.get(f"{arch}.attention.head_count", 0)
     heads = n_head if isinstance(n_head, list) else [n_head] * n_layer
+    if not all(isinstance(h, int) and not isinstance(h, bool) for h in heads):
+        raise GGUFHeaderError(f"GGUF metadata has a malformed `{arch}.attention.head_count`")
     n_head_kv = meta.get(f"{arch}.attention.head_count_kv", n_head)
     kv_heads = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
     if len(kv_heads) != n_layer or not all(isinstance(h, int) for h in kv_heads):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -35,6 +36,14 @@ def folder(tmp_path_factory):
     return root
 
 
+def _header_without_geometry() -> bytes:
+    """A GGUF header that names an architecture and nothing else, as a projector's or an adapter's."""
+    def string(text: str) -> bytes:
+        return struct.pack("<Q", len(text)) + text.encode()
+    kv = string("general.architecture") + struct.pack("<I", 8) + string("clip")
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + kv + b"\0" * 64
+
+
 def _chat(client, model: str | None):
     body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
     return client.post("/v1/chat/completions", json=body | ({"model": model} if model else {}))
@@ -57,12 +66,16 @@ def test_the_folder_s_models_by_name_at_most_models_max_resident(folder):
             unnamed = _chat(client, None)
             unknown = _chat(client, "gamma")
             (folder / "gamma.gguf").symlink_to(folder / "alpha.gguf")
+            (folder / "vision-proj.gguf").write_bytes(_header_without_geometry())  # a projector by another name
             try:
                 reloaded = client.post("/v1/reload")
-                listed_after = {m["id"] for m in client.get("/v1/models").json()["data"]}
+                listing = client.get("/v1/models")
+                listed_after = {m["id"] for m in listing.json()["data"]}
+                no_model = _chat(client, "vision-proj")
                 third = _chat(client, "gamma")
             finally:
                 (folder / "gamma.gguf").unlink()
+                (folder / "vision-proj.gguf").unlink()
         log = proc.log()
     finally:
         proc.stop()
@@ -72,7 +85,10 @@ def test_the_folder_s_models_by_name_at_most_models_max_resident(folder):
     assert after_alpha == {"alpha"} and after_beta == {"beta"}  # --models-max 1: the least recent went
     assert unnamed.status_code == 400 and unnamed.json()["error"]["code"] == "model_required"
     assert unknown.status_code == 404
-    assert reloaded.status_code == 200 and listed_after == {"alpha", "beta", "gamma"}
+    assert reloaded.status_code == 200 and listing.status_code == 200, listing.text
+    assert listed_after == {"alpha", "beta", "gamma", "vision-proj"}
+    # a GGUF whose header holds no model: its load fails, for it alone (the listing was a 500)
+    assert no_model.status_code == 503 and no_model.json()["error"]["code"] == "engine_failed", no_model.text
     assert third.status_code == 200
     assert "draft head is not used" in log
 

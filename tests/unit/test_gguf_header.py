@@ -127,6 +127,19 @@ def test_geometry_needs_the_architecture_keys() -> None:
         model_geometry({"general.architecture": "llama"})
 
 
+@pytest.mark.parametrize("changes, reason", [
+    ({"llama.block_count": 2**40}, "implausible `llama.block_count`"),
+    ({"llama.block_count": 0}, "implausible `llama.block_count`"),
+    ({"llama.attention.head_count": "four"}, "malformed `llama.attention.head_count`"),
+    ({"llama.attention.head_count": [4, "x"]}, "malformed `llama.attention.head_count`"),
+])
+def test_hostile_geometry_values_are_a_header_error(changes: dict, reason: str) -> None:
+    meta = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 64,
+            "llama.attention.head_count": 4} | changes
+    with pytest.raises(GGUFHeaderError, match=reason):
+        model_geometry(meta)
+
+
 def test_kv_bytes_per_token_matches_llama_cpp() -> None:
     """llama.cpp's own size of one sequence's KV: the growth of its saved state per
     decoded token. The state's fixed header cancels out; each cell adds its own
