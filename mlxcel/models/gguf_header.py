@@ -82,6 +82,8 @@ class _Reader:
 
     def array(self) -> list | Skipped:
         item_type = self.scalar("<I")
+        if item_type == _ARRAY:  # llama.cpp's reader refuses them too; followed, they nest without end
+            raise GGUFHeaderError(f"{self.path}: an array of arrays at byte {self.offset}")
         count = self.scalar("<Q")
         if count <= MAX_ARRAY:
             return [self.value(item_type) for _ in range(count)]

@@ -114,6 +114,8 @@ def test_a_hand_written_header(tmp_path: Path) -> None:
     (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _string("k") + struct.pack("<I", 77) + b"\0" * 8, "value type 77"),
     (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**40) + b"\0" * 8, "truncated"),
     (b"GGUF", "too short"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _string("k") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 5000
+     + struct.pack("<IQ", 4, 0), "an array of arrays"),
 ])
 def test_broken_files_raise_a_header_error(tmp_path: Path, data: bytes, reason: str) -> None:
     with pytest.raises(GGUFHeaderError, match=reason):
