@@ -70,7 +70,7 @@ def _estimate(source: str, ctx: int, type_k: str, type_v: str, n_ubatch: int) ->
         return Footprint(None, gguf_path(source).stat().st_size, 0, ctx, COMPUTE_FLOOR_BYTES)
     n_ctx = ctx if ctx > 0 else geometry.n_ctx_train
     tokens = meta.get("tokenizer.ggml.tokens", ())
-    n_vocab = tokens.length if isinstance(tokens, Skipped) else len(tokens or ())
+    n_vocab = tokens.length if isinstance(tokens, Skipped) else len(tokens) if isinstance(tokens, list) else 0
     compute = compute_bytes(n_vocab, n_ubatch)
     return Footprint(geometry.arch, gguf_path(source).stat().st_size, kv_bytes_per_token(geometry, type_k, type_v), n_ctx,
                      compute, geometry.n_ctx_train, kv_bytes(geometry, n_ctx, type_k, type_v))

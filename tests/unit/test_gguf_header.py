@@ -165,3 +165,21 @@ def test_kv_bytes_per_token_matches_llama_cpp() -> None:
         runtime.close()
     geometry = model_geometry(read_gguf_metadata(path))
     assert (after - before) / 16 - 12 == kv_bytes_per_token(geometry)
+
+
+def test_a_footprint_takes_whatever_a_header_holds(tmp_path: Path) -> None:
+    """Sizing a models-folder file never raises: a vocabulary that is no list counts as
+    none, and a header without a model's geometry is sized by its file alone."""
+    from mlxcel.fleet.footprint import COMPUTE_FLOOR_BYTES, _estimate
+
+    def u32(key: str, value: int) -> bytes:
+        return _string(key) + struct.pack("<I", 4) + struct.pack("<I", value)
+
+    arch = _string("general.architecture") + struct.pack("<I", 8) + _string("llama")
+    kvs = [arch, u32("llama.block_count", 2), u32("llama.embedding_length", 64),
+           u32("llama.attention.head_count", 4), u32("tokenizer.ggml.tokens", 5)]
+    path = _write(tmp_path, b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs))
+    assert _estimate(str(path), 512, "f16", "f16", 512).compute_bytes == COMPUTE_FLOOR_BYTES
+    path = _write(tmp_path, b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + arch)
+    footprint = _estimate(str(path), 512, "f16", "f16", 512)
+    assert footprint.weights_bytes == path.stat().st_size and footprint.kv_bytes == 0
