@@ -34,7 +34,12 @@ def metadata(path: str) -> dict[str, Any] | None:
     return _read(str(file), stat.st_mtime_ns, stat.st_size)
 
 
-@functools.lru_cache(maxsize=64)
+# a models folder's every file stays cached: a smaller cache, scanned in turn by each
+# /v1/models, kept none and re-read every header (a vocabulary walk) on the event loop
+HEADERS_CACHED = 4096
+
+
+@functools.lru_cache(maxsize=HEADERS_CACHED)
 def _read(file: str, _mtime_ns: int, _size: int) -> dict[str, Any] | None:
     try:
         return read_gguf_metadata(file)

@@ -407,6 +407,8 @@ class Fleet:
                 self._retire(resident)
                 retired.append(resident.id)
         self.close_retired()
+        for entry in config.models.values():
+            metadata(entry.path)  # a new file's header read here, on the reload's thread, not by a request
         self.events.publish("*", "models_reload")
         for model_id in sorted(self.pinned):
             if model_id not in self.residents:

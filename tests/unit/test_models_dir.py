@@ -31,3 +31,27 @@ def test_a_name_that_cannot_be_an_id_is_skipped_and_the_rest_served(tmp_path, ca
     models = scan_models_dir(tmp_path)
     assert models == {"plain": {"path": str(tmp_path / "plain.gguf")}}
     assert "odd@coding.gguf: not served" in caplog.text and "at@folder/model.gguf: not served" in caplog.text
+
+
+def test_every_header_of_a_large_folder_is_read_once(tmp_path):
+    """A folder of more models than the old cache held (64): each /v1/models scanned
+    them in turn, so every header was read again, each time, on the event loop."""
+    import struct
+
+    from mlxcel.fleet.model_files import _read, metadata
+
+    def string(text: str) -> bytes:
+        return struct.pack("<Q", len(text)) + text.encode()
+
+    header = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + string("general.architecture") + struct.pack("<I", 8)
+    paths = []
+    for n in range(100):
+        path = tmp_path / f"m{n}.gguf"
+        path.write_bytes(header + string("llama") + b"\0" * 16)
+        paths.append(str(path))
+    for path in paths:
+        metadata(path)
+    misses = _read.cache_info().misses
+    for path in paths:
+        assert metadata(path) == {"GGUF.version": 3, "GGUF.tensor_count": 0, "general.architecture": "llama"}
+    assert _read.cache_info().misses == misses

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from typing import Any
@@ -207,7 +208,8 @@ async def list_models(request: Request):
     if fleet is not None and request.query_params.get("reload"):  # llama-server's router: read the list again
         await reread(fleet)
     if fleet is not None:
-        models, data = [], fleet_listing(fleet, request.app.state.monitor)
+        # off the event loop: a header not read yet (a folder's new file) costs a vocabulary walk
+        models, data = [], await asyncio.to_thread(fleet_listing, fleet, request.app.state.monitor)
     else:
         models, data = [], []
     host = request.app.state.host
