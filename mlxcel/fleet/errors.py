@@ -64,9 +64,10 @@ class ModelNotLoaded(TurnError):
 
 class ModelLoadDeferred(TurnError):
     """503 model_load_deferred with Retry-After: the model cannot load beside the
-    pinned or busy ones now; the message carries the numbers."""
+    pinned or busy ones now; the message carries the numbers. Without Retry-After when
+    no wait would help (the model alone is past the budget)."""
 
-    def __init__(self, message: str, retry_after: int) -> None:
+    def __init__(self, message: str, retry_after: int | None) -> None:
         super().__init__(message, code="model_load_deferred", retry_after=retry_after)
 
 

@@ -211,6 +211,11 @@ class Fleet:
         def fits(resident_bytes: int, count: int) -> bool:
             return (budget is None or resident_bytes + need <= budget) and (max_models is None or count < max_models)
 
+        if budget is not None and need > budget:  # no wait makes room: no Retry-After
+            self.load_rejections += 1
+            self.last_load_rejection = (f"model `{entry.id}` cannot load: it needs {need / 2**20:.0f} MiB, more than "
+                                        f"the whole {budget / 2**20:.0f} MiB residency budget")
+            raise ModelLoadDeferred(self.last_load_rejection, None)
         self._check_governor(entry, need, [*others, *self.retiring])
         if fits(held, len(others)):
             return

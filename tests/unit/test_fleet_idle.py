@@ -8,10 +8,14 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from mlxcel.config import ServerConfig
 from mlxcel.fleet.config_file import load_fleet_config
+from mlxcel.fleet.errors import ModelLoadDeferred
 from mlxcel.fleet.footprint import Footprint
 from mlxcel.fleet.residency import Fleet, Resident
+from mlxcel.http.errors import as_api_error
 from mlxcel.turn.model_host import HostState
 
 
@@ -81,3 +85,17 @@ def test_room_is_made_by_the_model_idle_longest_counting_from_its_load(tmp_path:
     used, loaded = _resident(fleet, 100.0, 90.0, "a"), _resident(fleet, 50.0, 150.0, "b")
     fleet._make_room(fleet.entry("c"), 0)  # at most 2 models: one goes
     assert set(fleet.residents) == {"b"} and used.retired and not loaded.retired
+
+
+def test_a_model_past_the_whole_budget_is_deferred_without_a_retry(tmp_path: Path) -> None:
+    """Nothing resident or busy is in the way: no wait would ever make room, so the 503
+    carries no Retry-After for a client to follow forever, and nothing is unloaded."""
+    fleet = _fleet(tmp_path, sleep_s=0)
+    fleet.budget_bytes = 100 << 20
+    idle = _resident(fleet, last_used=1.0, loaded_at=1.0, name="b")
+    with pytest.raises(ModelLoadDeferred) as info:
+        fleet._make_room(fleet.entry("a"), 150 << 20)
+    assert "150 MiB, more than the whole 100 MiB residency budget" in info.value.message
+    assert info.value.extra["retry_after"] is None and as_api_error(info.value).headers() is None
+    assert fleet.residents == {"b": idle} and not idle.host.closed
+    fleet._make_room(fleet.entry("a"), 60 << 20)  # within the budget: it loads
