@@ -276,6 +276,25 @@ def test_stream_blocks_in_order():
     assert events[-2][1]["usage"] == {"cache_read_input_tokens": 0, "input_tokens": 7, "output_tokens": 5}
 
 
+@pytest.mark.parametrize("fragments, sent", [
+    (['"Par', 'is"'], ""),  # a string: the whole message's input is {}, so is the stream's
+    (["  ", "[1,", " 2]"], ""),
+    (["  ", '{"city":', ' "Paris"}'], '  {"city": "Paris"}'),  # held whitespace goes with the object
+])
+def test_stream_sends_only_object_arguments_as_partial_json(fragments, sent):
+    """A client assembles a tool_use input from the partial_json fragments and parses
+    it; arguments that are no object would fail there where the whole message says {}."""
+    writer = MessageStream("msg_1", "m", 1)
+    chunks = writer.feed(ParsedDelta(tool_calls=[ToolCallDelta(0, id="call_x", name="f")]))
+    for fragment in fragments:
+        chunks += writer.feed(ParsedDelta(tool_calls=[ToolCallDelta(0, arguments=fragment)]))
+    chunks += writer.finish(_outcome(_final("", "", [ToolCall("f", "".join(fragments), id="call_x")])))
+    events = _events(chunks)
+    partial = [p["delta"]["partial_json"] for _, p in events if p.get("delta", {}).get("type") == "input_json_delta"]
+    assert "".join(partial) == sent and all(partial)
+    assert [name for name, _ in events][:1] == ["content_block_start"] and events[-1][0] == "message_stop"
+
+
 def test_stream_text_keeps_held_whitespace_once_text_comes():
     writer = MessageStream("msg_1", "m", 1)
     chunks = writer.feed(ParsedDelta(content="  "))

@@ -35,6 +35,8 @@ class MessageStream:
         self._held = {TEXT: "", THINKING: ""}
         self._thinking = ""  # the open thinking block's text, for its signature
         self._tool_blocks: dict[int, int] = {}  # tool-call index -> block index
+        self._tool_held: dict[int, str] = {}  # a call's arguments while they are whitespace only
+        self._tool_object: dict[int, bool] = {}  # whether a call's arguments are a JSON object
 
     def start(self) -> list[str]:
         message = message_body(self.message_id, self.model, [], None, None, usage_body(self.input_tokens, 0))
@@ -98,12 +100,27 @@ class MessageStream:
             events.append(self._start(block, (TOOL, call.index)))
             self._tool_blocks[call.index] = self._blocks - 1
         index = self._tool_blocks.get(call.index)
-        if call.arguments and index is not None:
+        fragment = self._object_text(call.index, call.arguments)
+        if fragment and index is not None:
             # arguments owed to an earlier call (a parser that lagged behind) still go
             # to that call's block, so no argument is lost
             events.append(_event("content_block_delta", index=index,
-                                 delta={"type": "input_json_delta", "partial_json": call.arguments}))
+                                 delta={"type": "input_json_delta", "partial_json": fragment}))
         return events
+
+    def _object_text(self, call: int, fragment: str) -> str:
+        """What of a call's argument fragment goes out as `partial_json`: an object's
+        text as it comes, nothing of arguments that are no object (`"Paris"`). The whole
+        message's input is `{}` for those, and a client would fail to parse them."""
+        if call not in self._tool_object:
+            text = self._tool_held.get(call, "") + fragment
+            if not text.strip():
+                self._tool_held[call] = text
+                return ""
+            self._tool_held.pop(call, None)
+            self._tool_object[call] = text.lstrip().startswith("{")
+            fragment = text
+        return fragment if self._tool_object[call] else ""
 
     def _start(self, block: dict, opened: tuple[str, int | None]) -> str:
         self._open = opened
