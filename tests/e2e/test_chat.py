@@ -156,6 +156,14 @@ def test_a_null_optional_field_reads_as_absent(http):
                                             "post_sampling_probs": None})
     assert native.status_code == 200 and native.json()["tokens_predicted"] == 2
     assert http.post("/v1/chat/completions", json={"messages": None}).status_code == 400  # required stays required
+    anthropic = http.post("/v1/messages", json={"max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}],
+                                                "stream": None, "system": None, "stop_sequences": None})
+    assert anthropic.status_code == 200 and anthropic.json()["type"] == "message", anthropic.text
+    assert http.post("/v1/messages", json={"max_tokens": None, "messages": [{"role": "user", "content": "Hi"}]}
+                     ).status_code == 400  # Anthropic's max_tokens is required
+    responses = http.post("/v1/responses", json={"input": "Hi", "max_output_tokens": 16, "stream": None,
+                                                  "store": None, "background": None, "instructions": None})
+    assert responses.status_code == 200 and responses.json()["store"] is True, responses.text
 
 
 def test_top_logprobs_without_logprobs_is_a_400(http):

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from mlxcel.turn.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import NullAsAbsent, SamplingFields
 
 ContentBlock = dict[str, Any]
 
@@ -50,7 +50,7 @@ class ThinkingConfig(BaseModel):
     budget_tokens: int | None = Field(default=None, ge=0)
 
 
-class CountTokensRequest(SamplingFields):
+class CountTokensRequest(NullAsAbsent, SamplingFields):
     """What decides the prompt: shared by count_tokens and messages."""
 
     model: str | None = None

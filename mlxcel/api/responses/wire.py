@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from mlxcel.turn.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import NullAsAbsent, SamplingFields
 
 COMPACT_THRESHOLD_MAX = 100_000_000
 COMPACT_MAX_OUTPUT_TOKENS = 16_384
@@ -22,7 +22,7 @@ class ContextManagement(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1, le=COMPACT_MAX_OUTPUT_TOKENS)  # of the summary
 
 
-class ResponsesInput(SamplingFields):
+class ResponsesInput(NullAsAbsent, SamplingFields):
     """What /v1/responses and /v1/responses/input_tokens read to build the prompt."""
 
     model: str | None = None
