@@ -77,3 +77,11 @@ def test_floats_json_gives_back_the_exact_float32_values():
     assert np.array_equal(np.array(json.loads(floats_json(v)), dtype=np.float32), v)
     with pytest.raises(ValueError, match="non-finite"):
         floats_json(np.array([1.0, np.nan], dtype=np.float32))
+
+
+def test_a_null_optional_field_reads_as_absent():
+    """OpenAI's nullable fields (`dimensions`, `encoding_format`, `user`) and TEI's
+    `truncate`, sent as null by clients that serialize every field: their defaults."""
+    request = EmbeddingsRequest.model_validate({"input": "hi", "truncate": None, "dimensions": None,
+                                                "encoding_format": None, "user": None})
+    assert request.truncate is False and request.inputs() == ["hi"]

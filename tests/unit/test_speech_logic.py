@@ -183,3 +183,12 @@ def test_a_slow_job_times_out_and_is_stopped():
     assert transcription.job.cancelled.is_set()
     model.gate.set()
     host.shutdown()
+
+
+def test_a_null_optional_speech_field_reads_as_absent():
+    from mlxcel.api.audio.speech_wire import SpeechRequest
+
+    request = SpeechRequest.model_validate({"input": "Hello.", "speed": None, "voice": None, "response_format": None})
+    assert request.speed == 1.0 and request.voice is None
+    with pytest.raises(ValueError):
+        SpeechRequest.model_validate({"input": None})  # the one required field stays required

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import ConfigDict, Field, StrictStr
 
 from mlxcel.turn.errors import InvalidRequest
+from mlxcel.turn.sampling_fields import NullAsAbsent
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit on `input`
 OPENAI_TTS_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
@@ -15,7 +16,7 @@ HONORED = frozenset({"model", "input", "voice", "response_format", "speed", "str
 IGNORED = frozenset({"instructions"})  # a piper voice cannot be steered by a prompt
 
 
-class SpeechRequest(BaseModel):
+class SpeechRequest(NullAsAbsent):
     model_config = ConfigDict(extra="allow")
 
     model: StrictStr | None = None

@@ -4,16 +4,17 @@ strings, a token array or an array of token arrays."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from mlxcel.turn.errors import InvalidRequest
+from mlxcel.turn.sampling_fields import NullAsAbsent
 
 MAX_INPUTS = 2048  # OpenAI's own cap on inputs per request
 
 InputField = StrictStr | list[StrictStr | StrictInt | list[StrictInt]]
 
 
-class EmbeddingsRequest(BaseModel):
+class EmbeddingsRequest(NullAsAbsent):
     model_config = ConfigDict(extra="allow")
 
     input: InputField | None = None
