@@ -160,3 +160,14 @@ def test_soft_limits_clamp_numbers_and_leave_the_rest_to_validation():
         assert clamp_soft_limits({"temperature": value})["temperature"] is value  # validation's to refuse
     assert clamp_soft_limits({"temperature": 0.7, "top_k": 40}) == {"temperature": 0.7, "top_k": 40}
     assert clamp_soft_limits([1, 2]) == [1, 2]
+
+
+def test_tokenize_reads_a_null_flag_as_its_default():
+    """llama-server reads a null as the field's default; `content` stays required."""
+    from mlxcel.api.native.wire import TokenizeRequest
+
+    request = TokenizeRequest.model_validate({"content": "hi", "add_special": None, "with_pieces": None,
+                                              "parse_special": None})
+    assert (request.add_special, request.parse_special, request.with_pieces) == (False, True, False)
+    with pytest.raises(ValueError):
+        TokenizeRequest.model_validate({"content": None})

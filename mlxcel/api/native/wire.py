@@ -72,7 +72,7 @@ class NativeCompletionRequest(NullAsAbsent, SamplingFields, GrammarFields):
         return self.n_probs if self.n_probs is not None else self.logprobs
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(NullAsAbsent):
     model_config = ConfigDict(extra="allow")
     content: str
     add_special: StrictBool = False
