@@ -7,31 +7,13 @@ RequestLimits, checked on the raw body before validation."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 INT32_MAX = 2**31 - 1
 # llama.cpp divides logits by the repeat penalty, in float32: a penalty that is 0 there
 # (0, or one below float32's smallest normal) turns the -inf of a banned or
 # grammar-masked token into NaN, and that token can then be drawn
 MIN_REPEAT_PENALTY = 2.0**-126
-
-
-class NullAsAbsent(BaseModel):
-    """A field sent as null reads as one not sent where it has a default: OpenAI's
-    nullable fields (`n`, `stream`, `logprobs`, `echo` ...) and llama-server, which
-    reads a null as the default, take it so; a null for a required field still fails."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _null_as_absent(cls, body: Any) -> Any:
-        if not isinstance(body, dict):
-            return body
-        fields = cls.model_fields
-        nulls = [name for name, value in body.items()
-                 if value is None and name in fields and not fields[name].is_required()]
-        return {name: value for name, value in body.items() if name not in nulls} if nulls else body
 
 
 class SamplingFields(BaseModel):

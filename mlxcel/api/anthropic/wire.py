@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from mlxcel.turn.sampling_fields import NullAsAbsent, SamplingFields
+from mlxcel.turn.null_fields import NullAsAbsent
+from mlxcel.turn.sampling_fields import SamplingFields
 
 ContentBlock = dict[str, Any]
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, StrictStr
 
 from mlxcel.turn.errors import InvalidRequest
-from mlxcel.turn.sampling_fields import NullAsAbsent
+from mlxcel.turn.null_fields import NullAsAbsent
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit on `input`
 OPENAI_TTS_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from mlxcel.turn.errors import InvalidRequest
-from mlxcel.turn.sampling_fields import NullAsAbsent
+from mlxcel.turn.null_fields import NullAsAbsent
 
 MAX_INPUTS = 2048  # OpenAI's own cap on inputs per request
 

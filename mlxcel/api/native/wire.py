@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from mlxcel.turn.grammar_fields import GrammarFields
+from mlxcel.turn.null_fields import NullAsAbsent
 from mlxcel.turn.prompts import PromptField
-from mlxcel.turn.sampling_fields import INT32_MAX, NullAsAbsent, SamplingFields
+from mlxcel.turn.sampling_fields import INT32_MAX, SamplingFields
 
 # llama-server's "soft" limits on /completion and /infill: a number outside them is
 # clamped, not refused (its -1 for temperature is greedy, a negative top_k is off).

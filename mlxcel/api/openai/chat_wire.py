@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from mlxcel.api.openai.completions_wire import StreamOptions
 from mlxcel.turn.chat_turn import ChatOutcome
 from mlxcel.turn.grammar_fields import GrammarFields
-from mlxcel.turn.sampling_fields import NullAsAbsent, SamplingFields
+from mlxcel.turn.null_fields import NullAsAbsent
+from mlxcel.turn.sampling_fields import SamplingFields
 
 
 class ContentPart(BaseModel):

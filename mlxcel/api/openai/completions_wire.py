@@ -7,8 +7,9 @@ from typing import Any
 from pydantic import ConfigDict, Field, StrictBool
 
 from mlxcel.turn.grammar_fields import GrammarFields
+from mlxcel.turn.null_fields import NullAsAbsent
 from mlxcel.turn.prompts import PromptField
-from mlxcel.turn.sampling_fields import NullAsAbsent, SamplingFields
+from mlxcel.turn.sampling_fields import SamplingFields
 
 
 class StreamOptions(NullAsAbsent):

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from mlxcel.turn.sampling_fields import NullAsAbsent, SamplingFields
+from mlxcel.turn.null_fields import NullAsAbsent
+from mlxcel.turn.sampling_fields import SamplingFields
 
 COMPACT_THRESHOLD_MAX = 100_000_000
 COMPACT_MAX_OUTPUT_TOKENS = 16_384
