@@ -214,12 +214,19 @@ def test_behind_an_api_key_and_a_prefix_the_page_asks_for_the_key(secured, page)
     page.goto(secured.base_url + "/llm/")
     expect(page.locator("#settings")).to_be_visible()  # /v1/models answered 401: the key is asked for
     expect(page.locator("#notice")).to_contain_text("API key")
+    held = []  # /props held back: a message sent before it comes still carries the server's defaults
+    page.route("**/llm/props*", lambda route: held.append(route))
     page.fill("#settings-form [name=api_key]", "sesame")
     page.click("#save-settings")
     expect(page.locator("#model option")).to_have_count(1)
     with page.expect_request("**/llm/v1/chat/completions") as sent:
         page.fill("#prompt", "Hi")
         page.press("#prompt", "Enter")
+        page.wait_for_timeout(300)
+        assert held
+        for route in held:
+            route.continue_()
+        page.unroute("**/llm/props*")
     body = sent.value.post_data_json
     assert body["messages"][0] == {"role": "system", "content": "Answer in one word."}
     assert (body["temperature"], body["max_tokens"]) == (0, 5)

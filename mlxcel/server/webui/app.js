@@ -40,6 +40,7 @@
     current: store.load("current", null),
     settings: store.load("settings", {}),
     serverSettings: {},  // defaults the server gives the UI; the user's own settings win
+    propsLoaded: Promise.resolve(),  // the latest /props read (loadProps)
     // the model's tools: the server's (GET /tools, --tools) and remote MCP servers' (Settings:
     // MCP servers, through --ui-mcp-proxy), each {tool, display_name, permissions, definition},
     // a remote one with its own `run(args, signal)`
@@ -295,7 +296,14 @@
     }
   }
 
-  async function loadProps() {
+  // a message sent while the server's props are on their way waits for them: its request
+  // then carries the server's defaults (a system prompt, a token limit) as later ones do
+  function loadProps() {
+    state.propsLoaded = readProps();
+    return state.propsLoaded;
+  }
+
+  async function readProps() {
     const model = $("model").value;
     try {
       const props = await getJson("/props" + (model && state.models.length > 1 ? "?model=" + encodeURIComponent(model) : ""));
@@ -369,6 +377,7 @@
     const controller = new AbortController();
     state.controller = controller;
     setBusy(true);
+    await state.propsLoaded;
     const turns = Math.max(1, parseInt(setting("max_tool_turns"), 10) || MAX_TOOL_TURNS);
     try {
       for (let turn = 1; ; turn += 1) {
