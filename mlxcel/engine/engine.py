@@ -205,7 +205,8 @@ class Engine(EngineControl):
             else:
                 command.done.set_result(False)
         self._idle_work.fail_all(failure or "the server is shutting down")
-        self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None)
+        self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None,
+                              stopping=failure is None)
         self._publish()
         if self.lookup_caches is not None:
             self.lookup_caches.save()  # what this engine's requests added (logged, never raised)
@@ -726,6 +727,7 @@ class Engine(EngineControl):
         eos: bool = False,
         error: str | None = None,
         engine_failed: bool = False,
+        stopping: bool = False,
         unsatisfiable: bool = False,
         truncated: bool = False,
         end_token: TokenEvent | None = None,
@@ -791,6 +793,7 @@ class Engine(EngineControl):
                 slot_id=slot.id,
                 error=error,
                 engine_failed=engine_failed,
+                stopping=stopping,
                 unsatisfiable=unsatisfiable,
                 truncated=truncated,
                 end_token=end_token,
@@ -823,7 +826,7 @@ class Engine(EngineControl):
 
     def _finish_unstarted(
         self, request: GenerationRequest, reason: FinishReason, error: str | None = None, engine_failed: bool = False,
-        shed: bool = False,
+        shed: bool = False, stopping: bool = False,
     ) -> None:
         self._finished_one()
         self._publish()
@@ -836,6 +839,7 @@ class Engine(EngineControl):
                 timings=Timings(),
                 error=error,
                 engine_failed=engine_failed,
+                stopping=stopping,
                 shed=shed,
             )
         )
@@ -849,11 +853,12 @@ class Engine(EngineControl):
             self.stats.completion_tokens += n_generated
             self.stats.generation_seconds += now - request.created
 
-    def _fail_everything(self, message: str, engine_failed: bool = False) -> None:
+    def _fail_everything(self, message: str, engine_failed: bool = False, stopping: bool = False) -> None:
         for slot in self.slots:
             if slot.request is not None:
                 try:
-                    self._finish(slot, FinishReason.ERROR, error=message, engine_failed=engine_failed)
+                    self._finish(slot, FinishReason.ERROR, error=message, engine_failed=engine_failed,
+                                 stopping=stopping)
                 except Exception:  # noqa: BLE001 - the others must still be told
                     log.exception("finishing request %d failed", slot.request.id)
         limbo = self._admitting
@@ -861,4 +866,5 @@ class Engine(EngineControl):
             self.waiting.push(limbo)  # the thread died admitting it
         self._admitting = None
         for request in self.waiting.drain():
-            self._finish_unstarted(request, FinishReason.ERROR, error=message, engine_failed=engine_failed)
+            self._finish_unstarted(request, FinishReason.ERROR, error=message, engine_failed=engine_failed,
+                                   stopping=stopping)

@@ -117,6 +117,7 @@ class FinishEvent:
     slot_id: int | None = None
     error: str | None = None
     engine_failed: bool = False  # the engine itself failed (the server answers 503 and restarts)
+    stopping: bool = False  # the server stopped while it was held (503: retry, on another server)
     unsatisfiable: bool = False  # the request's own constraints left no token to sample (a 400)
     shed: bool = False  # the memory governor ended it to free memory (finish_reason "shed")
     truncated: bool = False  # the slot's context ran out: generation stopped there, or shifted it

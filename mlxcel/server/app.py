@@ -171,7 +171,17 @@ def create_app(
             await app.state.proxy_client.aclose()
         state.close()
 
+    def end_requests() -> None:
+        """Late in a stop, for requests still running: their engines finish each as shut
+        down, so an answer ends with its error (a stream with its error event) instead of
+        being cancelled by uvicorn, with a traceback each."""
+        hosts = [host] if host is not None else [resident.host for resident in fleet.resident_list()]
+        for worker in (*hosts, embedding_host, reranker):
+            if worker is not None and worker.engine is not None:
+                worker.engine.stop()
+
     app = FastAPI(title="mlxcel", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.end_requests = end_requests
     app.state.host = host  # None with many models: routes reach theirs through app.state.fleet
     app.state.fleet = fleet
     app.state.monitor = monitor

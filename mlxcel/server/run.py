@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 
 import uvicorn
 
@@ -58,19 +60,34 @@ def _warn_gpu_flags(config: ServerConfig) -> None:
                     "README: a GPU build)", " ".join(asked))
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, which first ends the streams that never end by themselves (GET
-    /models/sse): uvicorn waits for open responses, then cancels them 3 s into a stop,
-    each with a traceback in the log."""
+GRACE_S = 6  # a stop waits this long for the answers being given
+ENDING_AT_S = 3  # into a stop, the engines finish what they still hold: the rest is for their answers to end
 
-    def __init__(self, config: uvicorn.Config, fleet: Fleet | None) -> None:
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which waits GRACE_S for open responses and then cancels them,
+    each with a traceback in the log. So a stop first ends the streams that never end by
+    themselves (GET /models/sse), and ENDING_AT_S in, has the engines finish the requests
+    they still hold as shut down: each answer ends in order (a stream with its error
+    event and its end) before uvicorn's cancel."""
+
+    def __init__(self, config: uvicorn.Config, fleet: Fleet | None, end_requests: Callable[[], None]) -> None:
         super().__init__(config)
         self._fleet = fleet
+        self._end_requests = end_requests
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self._fleet is not None:
             self._fleet.events.end_streams()
-        await super().shutdown(sockets)
+        ending = asyncio.get_running_loop().create_task(self._end_late())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            ending.cancel()
+
+    async def _end_late(self) -> None:
+        await asyncio.sleep(ENDING_AT_S)
+        await asyncio.to_thread(self._end_requests)
 
 
 def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
@@ -118,12 +135,12 @@ def run_server(config: ServerConfig, fleet: FleetConfig | None = None) -> int:
         log_config=None,  # uvicorn's own lines go through the server's handlers (--log-* apply to them)
         log_level="debug" if config.verbose else "warning",
         access_log=config.verbose,
-        timeout_graceful_shutdown=3,
+        timeout_graceful_shutdown=GRACE_S,
         http=guarded_protocol(config.timeout_s),
         ssl_keyfile=config.tls.key_file if config.tls else None,
         ssl_certfile=config.tls.cert_file if config.tls else None,
     )
-    server = _Server(uv_config, app.state.fleet)
+    server = _Server(uv_config, app.state.fleet, app.state.end_requests)
     where = ", ".join(describe(sock, tls=config.tls is not None) for sock in sockets)
     served = f"models of {config.model}" if fleet is not None else f"model {config.model}"
     log.info("mlxcel listening on %s (%s; state: %s)", where, served, state.description)

@@ -88,11 +88,14 @@ class RequestShed(TurnError):
 
 def generation_error(finish) -> TurnError:
     """The error a failed generation (an engine FinishEvent with reason ERROR) is
-    answered with: EngineUnavailable when the engine itself failed, else
-    InvalidRequest when the request's own constraints left nothing to sample, else
-    GenerationFailed (its message names the engine request the log describes)."""
+    answered with: EngineUnavailable when the engine itself failed, ServerBusy when the
+    server stopped while it ran (a retry may reach another server), InvalidRequest when
+    the request's own constraints left nothing to sample, else GenerationFailed (its
+    message names the engine request the log describes)."""
     if finish.engine_failed:
         return EngineUnavailable(finish.error or "the engine failed")
+    if getattr(finish, "stopping", False):
+        return ServerBusy(finish.error or "the server is shutting down", code="server_shutting_down")
     if getattr(finish, "shed", False):
         return RequestShed(finish.error or "the request was shed to free memory")
     if finish.unsatisfiable:
