@@ -90,6 +90,22 @@ class DecodeCosts:
             runtime.seq_clear(seq_id)
         return cls(best)
 
+    # an assumed curve's step, and what each further token adds to it: the dearest
+    # share measured on CPU hosts here (7.3 ms for one token, 13.0 for two, 35.4 for
+    # eight), and a GPU's nearly flat curve
+    ASSUMED_STEP_S = 0.01
+    ASSUMED_EXTRA = {"cpu": 0.6, "gpu": 0.1}
+
+    @classmethod
+    def assumed(cls, max_tokens: int, device: str = "cpu") -> DecodeCosts:
+        """A curve for an engine whose start could not measure one (its cores were
+        busy): each token past the first adds ASSUMED_EXTRA[device] of a step, and
+        observe() scales it to what decodes take. Without any curve every proposal
+        would be drafted whole, whatever its acceptance: with one, a draft must earn
+        its verify batch, as a measured curve asks."""
+        extra = cls.ASSUMED_EXTRA[device]
+        return cls({n: cls.ASSUMED_STEP_S * (1.0 + extra * (n - 1)) for n in cls.sizes_to_measure(max(max_tokens, 1))})
+
     def cost(self, n: int) -> float:
         """Expected seconds for a batch of n tokens. Between measured sizes, the
         dearer neighbour (unmeasured sizes may fall off the fast tiles); past the

@@ -148,8 +148,9 @@ class ModelHost:
 
     def _measure_decode_costs(self, runtime: LlamaRuntime, draft_model: bool) -> DecodeCosts | None:
         """What each batch size costs to decode, for sizing drafts: read back from the
-        last start with this model and these settings, else measured (and saved); None
-        (drafts then take whatever is proposed) when it cannot be measured."""
+        last start with this model and these settings, else measured (and saved); an
+        assumed curve, not saved, when it cannot be measured; None (drafts then take
+        whatever is proposed) only when COST_MODEL_ENV turns the model off."""
         if os.environ.get(COST_MODEL_ENV, "").strip().lower() in {"0", "off", "false", "no"}:
             log.info("speculation drafts whatever is proposed: no cost model (%s)", COST_MODEL_ENV)
             return None
@@ -164,8 +165,10 @@ class ModelHost:
         try:
             costs = DecodeCosts.measure(runtime, most)
         except RuntimeError as exc:  # core_share.Contended included: neither used nor kept
-            log.warning("speculation will draft without a cost model: %s", exc)
-            return None
+            device = "gpu" if cfg.n_gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload() else "cpu"
+            log.warning("speculation sizes drafts by an assumed cost curve (a %s's, rescaled to the decodes it "
+                        "sees) until a start measures one: %s", device.upper(), exc)
+            return DecodeCosts.assumed(most, device)
         log.info("decode cost by batch size (ms): %s",
                  " ".join(f"{n}:{1000 * c:.1f}" for n, c in costs.measured.items()))
         save_costs(path, costs.measured)

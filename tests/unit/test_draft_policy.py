@@ -119,3 +119,34 @@ def test_a_draft_near_break_even_is_not_made():
     expected = [0.0, 0.05, 0.08]  # two drafts would gain about 6% on a flat curve
     assert best_draft_length(DecodeCosts(FLAT), expected, 1, 1.0, 2, margin=0.0) == 2
     assert best_draft_length(DecodeCosts(FLAT), expected, 1, 1.0, 2) == 0
+
+
+def test_an_assumed_cpu_curve_drafts_on_the_prior_and_stops_when_drafts_fail():
+    """A start whose cores were busy measures no curve. Without one every proposal was
+    drafted whole, 0 of 260 accepted in one answer; the assumed curve drafts a little on
+    the prior, long where copies hold, and not at all once drafts keep failing."""
+    costs = DecodeCosts.assumed(24)
+    assert costs.sizes == DecodeCosts.sizes_to_measure(24)
+    fresh = best_draft_length(costs, AcceptanceStats(16).expected_accepted(16), 1, 1.0, 2)
+    assert 2 <= fresh <= 6
+    failing = AcceptanceStats(16)
+    for _ in range(8):
+        failing.observe(8, 0)
+    assert best_draft_length(costs, failing.expected_accepted(16), 1, 1.0, 2) == 0
+    sure = [float(j) for j in range(17)]
+    assert best_draft_length(costs, sure, 1, 1.0, 2) == 15  # a batch of 16: past it, sizes go by fours
+
+
+def test_an_assumed_curve_is_rescaled_to_the_decodes_it_sees_and_a_gpu_s_is_flatter():
+    costs = DecodeCosts.assumed(8)
+    for _ in range(100):
+        costs.observe([1], 0.025)
+    assert costs.cost(1) == pytest.approx(0.025, rel=0.01)
+    assert costs.cost(2) / costs.cost(1) == pytest.approx(1.6)
+    gpu = DecodeCosts.assumed(8, "gpu")
+    assert gpu.cost(8) / gpu.cost(1) == pytest.approx(1.7)
+    breaking = AcceptanceStats(16)
+    for _ in range(8):
+        breaking.observe(8, 2)  # every draft breaks at its third token
+    on_cpu = best_draft_length(costs, breaking.expected_accepted(8), 1, 1.0, 2)
+    assert best_draft_length(gpu, breaking.expected_accepted(8), 1, 1.0, 2) > on_cpu == 2
