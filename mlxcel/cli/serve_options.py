@@ -267,7 +267,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "seconds an unused prompt-cache entry lives (0: no expiry)"),
     (("--spec-type",), "spec_type", _spec_type, "ngram-simple", "LLAMA_ARG_SPEC_TYPE",
      ("speculative decoding: ngram-simple (the default; prompt lookup: drafts copied from the prompt and output,"
-      " only where they pay, so output is unchanged and text that is not copied runs at plain speed), none, or "
+      " only where they pay; verified, so each token is the model's pick, and text that is not copied runs at"
+      " plain speed), none, or "
       "draft-simple (a draft model, -md); llama-server's other n-gram types run as ngram-simple")),
     (("-md", "--model-draft", "--spec-draft-model"), "model_draft", str, None, "LLAMA_ARG_SPEC_DRAFT_MODEL",
      "draft model for speculative decoding (catalog name or .gguf path; same vocabulary as --model)"),
@@ -284,7 +285,7 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--spec-ngram-traffic",), "spec_ngram_traffic", _ranged(int, 0, 1 << 24), 65536, "MLXCEL_SPEC_NGRAM_TRAFFIC",
      ("prompt lookup: how many tokens of earlier requests' outputs it also drafts from (the latest; ~150 bytes "
       "each at most), where the model repeats what it wrote before, as agents' tool calls do; drafts are verified, "
-      "so output is unchanged (0: only the request's own text)")),
+      "so each token is the model's pick (0: only the request's own text)")),
     (("-lcs", "--lookup-cache-static"), "lookup_cache_static", str, None, "MLXCEL_LOOKUP_CACHE_STATIC",
      ("prompt lookup: also draft from this llama.cpp lookup cache (n-gram counts from a corpus, as "
       "llama-lookup-create writes them); read only")),

@@ -804,8 +804,8 @@ class Engine(EngineControl):
     def _hold_output(self, slot: Slot) -> None:
         """Add the slot's output, with the n tokens before it, to the traffic drafts and
         the dynamic lookup cache (its memory's: all but the last token emitted, which
-        was never decoded). Drafts are verified, so a request's output never depends on
-        another's."""
+        was never decoded). Drafts are verified: another request's output decides only
+        what is drafted, not what is accepted."""
         output = slot.n_generated - 1
         try:
             if self.traffic is not None:

@@ -15,7 +15,7 @@ share of the cases (strict thresholds), each candidate weighted by how often the
 counts saw it after the text's last two tokens; failing that, the static counts alone
 (lax thresholds). The request's own text is prompt lookup's (prompt_lookup), so the
 context counts llama.cpp keeps per request are not kept again here. Drafts are
-verified, so the output never changes; the slot's acceptance statistics decide whether
+verified, so each token is the model's pick; the slot's acceptance statistics decide whether
 drafting these pays (class LOOKUP_CACHE).
 
 The file format is llama.cpp's: records of an n-gram (four int32 tokens, -1 past its

@@ -10,7 +10,7 @@ latest occurrences. A draft copies what followed the one of those whose precedin
 text matches the history's tail furthest back: a model counting "1. 2. 3." drafts
 " 4." from where an earlier answer had "2. 3. 4.", not from its latest " 13.".
 
-What it proposes is verified like any draft, so output never changes; the engine's
+What it proposes is verified like any draft, so each token is the model's pick; the engine's
 acceptance statistics decide per slot whether drafting it pays, in classes of their
 own by how far back the match goes: a history that matches an earlier output 16
 tokens back is a model writing again what it wrote before. A request that brings
@@ -18,7 +18,7 @@ a predicted output drafts from that instead (draft_choice).
 
 Only requests that reuse the server's state (`cache_prompt`, the default) draft from
 it or add to it. A verify batch computes a token's logits in other kernels than a
-single decode, which past 256 KV cells differ in the last bits, so a near tie may go
+single decode, which may differ in the last bits (README), so a near tie may go
 the other way: like a prompt-cache hit, drafts from other requests make a greedy
 reply depend on what the server saw before. A request with `cache_prompt: false`
 gets what a cold server gives, and donates nothing, as to the prompt cache.
