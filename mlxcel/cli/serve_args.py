@@ -5,6 +5,7 @@ parsed into a ServerConfig."""
 from __future__ import annotations
 
 import argparse
+import re
 
 from mlxcel.cli.flag_policy import REFUSED, UNSERVABLE, refusal
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS, REMOVED
@@ -15,16 +16,35 @@ from mlxcel.config import ServerConfig
 
 ROUTER_FLAGS = {"--models-max", "--models-autoload", "--no-models-autoload"}
 
+_NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")
+
+
+def _is_value(word: str) -> bool:
+    """Whether a word after a flag is its value: anything but another flag (a negative
+    number such as `--prio -1` is a value)."""
+    return not word.startswith("-") or _NUMBER.fullmatch(word) is not None
+
+
+def _dashed(arg: str, known: set[str]) -> str:
+    """llama-server reads `--ctx_size` as `--ctx-size`: a long flag's underscores become
+    dashes, where that names a flag (a value that merely starts with `--` is left alone)."""
+    if not arg.startswith("--") or "_" not in arg.split("=", 1)[0]:
+        return arg
+    name, sep, value = arg.partition("=")
+    dashed = name.replace("_", "-")
+    return dashed + sep + value if dashed in known and name not in known else arg
+
 
 def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     """Separate llama-server flags mlxcel does not implement (returned second, with
     their values dropped) from everything else."""
     ours = implemented_flags()
+    known = ours | LLAMA_SERVER_FLAGS.keys() | REFUSED.keys() | UNSERVABLE.keys() | REMOVED.keys()
     kept: list[str] = []
     ignored: list[str] = []
     i = 0
     while i < len(argv):
-        arg = argv[i]
+        arg = _dashed(argv[i], known)
         name = arg.split("=", 1)[0]
         if name not in ours and name in REFUSED:
             raise UsageError(refusal(name))
@@ -37,7 +57,7 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
             if "=" not in arg:
                 n_values = LLAMA_SERVER_FLAGS[name]
                 # an optional value: skip the next word only when it is not a flag
-                while n_values and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                while n_values and i + 1 < len(argv) and _is_value(argv[i + 1]):
                     i += 1
                     n_values -= 1
         else:

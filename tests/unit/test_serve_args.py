@@ -507,3 +507,21 @@ def test_lookup_caches_are_read_beside_prompt_lookup_and_named_where_they_do_not
 def test_lookup_cache_paths_that_cannot_serve_fail_in_one_line(argv, needle):
     with pytest.raises(UsageError, match=needle):
         parse_serve_args(argv)
+
+
+def test_a_tuning_flags_negative_value_is_skipped_with_it():
+    """llama-server takes the word after a value flag whatever it is: `--threads-http -1`
+    and `--prio -1` are its own defaults, not a stray `-1` (it was an unrecognized argument)."""
+    kept, ignored = split_llama_server_flags(["--threads-http", "-1", "--prio", "-1", "-c", "512", "--poll", "-0.5"])
+    assert ignored == ["--threads-http", "--prio", "--poll"] and kept == ["-c", "512"]
+    assert parse_serve_args(["-m", "smollm2-135m-instruct", "--threads-http", "-1", "-np", "2"]).parallel == 2
+
+
+def test_long_flags_may_be_spelled_with_underscores_as_in_llama_server():
+    config = parse_serve_args(["-m", "smollm2-135m-instruct", "--ctx_size", "1024", "--n_predict=7", "--no_slots",
+                               "--threads_http", "4", "--api_key", "k"])
+    assert (config.ctx_size, config.n_predict, config.slots_endpoint, config.api_keys) == (1024, 7, False, ["k"])
+    with pytest.raises(UsageError, match="--hf-repo"):
+        parse_serve_args(["--hf_repo", "x/y"])
+    # a value that starts with -- is not renamed
+    assert split_llama_server_flags(["--alias", "--not_a_flag"])[0] == ["--alias", "--not_a_flag"]
