@@ -31,7 +31,7 @@ from mlxcel.cli.serve_files import (
     static_path,
     ui_settings,
 )
-from mlxcel.cli.serve_options import NGRAM_KINDS, REASONING_ECHO_ENV, env_value
+from mlxcel.cli.serve_options import AUTO_PARALLEL, NGRAM_KINDS, REASONING_ECHO_ENV, env_value
 from mlxcel.cli.tls_args import TlsError, tls_files
 from mlxcel.cli.usage import UsageError
 from mlxcel.config import RequestLimits, ResponsesLimits, ServerConfig
@@ -298,7 +298,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         port=vertex.port if vertex is not None else args.port,
         vertex=vertex,
         ctx_size=args.ctx_size,
-        parallel=args.parallel,
+        parallel=4 if args.parallel == AUTO_PARALLEL else args.parallel,
         threads=threads,
         threads_batch=args.threads_batch or threads,
         batch_size=args.batch_size,
@@ -347,7 +347,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         control_vectors=control_vectors(args),
         huge_pages=args.huge_pages,
         repack=args.repack,
-        kv_unified=args.kv_unified,
+        kv_unified=args.kv_unified or args.parallel == AUTO_PARALLEL,
         kv_unified_per_slot=args.kv_unified_per_slot,
         warmup=args.warmup,
         sleep_idle_seconds=args.sleep_idle_seconds,

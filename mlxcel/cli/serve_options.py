@@ -141,6 +141,24 @@ def _sleep_seconds(text: str) -> int:
     return value
 
 
+AUTO_PARALLEL = -1
+
+
+def _parallel(text: str) -> int:
+    """-np: 1 to 256 slots, or llama-server's auto (-1, any negative): 4 slots sharing one
+    KV pool, which build_config sets up."""
+    value = _ranged(int, None, 256, what="1 to 256 slots, or -1: auto")(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is not a number of slots (1 to 256, or -1: auto)")
+    return AUTO_PARALLEL if value < 0 else value
+
+
+def _threads(text: str) -> int | None:
+    """-t/-tb: a thread count, or 0 or less for the default (every CPU), as llama-server reads them."""
+    value = _ranged(int, None, 1024, what="at most 1024")(text)
+    return value if value > 0 else None
+
+
 def _api_prefix(text: str) -> str:
     prefix = text.strip().rstrip("/")
     if prefix and not prefix.startswith("/"):
@@ -165,12 +183,12 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--port",), "port", _ranged(int, 0, 65535), 8080, "LLAMA_ARG_PORT", "port to listen on"),
     (("-c", "--ctx-size"), "ctx_size", _ranged(int, 0), 0, "LLAMA_ARG_CTX_SIZE",
      "total context in tokens, split evenly across the slots (0: the model's trained context)"),
-    (("-np", "--parallel"), "parallel", _ranged(int, 1, 256), 4, "LLAMA_ARG_N_PARALLEL",
-     "number of slots decoding together"),
-    (("-t", "--threads"), "threads", _ranged(int, 1, 1024), None, "LLAMA_ARG_THREADS",
-     "threads for generation (default: the number of CPUs)"),
-    (("-tb", "--threads-batch"), "threads_batch", _ranged(int, 1, 1024), None, "LLAMA_ARG_THREADS_BATCH",
-     "threads for prompt processing (default: --threads)"),
+    (("-np", "--parallel"), "parallel", _parallel, 4, "LLAMA_ARG_N_PARALLEL",
+     "number of slots decoding together (-1: auto, as llama-server's: 4 slots sharing one KV pool, -kvu)"),
+    (("-t", "--threads"), "threads", _threads, None, "LLAMA_ARG_THREADS",
+     "threads for generation (default, or 0 or less: the number of CPUs)"),
+    (("-tb", "--threads-batch"), "threads_batch", _threads, None, "LLAMA_ARG_THREADS_BATCH",
+     "threads for prompt processing (default, or 0 or less: --threads)"),
     (("--metrics-port",), "metrics_port", _ranged(int, 1, 65535), None, "MLXCEL_METRICS_PORT",
      "also serve GET /metrics on this port (on the --host addresses; it turns --metrics on); nothing else is "
      "served there"),

@@ -525,3 +525,21 @@ def test_long_flags_may_be_spelled_with_underscores_as_in_llama_server():
         parse_serve_args(["--hf_repo", "x/y"])
     # a value that starts with -- is not renamed
     assert split_llama_server_flags(["--alias", "--not_a_flag"])[0] == ["--alias", "--not_a_flag"]
+
+
+def test_auto_slots_and_threads_read_as_in_llama_server(monkeypatch):
+    """-np -1 is llama-server's auto (its default): 4 slots on one shared KV pool; -t and
+    -tb of 0 or less mean every CPU. All three were an out-of-range error."""
+    base = ["-m", "smollm2-135m-instruct"]
+    auto = parse_serve_args(base + ["-np", "-1"])
+    assert (auto.parallel, auto.kv_unified) == (4, True)
+    assert (parse_serve_args(base).parallel, parse_serve_args(base).kv_unified) == (4, False)
+    monkeypatch.setenv("LLAMA_ARG_N_PARALLEL", "-1")
+    assert parse_serve_args(base).kv_unified is True
+    monkeypatch.delenv("LLAMA_ARG_N_PARALLEL")
+    for argv in (["-np", "0"], ["-np", "257"], ["-t", "1025"]):
+        with pytest.raises(UsageError):
+            parse_serve_args(base + argv)
+    everything = parse_serve_args(base).threads
+    assert parse_serve_args(base + ["-t", "-1", "-tb", "0"]).threads == everything
+    assert parse_serve_args(base + ["-t", "1", "-tb", "-1"]).threads_batch == 1
