@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from mlxcel.cli.usage import UsageError
 from mlxcel.config import LogSettings
 
 _TRUTHY = {"on", "enabled", "true", "1"}
@@ -45,24 +46,35 @@ def _verbosity(text: str) -> int:
 
 
 def _switch_default(variable: str | None, default: bool) -> bool:
-    text = os.environ.get(variable or "", "").strip().lower()
+    if not variable or variable not in os.environ:
+        return default
+    text = os.environ[variable].strip().lower()
     if text in _TRUTHY:
         return True
     if text in _FALSEY:
         return False
-    return default
+    raise UsageError(f"environment variable {variable}: invalid boolean {os.environ[variable]!r}")
+
+
+def _env_default(variable: str, parse, default):
+    """A variable's value read as its flag's would be: a bad one is a one-line error."""
+    if variable not in os.environ:
+        return default
+    try:
+        return parse(os.environ[variable])
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"environment variable {variable}: {exc}") from None
 
 
 def add_log_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", dest="log_file", default=os.environ.get("LLAMA_ARG_LOG_FILE"),
                         metavar="FNAME", help="also log to this file (appended) [env: LLAMA_ARG_LOG_FILE]")
     parser.add_argument("--log-colors", dest="log_colors", type=_colors,
-                        default=_colors(os.environ.get("LLAMA_ARG_LOG_COLORS", "auto")), metavar="on|off|auto",
+                        default=_env_default("LLAMA_ARG_LOG_COLORS", _colors, "auto"), metavar="on|off|auto",
                         help="color each log line's level; auto: where stderr is a terminal "
                              "[env: LLAMA_ARG_LOG_COLORS]")
-    verbosity = os.environ.get("LLAMA_ARG_LOG_VERBOSITY")
     parser.add_argument(*VERBOSITY_FLAGS, dest="log_verbosity", type=_verbosity, metavar="N",
-                        default=_verbosity(verbosity) if verbosity is not None else None,
+                        default=_env_default("LLAMA_ARG_LOG_VERBOSITY", _verbosity, None),
                         help="log only lines up to this verbosity, as llama-server's: 0 or 1 errors, 2 warnings too, "
                              "3 info too (the default), 4 and up debug detail too [env: LLAMA_ARG_LOG_VERBOSITY]")
     for on, off, dest, default, variable, help_text in _SWITCHES:

@@ -543,3 +543,21 @@ def test_auto_slots_and_threads_read_as_in_llama_server(monkeypatch):
     everything = parse_serve_args(base).threads
     assert parse_serve_args(base + ["-t", "-1", "-tb", "0"]).threads == everything
     assert parse_serve_args(base + ["-t", "1", "-tb", "-1"]).threads_batch == 1
+
+
+@pytest.mark.parametrize("variable, value", [("LLAMA_ARG_LOG_COLORS", "maybe"), ("LLAMA_ARG_LOG_VERBOSITY", "loud"),
+                                             ("LLAMA_ARG_LOG_JSONL", "maybe"), ("LLAMA_ARG_LOG_PREFIX", "2")])
+def test_a_bad_logging_variable_is_one_usage_line(monkeypatch, variable, value):
+    """The logging variables were read outside the usage checks: a bad color or verbosity
+    was a traceback, a bad boolean silently the default."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(UsageError, match=f"environment variable {variable}"):
+        parse_serve_args(["-m", "smollm2-135m-instruct"])
+
+
+def test_logging_variables_are_read(monkeypatch):
+    monkeypatch.setenv("LLAMA_ARG_LOG_COLORS", "off")
+    monkeypatch.setenv("LLAMA_ARG_LOG_VERBOSITY", "2")
+    monkeypatch.setenv("LLAMA_ARG_LOG_JSONL", "true")
+    log = parse_serve_args(["-m", "smollm2-135m-instruct"]).log
+    assert (log.colors, log.verbosity, log.jsonl) == ("off", 2, True)
