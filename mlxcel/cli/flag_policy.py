@@ -30,6 +30,16 @@ _refuse("runs the tools in a container or over ssh (not implemented: mlxcel's to
         "--tools-runtime")
 
 
+# the refused flags' environment variables, refused alike (HF_TOKEN, -hft's, is left alone:
+# other tools read it, and it downloads nothing by itself)
+REFUSED_ENV: dict[str, str] = {
+    "LLAMA_ARG_MODEL_URL": "--model-url", "LLAMA_ARG_DOCKER_REPO": "--docker-repo", "LLAMA_ARG_HF_REPO": "--hf-repo",
+    "LLAMA_ARG_HF_FILE": "--hf-file", "LLAMA_ARG_SPEC_DRAFT_HF_REPO": "--spec-draft-hf",
+    "LLAMA_ARG_MMPROJ_URL": "--mmproj-url", "LLAMA_ARG_VIDEO_FFMPEG_DIR": "--video-ffmpeg-dir",
+    "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL": "--video-timestamp-interval", "LLAMA_ARG_TOOLS_RUNTIME": "--tools-runtime",
+}
+
+
 def refusal(flag: str) -> str:
     return (f"{flag}: this llama-server flag {REFUSED[flag]}; mlxcel refuses it rather than serve something "
             "else than asked")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.cluster_args import ClusterUsageError, cluster_settings, replica_threads
-from mlxcel.cli.flag_policy import UNSERVABLE, UNSERVABLE_ENV
+from mlxcel.cli.flag_policy import REFUSED_ENV, UNSERVABLE, UNSERVABLE_ENV, refusal
 from mlxcel.cli.grammar_args import GrammarUsageError, default_grammar
 from mlxcel.cli.log_args import log_settings
 from mlxcel.cli.media_args import MediaUsageError, media_settings
@@ -222,6 +222,9 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
     for variable, flag in UNSERVABLE_ENV.items():
         if os.environ.get(variable):
             raise UsageError(f"{variable} ({flag}): {UNSERVABLE[flag]}")
+    for variable, flag in REFUSED_ENV.items():
+        if os.environ.get(variable):
+            raise UsageError(f"environment variable {variable}: {refusal(flag)}")
     vertex = _vertex_settings()
     if args.config_file is None and args.models_dir is None and args.models_preset is None:
         check_model(args.model)

@@ -253,9 +253,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("-ctv", "--cache-type-v"), "cache_type_v", _cache_type, "f16", "LLAMA_ARG_CACHE_TYPE_V",
      "KV cache type for V (a quantized V needs flash attention)"),
     (("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k"), "cache_type_k_draft", _cache_type, "f16",
-     "LLAMA_ARG_CACHE_TYPE_K_DRAFT", "KV cache type for K of the draft model"),
+     "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "KV cache type for K of the draft model"),
     (("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "cache_type_v_draft", _cache_type, "f16",
-     "LLAMA_ARG_CACHE_TYPE_V_DRAFT", "KV cache type for V of the draft model"),
+     "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", "KV cache type for V of the draft model"),
     (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1), 0, "LLAMA_ARG_N_GPU_LAYERS",
      "layers to offload to a GPU, where llama.cpp was built with one"),
     (("-sm", "--split-mode"), "split_mode", _split_mode, "layer", "LLAMA_ARG_SPLIT_MODE",
@@ -402,7 +402,7 @@ _SWITCHES: list[tuple[tuple[str, ...], tuple[str, ...], str, bool | None, str, s
     (("--skip-chat-parsing",), ("--no-skip-chat-parsing",), "skip_chat_parsing", False, "LLAMA_ARG_SKIP_CHAT_PARSING",
      "chat output is all content: no reasoning split, no tool-call parsing"),
     (("--slots",), ("--no-slots",), "slots", True, "LLAMA_ARG_ENDPOINT_SLOTS", "serve the /slots endpoint"),
-    (("--webui", "--ui"), ("--no-webui", "--no-ui"), "webui", True, "LLAMA_ARG_WEBUI",
+    (("--webui", "--ui"), ("--no-webui", "--no-ui"), "webui", True, "LLAMA_ARG_UI",
      "serve the chat web UI at / to browsers (API clients there still get the health answer)"),
     (("--reranking", "--rerank"), (), "reranking", False, "LLAMA_ARG_RERANKING",
      "serve -m as a reranker (pooling rank) on /v1/rerank only, as llama-server's --reranking"),
@@ -455,6 +455,21 @@ _ALL_VALUE_OPTIONS = (_VALUE_OPTIONS + SAMPLING_OPTIONS + CLUSTER_OPTIONS + MEDI
 _ALL_SWITCHES = _SWITCHES + SAMPLING_SWITCHES + REASONING_SWITCHES
 
 
+# llama-server's variable names that mlxcel once read under another name, still read when
+# llama-server's is not set
+FORMER_ENV_NAMES = {"LLAMA_ARG_UI": "LLAMA_ARG_WEBUI",
+                    "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K": "LLAMA_ARG_CACHE_TYPE_K_DRAFT",
+                    "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V": "LLAMA_ARG_CACHE_TYPE_V_DRAFT"}
+
+
+def _set_variable(env: str) -> str | None:
+    """The variable an option reads that is set: llama-server's name, else its former one."""
+    for name in (env, FORMER_ENV_NAMES.get(env)):
+        if name and name in os.environ:
+            return name
+    return None
+
+
 def env_value(name: str, parse: Callable[[str], Any]) -> Any:
     text = os.environ[name]
     try:
@@ -474,8 +489,8 @@ def _env_bool(name: str) -> bool:
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
     for flags, dest, kind, default, env, help_text in _ALL_VALUE_OPTIONS:
-        if env in os.environ:
-            default = env_value(env, kind)
+        if variable := _set_variable(env):
+            default = env_value(variable, kind)
         parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
     add_sampling_lists(parser)
     add_media_lists(parser)
@@ -496,8 +511,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="KEY=TYPE:VALUE[,...] (TYPE int, float, bool or str): model metadata llama.cpp reads "
                              "instead of the GGUF's; repeatable [env: LLAMA_ARG_OVERRIDE_KV]")
     for positive, negative, dest, default, env, help_text in _ALL_SWITCHES:
-        if env in os.environ:
-            default = _env_bool(env)
+        if variable := _set_variable(env):
+            default = _env_bool(variable)
         parser.add_argument(*positive, dest=dest, action="store_true", default=default, help=f"{help_text} [env: {env}]")
         if negative:
             parser.add_argument(*negative, dest=dest, action="store_false", help=f"do not {help_text}")

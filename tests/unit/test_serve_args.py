@@ -561,3 +561,36 @@ def test_logging_variables_are_read(monkeypatch):
     monkeypatch.setenv("LLAMA_ARG_LOG_JSONL", "true")
     log = parse_serve_args(["-m", "smollm2-135m-instruct"]).log
     assert (log.colors, log.verbosity, log.jsonl) == ("off", 2, True)
+
+
+def test_llama_server_variable_names_are_read(monkeypatch):
+    """LLAMA_ARG_UI and LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K/V are llama-server's names (mlxcel
+    read LLAMA_ARG_WEBUI and LLAMA_ARG_CACHE_TYPE_*_DRAFT only, so llama-server's were
+    silently ignored); the former names still work."""
+    base = ["-m", "smollm2-135m-instruct"]
+    monkeypatch.setenv("LLAMA_ARG_UI", "0")
+    monkeypatch.setenv("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "q8_0")
+    monkeypatch.setenv("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", "q4_0")
+    config = parse_serve_args(base)
+    assert (config.webui, config.cache_type_k_draft, config.cache_type_v_draft) == (False, "q8_0", "q4_0")
+    assert parse_serve_args(base + ["--ui"]).webui is True
+    monkeypatch.delenv("LLAMA_ARG_UI")
+    monkeypatch.delenv("LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K")
+    monkeypatch.setenv("LLAMA_ARG_WEBUI", "off")
+    monkeypatch.setenv("LLAMA_ARG_CACHE_TYPE_K_DRAFT", "q5_0")
+    former = parse_serve_args(base)
+    assert (former.webui, former.cache_type_k_draft) == (False, "q5_0")
+
+
+@pytest.mark.parametrize("variable, flag", [("LLAMA_ARG_HF_REPO", "--hf-repo"), ("LLAMA_ARG_MODEL_URL", "--model-url"),
+                                            ("LLAMA_ARG_MMPROJ_URL", "--mmproj-url"),
+                                            ("LLAMA_ARG_TOOLS_RUNTIME", "--tools-runtime")])
+def test_a_refused_flags_variable_is_refused_too(monkeypatch, variable, flag):
+    """llama-server serves the model LLAMA_ARG_HF_REPO names; mlxcel served its default
+    model instead, silently."""
+    monkeypatch.setenv(variable, "x")
+    with pytest.raises(UsageError, match=f"{variable}: {flag}"):
+        parse_serve_args([])
+    monkeypatch.setenv("HF_TOKEN", "hf_x")  # other tools' variable: left alone
+    monkeypatch.delenv(variable)
+    assert parse_serve_args([]).model
