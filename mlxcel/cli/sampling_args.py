@@ -9,6 +9,7 @@ import argparse
 import math
 from typing import Any
 
+from mlxcel.cli.arg_types import INT32_MAX
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.engine.sampler_order import parse_sampler_order
 from mlxcel.engine.sampling import DEFAULT_DRY_BREAKERS, DEFAULT_SEED, SamplingParams
@@ -49,7 +50,7 @@ _temperature.__name__ = "float"
 # (flags, dest, type, default, environment variable, help): the same shape as serve_args'
 SAMPLING_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--temp", "--temperature"), "temp", _temperature, 0.8, "LLAMA_ARG_TEMPERATURE", "default temperature (0: greedy)"),
-    (("--top-k",), "top_k", _ranged(int, 0), 40, "LLAMA_ARG_TOP_K", "default top-k (0: disabled)"),
+    (("--top-k",), "top_k", _ranged(int, 0, INT32_MAX), 40, "LLAMA_ARG_TOP_K", "default top-k (0: disabled)"),
     (("--top-p",), "top_p", _ranged(float, 0.0, 1.0), 0.95, "LLAMA_ARG_TOP_P", "default top-p (1.0: disabled)"),
     (("--min-p",), "min_p", _ranged(float, 0.0, 1.0), 0.05, "LLAMA_ARG_MIN_P", "default min-p (0.0: disabled)"),
     (("--typical", "--typical-p"), "typical_p", _ranged(float, 0.0, 1.0), 1.0, "LLAMA_ARG_TYPICAL_P",
@@ -62,7 +63,7 @@ SAMPLING_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "default XTC threshold"),
     (("--repeat-penalty",), "repeat_penalty", _ranged(float, 2.0**-126, 100.0), 1.0, "LLAMA_ARG_REPEAT_PENALTY",
      "default repetition penalty (1.0: disabled)"),
-    (("--repeat-last-n",), "repeat_last_n", _ranged(int, -1), 64, "LLAMA_ARG_REPEAT_LAST_N",
+    (("--repeat-last-n",), "repeat_last_n", _ranged(int, -1, INT32_MAX), 64, "LLAMA_ARG_REPEAT_LAST_N",
      "default tokens the penalties look back over (0: disabled, -1: the context)"),
     (("--presence-penalty",), "presence_penalty", _ranged(float, -2.0, 2.0), 0.0, "LLAMA_ARG_PRESENCE_PENALTY",
      "default presence penalty"),
@@ -71,9 +72,9 @@ SAMPLING_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--dry-multiplier",), "dry_multiplier", _ranged(float, 0.0, 100.0), 0.0, "LLAMA_ARG_DRY_MULTIPLIER",
      "default DRY multiplier (0: disabled)"),
     (("--dry-base",), "dry_base", _ranged(float, 1.0, 100.0), 1.75, "LLAMA_ARG_DRY_BASE", "default DRY base"),
-    (("--dry-allowed-length",), "dry_allowed_length", _ranged(int, 0), 2, "LLAMA_ARG_DRY_ALLOWED_LENGTH",
+    (("--dry-allowed-length",), "dry_allowed_length", _ranged(int, 0, INT32_MAX), 2, "LLAMA_ARG_DRY_ALLOWED_LENGTH",
      "default DRY allowed length"),
-    (("--dry-penalty-last-n",), "dry_penalty_last_n", _ranged(int, -1), 0, "LLAMA_ARG_DRY_PENALTY_LAST_N",
+    (("--dry-penalty-last-n",), "dry_penalty_last_n", _ranged(int, -1, INT32_MAX), 0, "LLAMA_ARG_DRY_PENALTY_LAST_N",
      "default tokens DRY scans (0 or -1: the context)"),
     (("--dynatemp-range",), "dynatemp_range", _ranged(float, 0.0, 100.0), 0.0, "LLAMA_ARG_DYNATEMP_RANGE",
      "default dynamic temperature range (0: disabled)"),

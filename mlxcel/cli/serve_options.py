@@ -13,6 +13,7 @@ from typing import Any
 
 import llama_cpp
 
+from mlxcel.cli.arg_types import INT32_MAX
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.cluster_args import CLUSTER_OPTIONS
 from mlxcel.cli.grammar_args import GRAMMAR_FLAGS, add_grammar_options
@@ -181,7 +182,7 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--host",), "host", _hosts, ["127.0.0.1"], "LLAMA_ARG_HOST",
      "addresses to listen on, comma-separated (IPv4, IPv6 such as ::1, or UNIX socket paths ending in .sock)"),
     (("--port",), "port", _ranged(int, 0, 65535), 8080, "LLAMA_ARG_PORT", "port to listen on"),
-    (("-c", "--ctx-size"), "ctx_size", _ranged(int, 0), 0, "LLAMA_ARG_CTX_SIZE",
+    (("-c", "--ctx-size"), "ctx_size", _ranged(int, 0, INT32_MAX), 0, "LLAMA_ARG_CTX_SIZE",
      "total context in tokens, split evenly across the slots (0: the model's trained context)"),
     (("-np", "--parallel"), "parallel", _parallel, 4, "LLAMA_ARG_N_PARALLEL",
      "number of slots decoding together (-1: auto, as llama-server's: 4 slots sharing one KV pool, -kvu)"),
@@ -198,9 +199,9 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--sleep-idle-seconds",), "sleep_idle_seconds", _sleep_seconds, -1, "MLXCEL_SLEEP_IDLE_SECONDS",
      "seconds without a request after which the model sleeps: its weights, KV cache and buffers are freed "
      "until the next request reloads them (-1: never)"),
-    (("-b", "--batch-size"), "batch_size", _ranged(int, 1), 2048, "LLAMA_ARG_BATCH", "logical batch size: most tokens per decode step"),
-    (("-ub", "--ubatch-size"), "ubatch_size", _ranged(int, 1), 512, "LLAMA_ARG_UBATCH", "physical batch size"),
-    (("-n", "--n-predict", "--predict"), "n_predict", _ranged(int, -1), -1, "LLAMA_ARG_N_PREDICT",
+    (("-b", "--batch-size"), "batch_size", _ranged(int, 1, INT32_MAX), 2048, "LLAMA_ARG_BATCH", "logical batch size: most tokens per decode step"),
+    (("-ub", "--ubatch-size"), "ubatch_size", _ranged(int, 1, INT32_MAX), 512, "LLAMA_ARG_UBATCH", "physical batch size"),
+    (("-n", "--n-predict", "--predict"), "n_predict", _ranged(int, -1, INT32_MAX), -1, "LLAMA_ARG_N_PREDICT",
      "default most tokens to generate (-1: until end of generation or of the slot's context)"),
     (("--api-prefix",), "api_prefix", _api_prefix, "", "LLAMA_ARG_API_PREFIX",
      "path prefix every route is served under, without the trailing slash"),
@@ -215,7 +216,7 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--cors-methods",), "cors_methods", str, "GET, POST, DELETE, OPTIONS", "LLAMA_ARG_CORS_METHODS",
      "CORS methods allowed, comma-separated"),
     (("--cors-headers",), "cors_headers", str, "*", "LLAMA_ARG_CORS_HEADERS", "CORS headers allowed, comma-separated"),
-    (("--keep",), "keep", _ranged(int, -1), 0, "MLXCEL_KEEP",
+    (("--keep",), "keep", _ranged(int, -1, INT32_MAX), 0, "MLXCEL_KEEP",
      "prompt tokens a context shift keeps at the start, BOS excluded (-1: all); a request's n_keep overrides it"),
     (("--api-key",), "api_key", str, None, "LLAMA_API_KEY", "API key(s) clients must send, comma-separated"),
     (("--api-key-file",), "api_key_file", str, None, "LLAMA_ARG_API_KEY_FILE", "file with one API key per line"),
@@ -256,11 +257,11 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "KV cache type for K of the draft model"),
     (("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "cache_type_v_draft", _cache_type, "f16",
      "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", "KV cache type for V of the draft model"),
-    (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1), 0, "LLAMA_ARG_N_GPU_LAYERS",
+    (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1, INT32_MAX), 0, "LLAMA_ARG_N_GPU_LAYERS",
      "layers to offload to a GPU, where llama.cpp was built with one"),
     (("-sm", "--split-mode"), "split_mode", _split_mode, "layer", "LLAMA_ARG_SPLIT_MODE",
      "how the model spans several GPUs: none, layer or row (a GPU build of llama.cpp)"),
-    (("-mg", "--main-gpu"), "main_gpu", _ranged(int, 0), 0, "LLAMA_ARG_MAIN_GPU",
+    (("-mg", "--main-gpu"), "main_gpu", _ranged(int, 0, INT32_MAX), 0, "LLAMA_ARG_MAIN_GPU",
      "the GPU for the model (split none) or for intermediate results and KV (split row)"),
     (("-ts", "--tensor-split"), "tensor_split", _tensor_split, (), "LLAMA_ARG_TENSOR_SPLIT",
      "the share of the model each GPU takes, e.g. 3,1"),
@@ -272,11 +273,11 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "JSON object of extra chat-template variables, e.g. '{\"enable_thinking\": false}'"),
     (("--tool-call-parser",), "tool_call_parser", str, None, "MLXCEL_TOOL_CALL_PARSER",
      "tool-call format (default: detected from the chat template)"),
-    (("--kv-unified-per-slot",), "kv_unified_per_slot", _ranged(int, 0), 0, "LLAMA_ARG_KV_UNIFIED_PER_SLOT",
+    (("--kv-unified-per-slot",), "kv_unified_per_slot", _ranged(int, 0, INT32_MAX), 0, "LLAMA_ARG_KV_UNIFIED_PER_SLOT",
      "most tokens one slot may hold (0: no cap); with -c unset the KV pool is -np times this"),
-    (("-cram", "--cache-ram"), "cache_ram", _ranged(int, -1), 8192, "LLAMA_ARG_CACHE_RAM",
+    (("-cram", "--cache-ram"), "cache_ram", _ranged(int, -1, INT32_MAX), 8192, "LLAMA_ARG_CACHE_RAM",
      "host-RAM prompt cache size in MiB (-1: no limit, 0: off)"),
-    (("--cache-reuse",), "cache_reuse", _ranged(int, 0), 0, "LLAMA_ARG_CACHE_REUSE",
+    (("--cache-reuse",), "cache_reuse", _ranged(int, 0, INT32_MAX), 0, "LLAMA_ARG_CACHE_REUSE",
      "shortest run of cached tokens past the shared prefix moved to where the prompt has it (KV shifting, as "
      "llama-server's; 0: off). Keys are re-rotated, so output may differ slightly from a fresh prefill"),
     (("--cache-max-entries",), "cache_max_entries", _ranged(int, 1), 1024, "MLXCEL_CACHE_MAX_ENTRIES",
@@ -314,11 +315,11 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "draft model: most tokens drafted per verify round"),
     (("--spec-draft-n-min",), "spec_draft_min", _ranged(int, 1, 256), 2, "LLAMA_ARG_SPEC_DRAFT_N_MIN",
      "fewer drafted tokens than this are not verified"),
-    (("-to", "--timeout"), "timeout", _ranged(int, 1), 600, "LLAMA_ARG_TIMEOUT",
+    (("-to", "--timeout"), "timeout", _ranged(int, 1, INT32_MAX), 600, "LLAMA_ARG_TIMEOUT",
      ("seconds a client may go without progress while sending a request or reading its response; then the "
       "connection is closed (408 where an answer can still be sent) and its request cancelled; a request's "
       "head must arrive whole within this, at most 60 s")),
-    (("--sse-ping-interval",), "sse_ping_interval", _ranged(int, -1), 30, "LLAMA_ARG_SSE_PING_INTERVAL",
+    (("--sse-ping-interval",), "sse_ping_interval", _ranged(int, -1, INT32_MAX), 30, "LLAMA_ARG_SSE_PING_INTERVAL",
      "seconds a stream may stay silent before an SSE comment ping goes out (-1: never)"),
     (("--queue-cap",), "queue_cap", _ranged(int, 0), 64, "MLXCEL_QUEUE_CAP",
      "requests that may wait for a slot; beyond it new requests get 503 server_busy"),
@@ -367,7 +368,7 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "MLXCEL_AUDIO_REQUEST_TIMEOUT_SECS", "an audio request still running after this many seconds answers 504"),
     (("--pooling",), "pooling", _pooling, "unspecified", "LLAMA_ARG_POOLING",
      "pooling type for embeddings: none, mean, cls, last or rank (default: the model's)"),
-    (("--embd-normalize",), "embd_normalize", int, 2, "LLAMA_ARG_EMBD_NORMALIZE",
+    (("--embd-normalize",), "embd_normalize", _ranged(int, -1, INT32_MAX), 2, "LLAMA_ARG_EMBD_NORMALIZE",
      "default normalisation of native embeddings: -1 none, 0 max absolute int16, 1 taxicab, 2 euclidean, >2 p-norm"),
     (("--conversation-store-max-entries",), "conversation_store_max_entries", _ranged(int, 0), 256,
      "LLAMA_ARG_CONVERSATION_STORE_MAX_ENTRIES", "conversation transcripts kept (0: conversations off)"),

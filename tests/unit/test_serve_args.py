@@ -594,3 +594,13 @@ def test_a_refused_flags_variable_is_refused_too(monkeypatch, variable, flag):
     monkeypatch.setenv("HF_TOKEN", "hf_x")  # other tools' variable: left alone
     monkeypatch.delenv(variable)
     assert parse_serve_args([]).model
+
+
+@pytest.mark.parametrize("argv", [["-c", "4294975488"], ["--top-k", "4294967297"], ["-b", "99999999999999999999"],
+                                  ["-to", "2147483648"], ["--embd-normalize", "-5"]])
+def test_a_number_llama_cpp_cannot_hold_is_refused(argv):
+    """llama.cpp's int parameters took a larger value wrapped around (-c 4294975488 served a
+    context of 8192), as llama-server's stoi
+    refuses it; an --embd-normalize below -1 failed every embedding request instead."""
+    with pytest.raises(UsageError, match="out of range"):
+        parse_serve_args(["-m", "smollm2-135m-instruct", *argv])
