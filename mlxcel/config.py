@@ -147,7 +147,7 @@ class ServerConfig:
     batch_size: int = 2048
     ubatch_size: int = 512
     n_predict: int = -1
-    timeout_s: float = 600.0  # --timeout: a client's most seconds without progress sending or reading
+    timeout_s: float = 3600.0  # --timeout: a client's most seconds without progress sending or reading
     sse_ping_interval: float = 30  # seconds of silence before an SSE comment ping (<= 0: none; MLXCEL_SSE_KEEPALIVE_S)
     ignore_eos: bool = False  # --ignore-eos: every request bans end-of-generation tokens
     default_stop: list[str] = field(default_factory=list)  # --reverse-prompt: stops when a request has none

@@ -315,7 +315,7 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "draft model: most tokens drafted per verify round"),
     (("--spec-draft-n-min",), "spec_draft_min", _ranged(int, 1, 256), 2, "LLAMA_ARG_SPEC_DRAFT_N_MIN",
      "fewer drafted tokens than this are not verified"),
-    (("-to", "--timeout"), "timeout", _ranged(int, 1, INT32_MAX), 600, "LLAMA_ARG_TIMEOUT",
+    (("-to", "--timeout"), "timeout", _ranged(int, 1, INT32_MAX), 3600, "LLAMA_ARG_TIMEOUT",
      ("seconds a client may go without progress while sending a request or reading its response; then the "
       "connection is closed (408 where an answer can still be sent) and its request cancelled; a request's "
       "head must arrive whole within this, at most 60 s")),

@@ -19,7 +19,7 @@ connected. Here:
   connection is dropped, and the app sees the client gone (its request is cancelled and
   the slot freed), as for a client that disconnects.
 
-`timeout_s` is llama-server's `--timeout` (its sockets' read and write timeout, 600 s by
+`timeout_s` is llama-server's `--timeout` (its sockets' read and write timeout, 3600 s by
 default); the head's deadline is the same, at most HEAD_TIMEOUT_CAP_S, as nginx bounds a
 head by default. An error answer is in the spec's error format.
 """
@@ -37,7 +37,7 @@ from mlxcel.http.errors import invalid_request
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers together (cookies and tokens included)
-DEFAULT_TIMEOUT_S = 600.0  # llama-server's --timeout default
+DEFAULT_TIMEOUT_S = 3600.0  # llama-server's --timeout default
 HEAD_TIMEOUT_CAP_S = 60.0  # a whole head, however long --timeout is (nginx's client_header_timeout)
 
 

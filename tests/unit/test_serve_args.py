@@ -423,7 +423,7 @@ def test_defrag_threshold_is_accepted_and_named_deprecated(argv):
 def test_timeout_is_implemented_not_ignored(monkeypatch):
     """llama-server's -to/--timeout bounds how long a client may stall; mlxcel applies it
     (so it is no longer named in the ignored-flags warning) and refuses nonsense."""
-    assert parse_serve_args([]).timeout_s == 600.0
+    assert parse_serve_args([]).timeout_s == 3600.0  # llama-server's default (it was 600)
     for argv in (["-to", "5"], ["--timeout", "5"], ["--timeout=5"]):
         config = parse_serve_args(argv)
         assert config.timeout_s == 5.0 and config.ignored_flags == []
