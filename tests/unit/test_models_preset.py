@@ -82,3 +82,13 @@ def test_the_flag_is_router_mode(tmp_path):
         parse_serve_args(["--models-preset", str(path), "-m", str(SMOL)])
     with pytest.raises(UsageError, match="use one"):
         parse_serve_args(["--models-preset", str(path), "--config", str(path)])
+
+
+def test_llama_servers_variable_names_are_preset_keys(tmp_path):
+    """LLAMA_ARG_TEMPERATURE and LLAMA_ARG_SPEC_DRAFT_MODEL are llama-server's names for
+    --temp and -md (a preset that used them failed the start as 'not supported')."""
+    path = _preset(tmp_path, f"[a]\nmodel = {SMOL}\nLLAMA_ARG_TEMPERATURE = 0.25\nLLAMA_ARG_SPEC_DRAFT_MODEL = {SMOL}\n"
+                             f"[b]\nmodel = {SMOL}\nspec-draft-model = {SMOL}\n")
+    fleet = models_preset_fleet(path, None, 4, True, set())
+    assert fleet.models["a"].overrides.sampling == {"temperature": 0.25}
+    assert fleet.models["a"].draft == str(SMOL) and fleet.models["b"].draft == str(SMOL)
