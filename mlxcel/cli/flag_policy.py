@@ -40,6 +40,30 @@ REFUSED_ENV: dict[str, str] = {
 }
 
 
+# the environment variables of llama-server's tuning flags: named in the warning line beside
+# the flags, when set
+TUNING_ENV: dict[str, str] = {
+    "LLAMA_ARG_THREADS_HTTP": "--threads-http", "LLAMA_ARG_CONT_BATCHING": "--cont-batching",
+    "LLAMA_ARG_CACHE_IDLE_SLOTS": "--cache-idle-slots", "LLAMA_ARG_CTX_CHECKPOINTS": "--ctx-checkpoints",
+    "LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT": "-cms", "LLAMA_ARG_PERF": "--perf", "LLAMA_ARG_KV_OFFLOAD": "-kvo",
+    "LLAMA_ARG_NO_HOST": "--no-host", "LLAMA_ARG_DEFRAG_THOLD": "--defrag-thold", "LLAMA_ARG_RPC": "--rpc",
+    "LLAMA_ARG_LAZY_MODE": "--lazy-mode", "LLAMA_ARG_NUMA": "--numa", "LLAMA_ARG_DEVICE": "--device",
+    "LLAMA_ARG_OVERRIDE_TENSOR": "--override-tensor", "LLAMA_ARG_CPU_MOE": "--cpu-moe",
+    "LLAMA_ARG_N_CPU_MOE": "--n-cpu-moe", "LLAMA_ARG_N_CPU_FFN": "--n-cpu-ffn", "LLAMA_ARG_FIT": "--fit",
+    "LLAMA_ARG_FIT_TARGET": "--fit-target", "LLAMA_ARG_FIT_CTX": "--fit-ctx",
+    "LLAMA_ARG_BACKEND_SAMPLING": "--backend-sampling", "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "--spec-draft-ngl",
+    "LLAMA_ARG_SPEC_DRAFT_CPU_MOE": "--spec-draft-cpu-moe", "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE": "--spec-draft-n-cpu-moe",
+    "LLAMA_ARG_SPEC_DRAFT_P_SPLIT": "--spec-draft-p-split", "LLAMA_ARG_SPEC_DRAFT_P_MIN": "--spec-draft-p-min",
+    "LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING": "--spec-draft-backend-sampling",
+    "LLAMA_ARG_SPEC_SYNTH_LEN": "--spec-synth-len", "LLAMA_ARG_SPEC_SYNTH_RATES": "--spec-synth-rates",
+    "LLAMA_ARG_MMPROJ_AUTO": "--mmproj-auto", "LLAMA_ARG_MMPROJ_OFFLOAD": "--mmproj-offload",
+    "MTMD_BACKEND_DEVICE": "--mmproj-device", "LLAMA_ARG_MTMD_BATCH_MAX_TOKENS": "--mtmd-batch-max-tokens",
+}
+
+# the variables of flags llama-server removed: it refuses them too
+REMOVED_ENV: dict[str, str] = {"LLAMA_ARG_DRAFT_MAX": "--draft-max", "LLAMA_ARG_DRAFT_MIN": "--draft-min"}
+
+
 def refusal(flag: str) -> str:
     return (f"{flag}: this llama-server flag {REFUSED[flag]}; mlxcel refuses it rather than serve something "
             "else than asked")

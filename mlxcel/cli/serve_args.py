@@ -5,9 +5,10 @@ parsed into a ServerConfig."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 
-from mlxcel.cli.flag_policy import REFUSED, UNSERVABLE, refusal
+from mlxcel.cli.flag_policy import REFUSED, REMOVED_ENV, TUNING_ENV, UNSERVABLE, refusal
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS, REMOVED
 from mlxcel.cli.serve_config import build_config
 from mlxcel.cli.serve_options import add_serve_options, implemented_flags
@@ -86,8 +87,19 @@ def serve_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _tuning_variables() -> list[str]:
+    """The set variables of llama-server's tuning flags, named as the flags are; a removed
+    flag's variable is refused, as llama-server refuses it."""
+    for variable, flag in REMOVED_ENV.items():
+        if variable in os.environ:
+            raise UsageError(f"environment variable {variable}: the argument has been removed from llama-server; "
+                             f"{REMOVED[flag]}")
+    return [f"{variable} ({flag})" for variable, flag in TUNING_ENV.items() if variable in os.environ]
+
+
 def parse_serve_args(argv: list[str], prog: str = "mlxcel serve") -> ServerConfig:
     kept, ignored = split_llama_server_flags(argv)
+    ignored += _tuning_variables()
     parser = serve_parser(prog)
     args = parser.parse_args(kept)
     given = {arg.split("=", 1)[0] for arg in kept}

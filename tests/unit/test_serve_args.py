@@ -604,3 +604,20 @@ def test_a_number_llama_cpp_cannot_hold_is_refused(argv):
     refuses it; an --embd-normalize below -1 failed every embedding request instead."""
     with pytest.raises(UsageError, match="out of range"):
         parse_serve_args(["-m", "smollm2-135m-instruct", *argv])
+
+
+def test_tuning_flags_variables_are_named_in_the_warning_and_removed_ones_refused(monkeypatch):
+    """LLAMA_ARG_THREADS_HTTP and the like were silently ignored; LLAMA_ARG_DRAFT_MAX, which
+    llama-server refuses as it refuses --draft-max, was too."""
+    from mlxcel.cli.flag_policy import REFUSED, TUNING_ENV
+    from mlxcel.cli.llama_server_flags import LLAMA_SERVER_FLAGS
+    from mlxcel.cli.serve_options import implemented_flags
+
+    assert [flag for flag in TUNING_ENV.values()
+            if flag not in LLAMA_SERVER_FLAGS or flag in REFUSED or flag in implemented_flags()] == []
+    monkeypatch.setenv("LLAMA_ARG_THREADS_HTTP", "4")
+    config = parse_serve_args(["-m", "smollm2-135m-instruct", "-cb"])
+    assert config.ignored_flags == ["-cb", "LLAMA_ARG_THREADS_HTTP (--threads-http)"]
+    monkeypatch.setenv("LLAMA_ARG_DRAFT_MAX", "8")
+    with pytest.raises(UsageError, match="LLAMA_ARG_DRAFT_MAX: the argument has been removed"):
+        parse_serve_args(["-m", "smollm2-135m-instruct"])
