@@ -110,9 +110,49 @@ SAMPLING_SWITCHES = [
 ]
 
 
+ESCAPE_FLAGS = {"-e", "--escape", "--no-escape"}
+
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "'": "'", '"': '"', "\\": "\\"}
+_HEX = set("0123456789abcdefABCDEF")
+
+
+def process_escapes(text: str) -> str:
+    """llama-server's escape processing of -r and --dry-sequence-breaker: \\n, \\r, \\t,
+    \\', \\", \\\\ and \\xHH become the characters they name; any other backslash stays."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "\\" or i + 1 == len(text):
+            out.append(char)
+            i += 1
+            continue
+        code = text[i + 1]
+        if code in _ESCAPES:
+            out.append(_ESCAPES[code])
+            i += 2
+        elif code == "x" and len(text) > i + 3 and text[i + 2] in _HEX and text[i + 3] in _HEX:
+            out.append(chr(int(text[i + 2:i + 4], 16)))
+            i += 4
+        else:
+            out.append("\\" + code)
+            i += 2
+    return "".join(out)
+
+
 def add_sampling_lists(parser: argparse.ArgumentParser) -> None:
     for flags, dest, kind, help_text in SAMPLING_LISTS:
         parser.add_argument(*flags, dest=dest, type=kind, action="append", default=None, help=help_text)
+    parser.add_argument("-e", "--escape", dest="escape", action="store_true", default=True,
+                        help="read escape sequences (\\n, \\t, \\xHH ...) in -r and --dry-sequence-breaker, as "
+                             "llama-server does (default)")
+    parser.add_argument("--no-escape", dest="escape", action="store_false",
+                        help="take -r and --dry-sequence-breaker literally")
+
+
+def reverse_prompts(args: argparse.Namespace) -> list[str]:
+    """-r's stop strings, escapes read unless --no-escape."""
+    return [process_escapes(s) if args.escape else s for s in args.reverse_prompt or [] if s]
 
 
 def sampling_defaults(args: argparse.Namespace) -> SamplingParams:
@@ -121,7 +161,7 @@ def sampling_defaults(args: argparse.Namespace) -> SamplingParams:
     if breakers is None:
         dry_breakers = DEFAULT_DRY_BREAKERS
     else:
-        dry_breakers = tuple(b for b in breakers if b != "none")
+        dry_breakers = tuple(process_escapes(b) if args.escape else b for b in breakers if b != "none")
     order = args.samplers or args.sampler_seq
     extra = {"samplers": order} if order else {}
     return SamplingParams(

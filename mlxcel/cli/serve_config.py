@@ -17,7 +17,7 @@ from mlxcel.cli.log_args import log_settings
 from mlxcel.cli.media_args import MediaUsageError, media_settings
 from mlxcel.cli.reasoning_args import reasoning_template_kwargs
 from mlxcel.cli.rope_args import RopeUsageError, rope_settings
-from mlxcel.cli.sampling_args import sampling_defaults
+from mlxcel.cli.sampling_args import reverse_prompts, sampling_defaults
 from mlxcel.cli.serve_files import (
     chat_template_setting,
     check_audio_model,
@@ -310,7 +310,7 @@ def build_config(args: argparse.Namespace, ignored: list[str]) -> ServerConfig:
         ignore_eos=args.ignore_eos,
         sse_ping_interval=_keepalive_interval(args),
         timeout_s=float(args.timeout),
-        default_stop=[s for s in args.reverse_prompt or [] if s],
+        default_stop=reverse_prompts(args),
         context_shift=args.context_shift,
         n_keep=args.keep,
         spm_infill=args.spm_infill,

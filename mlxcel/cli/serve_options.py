@@ -21,7 +21,13 @@ from mlxcel.cli.log_args import LOG_FLAGS, add_log_options
 from mlxcel.cli.media_args import MEDIA_LISTS, MEDIA_OPTIONS, add_media_lists
 from mlxcel.cli.reasoning_args import REASONING_OPTIONS, REASONING_SWITCHES
 from mlxcel.cli.rope_args import ROPE_OPTIONS
-from mlxcel.cli.sampling_args import SAMPLING_LISTS, SAMPLING_OPTIONS, SAMPLING_SWITCHES, add_sampling_lists
+from mlxcel.cli.sampling_args import (
+    ESCAPE_FLAGS,
+    SAMPLING_LISTS,
+    SAMPLING_OPTIONS,
+    SAMPLING_SWITCHES,
+    add_sampling_lists,
+)
 from mlxcel.cli.usage import UsageError
 from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
@@ -199,8 +205,10 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("--sleep-idle-seconds",), "sleep_idle_seconds", _sleep_seconds, -1, "MLXCEL_SLEEP_IDLE_SECONDS",
      "seconds without a request after which the model sleeps: its weights, KV cache and buffers are freed "
      "until the next request reloads them (-1: never)"),
-    (("-b", "--batch-size"), "batch_size", _ranged(int, 1, INT32_MAX), 2048, "LLAMA_ARG_BATCH", "logical batch size: most tokens per decode step"),
-    (("-ub", "--ubatch-size"), "ubatch_size", _ranged(int, 1, INT32_MAX), 512, "LLAMA_ARG_UBATCH", "physical batch size"),
+    (("-b", "--batch-size"), "batch_size", _ranged(int, 1, INT32_MAX), 2048, "LLAMA_ARG_BATCH",
+     "logical batch size: most tokens per decode step"),
+    (("-ub", "--ubatch-size"), "ubatch_size", _ranged(int, 1, INT32_MAX), 512, "LLAMA_ARG_UBATCH",
+     "physical batch size"),
     (("-n", "--n-predict", "--predict"), "n_predict", _ranged(int, -1, INT32_MAX), -1, "LLAMA_ARG_N_PREDICT",
      "default most tokens to generate (-1: until end of generation or of the slot's context)"),
     (("--api-prefix",), "api_prefix", _api_prefix, "", "LLAMA_ARG_API_PREFIX",
@@ -257,7 +265,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "KV cache type for K of the draft model"),
     (("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "cache_type_v_draft", _cache_type, "f16",
      "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", "KV cache type for V of the draft model"),
-    (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1, INT32_MAX), 0, "LLAMA_ARG_N_GPU_LAYERS",
+    (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1, INT32_MAX), 0,
+     "LLAMA_ARG_N_GPU_LAYERS",
      "layers to offload to a GPU, where llama.cpp was built with one"),
     (("-sm", "--split-mode"), "split_mode", _split_mode, "layer", "LLAMA_ARG_SPLIT_MODE",
      "how the model spans several GPUs: none, layer or row (a GPU build of llama.cpp)"),
@@ -524,6 +533,6 @@ def implemented_flags() -> set[str]:
     flags |= {flag for switch in _ALL_SWITCHES for flag in switch[0] + switch[1]}
     flags |= {flag for option in SAMPLING_LISTS + MEDIA_LISTS for flag in option[0]} | {"--override-kv", "--lora", "--lora-scaled"}
     flags |= {"--control-vector", "--control-vector-scaled", "--control-vector-layer-range"}
-    flags |= GRAMMAR_FLAGS | LOG_FLAGS
+    flags |= GRAMMAR_FLAGS | LOG_FLAGS | ESCAPE_FLAGS
     return flags | {"-h", "--help", "--usage", "--version", "--list-devices", "-cl", "--cache-list",
                     "--completion-bash"}

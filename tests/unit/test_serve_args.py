@@ -621,3 +621,17 @@ def test_tuning_flags_variables_are_named_in_the_warning_and_removed_ones_refuse
     monkeypatch.setenv("LLAMA_ARG_DRAFT_MAX", "8")
     with pytest.raises(UsageError, match="LLAMA_ARG_DRAFT_MAX: the argument has been removed"):
         parse_serve_args(["-m", "smollm2-135m-instruct"])
+
+
+def test_reverse_prompts_and_dry_breakers_read_escapes_as_in_llama_server():
+    """llama-server reads `-r '\\n\\n'` as a blank line (its --escape, on by default); mlxcel
+    kept the backslashes, so that stop string never matched. --no-escape keeps them."""
+    base = ["-m", "smollm2-135m-instruct", "-r", "\\n\\nUser:", "-r", "a\\tb\\x41\\q\\", "--dry-sequence-breaker",
+            "\\n", "--dry-sequence-breaker", '\\"']
+    config = parse_serve_args(base)
+    assert config.default_stop == ["\n\nUser:", "a\tbA\\q\\"]
+    assert config.sampling.dry_sequence_breakers == ("\n", '"')
+    assert parse_serve_args(base + ["-e"]).default_stop == config.default_stop
+    literal = parse_serve_args(base + ["--no-escape"])
+    assert literal.default_stop == ["\\n\\nUser:", "a\\tb\\x41\\q\\"] and literal.ignored_flags == []
+    assert literal.sampling.dry_sequence_breakers == ("\\n", '\\"')
