@@ -148,6 +148,14 @@ def _sleep_seconds(text: str) -> int:
     return value
 
 
+def _gpu_layers(text: str) -> int:
+    """-ngl: a layer count, -1 for all, or llama-server's words: `all`, and `auto` (as many as
+    fit there; here all of them, llama.cpp's own reading of -1, without shrinking to fit)."""
+    if text.strip().lower() in ("auto", "all"):
+        return -1
+    return _ranged(int, -1, INT32_MAX)(text)
+
+
 AUTO_PARALLEL = -1
 
 
@@ -265,9 +273,8 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
      "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K", "KV cache type for K of the draft model"),
     (("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v"), "cache_type_v_draft", _cache_type, "f16",
      "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V", "KV cache type for V of the draft model"),
-    (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _ranged(int, -1, INT32_MAX), 0,
-     "LLAMA_ARG_N_GPU_LAYERS",
-     "layers to offload to a GPU, where llama.cpp was built with one"),
+    (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _gpu_layers, 0, "LLAMA_ARG_N_GPU_LAYERS",
+     "layers to offload to a GPU, where llama.cpp was built with one (-1, all or auto: every layer)"),
     (("-sm", "--split-mode"), "split_mode", _split_mode, "layer", "LLAMA_ARG_SPLIT_MODE",
      "how the model spans several GPUs: none, layer or row (a GPU build of llama.cpp)"),
     (("-mg", "--main-gpu"), "main_gpu", _ranged(int, 0, INT32_MAX), 0, "LLAMA_ARG_MAIN_GPU",

@@ -635,3 +635,15 @@ def test_reverse_prompts_and_dry_breakers_read_escapes_as_in_llama_server():
     literal = parse_serve_args(base + ["--no-escape"])
     assert literal.default_stop == ["\\n\\nUser:", "a\\tb\\x41\\q\\"] and literal.ignored_flags == []
     assert literal.sampling.dry_sequence_breakers == ("\\n", '\\"')
+
+
+def test_gpu_layers_take_llama_servers_words(monkeypatch):
+    """-ngl auto (llama-server's default) and -ngl all were an invalid-int error."""
+    base = ["-m", "smollm2-135m-instruct"]
+    for word in ("auto", "all", "AUTO", "-1"):
+        assert parse_serve_args(base + ["-ngl", word]).n_gpu_layers == -1
+    assert parse_serve_args(base + ["--n-gpu-layers", "12"]).n_gpu_layers == 12
+    monkeypatch.setenv("LLAMA_ARG_N_GPU_LAYERS", "all")
+    assert parse_serve_args(base).n_gpu_layers == -1
+    with pytest.raises(UsageError, match="-ngl"):
+        parse_serve_args(base + ["-ngl", "most"])
