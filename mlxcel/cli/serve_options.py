@@ -276,7 +276,7 @@ _VALUE_OPTIONS: list[tuple[tuple[str, ...], str, Any, Any, str, str]] = [
     (("-ngl", "--n-gpu-layers", "--gpu-layers"), "n_gpu_layers", _gpu_layers, 0, "LLAMA_ARG_N_GPU_LAYERS",
      "layers to offload to a GPU, where llama.cpp was built with one (-1, all or auto: every layer)"),
     (("-sm", "--split-mode"), "split_mode", _split_mode, "layer", "LLAMA_ARG_SPLIT_MODE",
-     "how the model spans several GPUs: none, layer or row (a GPU build of llama.cpp)"),
+     "how the model spans several GPUs: none, layer, row or tensor (a GPU build of llama.cpp)"),
     (("-mg", "--main-gpu"), "main_gpu", _ranged(int, 0, INT32_MAX), 0, "LLAMA_ARG_MAIN_GPU",
      "the GPU for the model (split none) or for intermediate results and KV (split row)"),
     (("-ts", "--tensor-split"), "tensor_split", _tensor_split, (), "LLAMA_ARG_TENSOR_SPLIT",

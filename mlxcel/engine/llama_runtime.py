@@ -134,7 +134,7 @@ def _set(params, **values):
 
 
 SPLIT_MODES = {"none": llama_cpp.LLAMA_SPLIT_MODE_NONE, "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
-               "row": llama_cpp.LLAMA_SPLIT_MODE_ROW}
+               "row": llama_cpp.LLAMA_SPLIT_MODE_ROW, "tensor": llama_cpp.LLAMA_SPLIT_MODE_TENSOR}
 
 
 def model_params(config: RuntimeConfig):

@@ -647,3 +647,9 @@ def test_gpu_layers_take_llama_servers_words(monkeypatch):
     assert parse_serve_args(base).n_gpu_layers == -1
     with pytest.raises(UsageError, match="-ngl"):
         parse_serve_args(base + ["-ngl", "most"])
+
+
+def test_split_mode_takes_llama_servers_tensor_mode():
+    """llama-server's -sm takes none, layer, row and tensor (tensor was refused)."""
+    for mode in ("none", "layer", "row", "tensor", "TENSOR"):
+        assert parse_serve_args(["-m", "smollm2-135m-instruct", "-sm", mode]).split_mode == mode.lower()
