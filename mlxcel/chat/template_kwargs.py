@@ -16,6 +16,7 @@ sets (`RENDER_VARIABLES`) cannot be set again as kwargs: a 400, or a refusal at 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from mlxcel.chat.errors import ChatInputError
@@ -70,12 +71,28 @@ def settable_problem(kwargs: dict[str, Any], name: str) -> str | None:
             f"{'it' if len(taken) == 1 else 'them'} (messages, tools and add_generation_prompt are request fields)")
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(number: str) -> float:
+    """A JSON number as a float; one beyond a double's range (1e999) is refused, not read
+    as infinity, which no JSON answer could carry."""
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{number} is out of a double's range")
+    return value
+
+
 def parse_kwargs_json(text: str) -> dict[str, Any]:
     """``--chat-template-kwargs`` / ``LLAMA_ARG_CHAT_TEMPLATE_KWARGS``: a JSON object."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--chat-template-kwargs is not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ValueError(f"--chat-template-kwargs is not valid JSON: {reason}") from None
     if not isinstance(value, dict):
         raise ValueError(f"--chat-template-kwargs must be a JSON object, not {_json_kind(value)}")
     reserved = settable_problem(value, "--chat-template-kwargs")

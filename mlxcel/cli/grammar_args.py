@@ -67,8 +67,9 @@ def default_grammar(args: argparse.Namespace) -> tuple[str, str] | None:
             return source if text.strip() else None
         try:
             schema = json.loads(text)
-        except ValueError as exc:
-            raise GrammarUsageError(f"--json-schema: not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            raise GrammarUsageError(f"--json-schema: not JSON: {reason}") from None
         request_grammar(json_schema=schema)
     except StructuredOutputError as exc:
         raise GrammarUsageError(f"the server's default grammar: {exc}") from None

@@ -91,8 +91,14 @@ def _json_value(flag: str, text: str):
     def no_constant(name: str):
         raise ValueError(f"{name} is not JSON")
 
+    def finite(number: str) -> float:  # 1e999 would be read as infinity, which JSON cannot carry back out
+        value = float(number)
+        if not math.isfinite(value):
+            raise ValueError(f"{number} is out of a double's range")
+        return value
+
     try:
-        return json.loads(text, parse_constant=no_constant)
+        return json.loads(text, parse_constant=no_constant, parse_float=finite)
     except (ValueError, RecursionError) as exc:
         raise UsageError(f"{flag}: not valid JSON: {exc}") from None
 

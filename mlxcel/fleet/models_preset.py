@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlxcel.chat.template_kwargs import parse_kwargs_json
 from mlxcel.fleet.config_file import read_fleet_data
 from mlxcel.fleet.entries import FleetConfig
 from mlxcel.fleet.errors import ConfigError
@@ -68,7 +68,8 @@ KEYS = [
     Key(("flash-attn", "fa", "LLAMA_ARG_FLASH_ATTN"), ("overrides", "load", "flash_attn")),
     Key(("chat-template", "LLAMA_ARG_CHAT_TEMPLATE"), ("overrides", "chat_template")),
     Key(("chat-template-file", "LLAMA_ARG_CHAT_TEMPLATE_FILE"), ("overrides", "chat_template"), _path),
-    Key(("chat-template-kwargs", "LLAMA_ARG_CHAT_TEMPLATE_KWARGS"), ("overrides", "chat_template_kwargs"), json.loads),
+    Key(("chat-template-kwargs", "LLAMA_ARG_CHAT_TEMPLATE_KWARGS"), ("overrides", "chat_template_kwargs"),
+        parse_kwargs_json),
     Key(("temp", "temperature", "LLAMA_ARG_TEMPERATURE", "LLAMA_ARG_TEMP"), ("overrides", "sampling", "temperature"),
         float),
     Key(("top-k", "LLAMA_ARG_TOP_K"), ("overrides", "sampling", "top_k"), int),

@@ -66,6 +66,8 @@ def test_a_models_dir_model_takes_its_sections_options(tmp_path):
     (f"[a]\nmodel = {SMOL}\ngrammar = root ::= \"x\"\n", "[a] grammar: not supported in a preset"),
     (f"[a]\nmodel = {SMOL}\nc = many\n", "[a] c: invalid literal"),
     (f"[a]\nmodel = {SMOL}\nload-on-startup = maybe\n", "expected true or false"),
+    (f"[a]\nmodel = {SMOL}\nchat-template-kwargs = {{\"a\": NaN}}\n", "NaN is not JSON"),  # was taken
+    (f"[a]\nmodel = {SMOL}\nchat-template-kwargs = [1]\n", "must be a JSON object"),
     ("[a]\nmodel = x\n[a]\nc = 1\n", "not a valid INI file"),
     ("version = 1\n", "no model section"),
 ])

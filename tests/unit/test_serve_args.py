@@ -653,3 +653,16 @@ def test_split_mode_takes_llama_servers_tensor_mode():
     """llama-server's -sm takes none, layer, row and tensor (tensor was refused)."""
     for mode in ("none", "layer", "row", "tensor", "TENSOR"):
         assert parse_serve_args(["-m", "smollm2-135m-instruct", "-sm", mode]).split_mode == mode.lower()
+
+
+@pytest.mark.parametrize("flag", ["--chat-template-kwargs", "--webui-config", "--mcp-servers-json", "--json-schema"])
+@pytest.mark.parametrize("text, reason", [('{"a": 1e999}', "range"), ('{"a": NaN}', "NaN"),
+                                          ('{"a": ' + "[" * 20000, "nested too deeply|recursion depth")])
+def test_json_flags_refuse_what_json_cannot_carry_in_one_line(flag, text, reason):
+    """1e999 was read as infinity (GET /props then failed with a 500 for good), NaN was
+    taken by --chat-template-kwargs, and a deeply nested value was a RecursionError
+    traceback."""
+    if flag == "--json-schema" and "nested" not in reason:
+        pytest.skip("a schema's numbers are the grammar compiler's to judge")
+    with pytest.raises(UsageError, match=reason):
+        parse_serve_args(["-m", "smollm2-135m-instruct", flag, text])
