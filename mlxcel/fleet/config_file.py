@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from mlxcel.fleet.config_values import CHANGE_KEYS, Checker
+from mlxcel.fleet.config_values import CHANGE_KEYS, INT32_MAX, Checker
 from mlxcel.fleet.entries import DEFAULT_TTL_S, FleetConfig, LoadSettings, ModelEntry, Profile
 from mlxcel.fleet.entry_load import with_effective_load
 from mlxcel.fleet.intents import FAMILY_NAMES, INTENTS
@@ -276,7 +276,7 @@ class _FileReader:
                                              "(llama.cpp's MTP heads are not used)")
         # an explicit null or 0 turns the idle timeout off; absent: the server's
         ttl = (check.number(block["ttl_s"], f"{key}.ttl_s") or 0.0) if "ttl_s" in block else None
-        own = LoadSettings(ctx_size=check.integer(block.get("ctx_size"), f"{key}.ctx_size", low=0),
+        own = LoadSettings(ctx_size=check.integer(block.get("ctx_size"), f"{key}.ctx_size", low=0, high=INT32_MAX),
                            parallel=check.integer(block.get("parallel"), f"{key}.parallel", low=1, high=256))
         path = self._model_path(block.get("path"), f"{key}.path", KIND_CHAT)
         draft_path = self._model_path(draft, f"{key}.draft_gguf", KIND_CHAT) if draft else None

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from mlxcel.chat.template_kwargs import settable_problem
+from mlxcel.cli.arg_types import INT32_MAX
 from mlxcel.fleet.entries import LoadSettings, Profile
 from mlxcel.fleet.errors import ConfigError
 from mlxcel.turn.sampling_fields import SamplingFields
@@ -178,8 +179,8 @@ class Checker:
             if cache_k is not None or cache_v is not None:
                 self.fail(f"{key}.kv_bits", "set either kv_bits or cache_type_k / cache_type_v, not both")
             cache_k = cache_v = KV_BITS[bits]
-        ctx = self.integer(block.get("max_kv_size"), f"{key}.max_kv_size", low=1)
-        own_ctx = self.integer(block.get("ctx_size"), f"{key}.ctx_size", low=0)
+        ctx = self.integer(block.get("max_kv_size"), f"{key}.max_kv_size", low=1, high=INT32_MAX)
+        own_ctx = self.integer(block.get("ctx_size"), f"{key}.ctx_size", low=0, high=INT32_MAX)
         if ctx is not None and own_ctx is not None and ctx != own_ctx:
             self.fail(f"{key}.ctx_size", f"disagrees with max_kv_size ({ctx}); set one of them")
         return LoadSettings(

@@ -94,3 +94,9 @@ def test_llama_servers_variable_names_are_preset_keys(tmp_path):
     fleet = models_preset_fleet(path, None, 4, True, set())
     assert fleet.models["a"].overrides.sampling == {"temperature": 0.25}
     assert fleet.models["a"].draft == str(SMOL) and fleet.models["b"].draft == str(SMOL)
+
+
+def test_a_context_llama_cpp_cannot_hold_is_refused(tmp_path):
+    """c = 4294975488 was taken, and llama.cpp's 32-bit n_ctx wrapped it to 8192."""
+    with pytest.raises(ConfigError, match="ctx_size`: must be from 0 to 2147483647"):
+        models_preset_fleet(_preset(tmp_path, f"[a]\nmodel = {SMOL}\nc = 4294975488\n"), None, 4, True, set())
