@@ -161,7 +161,9 @@ def sampling_defaults(args: argparse.Namespace) -> SamplingParams:
     if breakers is None:
         dry_breakers = DEFAULT_DRY_BREAKERS
     else:
-        dry_breakers = tuple(process_escapes(b) if args.escape else b for b in breakers if b != "none")
+        if "none" in breakers:  # as in llama-server, "none" clears the breakers given before it
+            breakers = breakers[len(breakers) - breakers[::-1].index("none"):]
+        dry_breakers = tuple(process_escapes(b) if args.escape else b for b in breakers)
     order = args.samplers or args.sampler_seq
     extra = {"samplers": order} if order else {}
     return SamplingParams(

@@ -666,3 +666,17 @@ def test_json_flags_refuse_what_json_cannot_carry_in_one_line(flag, text, reason
         pytest.skip("a schema's numbers are the grammar compiler's to judge")
     with pytest.raises(UsageError, match=reason):
         parse_serve_args(["-m", "smollm2-135m-instruct", flag, text])
+
+
+def test_a_dry_breaker_none_clears_the_ones_before_it_as_in_llama_server():
+    """`--dry-sequence-breaker a --dry-sequence-breaker none` leaves no breaker in
+    llama-server; mlxcel kept "a"."""
+    def breakers(*values):
+        argv = ["-m", "smollm2-135m-instruct"]
+        for value in values:
+            argv += ["--dry-sequence-breaker", value]
+        return parse_serve_args(argv).sampling.dry_sequence_breakers
+
+    assert breakers("a", "none") == ()
+    assert breakers("a", "none", "b", "c") == ("b", "c")
+    assert breakers("none") == () and breakers("a", "b") == ("a", "b")
