@@ -487,6 +487,23 @@ def _set_variable(env: str) -> str | None:
     return None
 
 
+# options llama-server adds up when given again (its other options keep the last value)
+ACCUMULATED = ("api_key", "alias", "tags")
+
+
+class _Accumulated(argparse.Action):
+    """--api-key, -a and --tags given again add to what the command line gave before (the
+    environment's value is replaced, not added to): keys joined by commas, names merged."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = f"_{self.dest}_given"
+        previous = getattr(namespace, self.dest) if getattr(namespace, seen, False) else None
+        if previous is not None:
+            values = f"{previous},{values}" if isinstance(values, str) else sorted({*previous, *values})
+        setattr(namespace, seen, True)
+        setattr(namespace, self.dest, values)
+
+
 def env_value(name: str, parse: Callable[[str], Any]) -> Any:
     text = os.environ[name]
     try:
@@ -508,7 +525,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     for flags, dest, kind, default, env, help_text in _ALL_VALUE_OPTIONS:
         if variable := _set_variable(env):
             default = env_value(variable, kind)
-        parser.add_argument(*flags, dest=dest, type=kind, default=default, help=f"{help_text} [env: {env}]")
+        action = _Accumulated if dest in ACCUMULATED else "store"
+        parser.add_argument(*flags, dest=dest, type=kind, default=default, action=action,
+                            help=f"{help_text} [env: {env}]")
     add_sampling_lists(parser)
     add_media_lists(parser)
     add_grammar_options(parser)

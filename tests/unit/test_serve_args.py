@@ -680,3 +680,15 @@ def test_a_dry_breaker_none_clears_the_ones_before_it_as_in_llama_server():
     assert breakers("a", "none") == ()
     assert breakers("a", "none", "b", "c") == ("b", "c")
     assert breakers("none") == () and breakers("a", "b") == ("a", "b")
+
+
+def test_api_keys_aliases_and_tags_given_again_add_up_as_in_llama_server(monkeypatch):
+    """llama-server adds up repeated --api-key, -a and --tags; mlxcel kept the last one, so a
+    client with the first key got a 401. The environment's value is still replaced."""
+    monkeypatch.setenv("LLAMA_API_KEY", "from-env")
+    config = parse_serve_args(["-m", "smollm2-135m-instruct", "--api-key", "a", "--api-key", "b,c", "-a", "y",
+                               "--alias", "x,y", "--tags", "t2", "--tags", "t1"])
+    assert config.api_keys == ["a", "b", "c"]
+    assert (config.aliases, config.alias, config.tags) == (["x", "y"], "x", ["t1", "t2"])
+    assert parse_serve_args(["-m", "smollm2-135m-instruct", "--api-key", "a"]).api_keys == ["a"]
+    assert parse_serve_args(["-m", "smollm2-135m-instruct"]).api_keys == ["from-env"]
