@@ -22,12 +22,19 @@ _refuse("downloads or selects models another way (use -m with a path or a catalo
         "-hft", "--hf-token", "-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf",
         "--fim-qwen-1.5b-default", "--fim-qwen-3b-default", "--fim-qwen-7b-default", "--fim-qwen-7b-spec",
         "--fim-qwen-14b-spec", "--fim-qwen-30b-default", "--gpt-oss-20b-default", "--gpt-oss-120b-default",
-        "--embd-gemma-default", "--vision-gemma-4b-default", "--vision-gemma-12b-default", "--spec-default")
+        "--embd-gemma-default", "--vision-gemma-4b-default", "--vision-gemma-12b-default")
 _refuse("downloads a multimodal projector (give --mmproj a path)", "-mmu", "--mmproj-url")
 _refuse("changes how video is cut into frames (mlxcel samples frames with --video-max-frames and the part's fps)",
         "--video-ffmpeg-dir", "--video-timestamp-interval")
 _refuse("runs the tools in a container or over ssh (not implemented: mlxcel's tools run on the server's machine)",
         "--tools-runtime")
+
+
+# tuning flags named in the warning line with what mlxcel does instead
+TUNING_NOTES: dict[str, str] = {
+    "--spec-default": "llama-server's n-gram drafting (ngram-mod); mlxcel's prompt lookup drafts instead: the output "
+                      "is the same",
+}
 
 
 # the refused flags' environment variables, refused alike (HF_TOKEN, -hft's, is left alone:

@@ -8,7 +8,7 @@ import argparse
 import os
 import re
 
-from mlxcel.cli.flag_policy import REFUSED, REMOVED_ENV, TUNING_ENV, UNSERVABLE, refusal
+from mlxcel.cli.flag_policy import REFUSED, REMOVED_ENV, TUNING_ENV, TUNING_NOTES, UNSERVABLE, refusal
 from mlxcel.cli.llama_server_flags import DEPRECATED, LLAMA_SERVER_FLAGS, REMOVED
 from mlxcel.cli.serve_config import build_config
 from mlxcel.cli.serve_options import add_serve_options, implemented_flags
@@ -54,7 +54,8 @@ def split_llama_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
         if name in REMOVED:
             raise UsageError(f"{name}: the argument has been removed from llama-server; {REMOVED[name]}")
         if name not in ours and name in LLAMA_SERVER_FLAGS:
-            ignored.append(f"{name} ({DEPRECATED[name]})" if name in DEPRECATED else name)
+            note = DEPRECATED.get(name) or TUNING_NOTES.get(name)
+            ignored.append(f"{name} ({note})" if note else name)
             if "=" not in arg:
                 n_values = LLAMA_SERVER_FLAGS[name]
                 # an optional value: skip the next word only when it is not a flag

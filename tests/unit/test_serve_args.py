@@ -692,3 +692,11 @@ def test_api_keys_aliases_and_tags_given_again_add_up_as_in_llama_server(monkeyp
     assert (config.aliases, config.alias, config.tags) == (["x", "y"], "x", ["t1", "t2"])
     assert parse_serve_args(["-m", "smollm2-135m-instruct", "--api-key", "a"]).api_keys == ["a"]
     assert parse_serve_args(["-m", "smollm2-135m-instruct"]).api_keys == ["from-env"]
+
+
+def test_spec_default_is_speculation_tuning_not_a_download():
+    """llama-server's --spec-default turns on its n-gram drafting and downloads nothing; it
+    was refused as a flag that downloads models."""
+    config = parse_serve_args(["-m", "smollm2-135m-instruct", "--spec-default"])
+    (note,) = config.ignored_flags
+    assert note.startswith("--spec-default (") and "the output is the same" in note
