@@ -25,19 +25,25 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     return parser, commands
 
 
+def _asked(argv: list[str], *flags: str) -> bool:
+    """Whether the command line holds one of these flags (a long one may be spelled with
+    underscores, as llama-server reads it)."""
+    return any((arg.replace("_", "-") if arg.startswith("--") else arg) in flags for arg in argv)
+
+
 def serve(argv: list[str], prog: str) -> int:
     # llama-server's flags that print something and exit, whatever else the line holds
-    if "--list-devices" in argv:
+    if _asked(argv, "--list-devices"):
         from mlxcel.engine.devices import device_listing
 
         print(device_listing())
         return 0
-    if "--completion-bash" in argv:
+    if _asked(argv, "--completion-bash"):
         from mlxcel.cli.completion import bash_completion
 
         print(bash_completion(prog))
         return 0
-    if "-cl" in argv or "--cache-list" in argv:
+    if _asked(argv, "-cl", "--cache-list"):
         from mlxcel.cli.model_commands import cache_listing
 
         print(cache_listing())

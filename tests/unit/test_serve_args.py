@@ -700,3 +700,16 @@ def test_spec_default_is_speculation_tuning_not_a_download():
     config = parse_serve_args(["-m", "smollm2-135m-instruct", "--spec-default"])
     (note,) = config.ignored_flags
     assert note.startswith("--spec-default (") and "the output is the same" in note
+
+
+def test_print_and_exit_flags_are_found_spelled_with_underscores(capsys, monkeypatch):
+    """`--completion_bash` is llama-server's --completion-bash; it started a server instead."""
+    import mlxcel.server.run
+    from mlxcel.cli.main import serve
+
+    def no_server(*_args):
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(mlxcel.server.run, "run_server", no_server)
+    assert serve(["--completion_bash"], "mlxcel serve") == 0
+    assert "_mlxcel_serve_flags" in capsys.readouterr().out
