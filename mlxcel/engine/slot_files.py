@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 import llama_cpp
 
 from mlxcel.engine.llama_runtime import LlamaRuntime
+from mlxcel.engine.media_span import is_stand_in
 from mlxcel.engine.slots import Slot
 
 # llama-server's server-tokens layout, as llama.cpp's sequence file stores it among
 # the tokens: LLAMA_TOKEN_NULL, the layout's version, the token count and the tokens,
 # then the count of media chunks (none here). A file whose first token is not the
-# marker holds a plain token list (older llama-server versions).
+# marker holds a plain token list (older llama-server versions). A slot that held media
+# is saved with its positions' stand-in ids (media_span.py), so a restore followed by
+# the same media reuses that memory, as the prompt cache does.
 PACKED_MARKER = -1
 PACKED_VERSION = 1
 DISK_RESERVE = 256 * 2**20  # a save never leaves its filesystem with less free
@@ -142,7 +145,7 @@ def restore(runtime: LlamaRuntime, slot_id: int, path: str, n_ctx_slot: int,
         tokens = unpack(list(tokens_out[: count.value]))
         if len(tokens) > n_ctx_slot:
             raise SlotFileError("Restored prompt does not fit in the slot context")
-        if any(not 0 <= token < n_vocab for token in tokens):
+        if any(not (0 <= token < n_vocab or is_stand_in(token)) for token in tokens):
             raise SlotFileError("Invalid tokens in slot save file")
     except SlotFileError as exc:
         runtime.seq_clear(slot_id)

@@ -42,7 +42,9 @@ def video_dir(tmp_path_factory):
 def vision(tmp_path_factory, media_root, video_dir):
     projector = tmp_path_factory.mktemp("projector") / "vision-mmproj.gguf"
     write_vision_projector(projector)
+    slot_files = tmp_path_factory.mktemp("slot-files")
     proc = ServerProcess("-c", "4096", "-np", "2", "--metrics", "--mmproj", str(projector),
+                         "--slot-save-path", str(slot_files),
                          "--media-path", str(media_root), "--prefill-chunk", "16",
                          env={"MLXCEL_VIDEO_DIR_ALLOWLIST": str(video_dir)})
     try:
@@ -154,6 +156,24 @@ def test_an_image_prefills_beside_other_streams_without_changing_them(client):
     for thread in threads:
         thread.join()
     assert results == alone
+
+
+def test_a_slot_saved_with_an_image_restores_and_answers_as_before(client):
+    """The file keeps the image's positions as their stand-in ids: restored into another
+    slot, the same request takes its prompt from it and answers as before (the restore
+    was a 400 "Invalid tokens in slot save file")."""
+    body = chat([{"type": "text", "text": "What is in it?"}, image_part(data_uri(png_bytes(48, 20)))])
+    first = client.post("/v1/chat/completions", json={**body, "id_slot": 0}).json()
+    saved = client.post("/slots/0?action=save", json={"filename": "with-image.bin"})
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["n_saved"] >= first["usage"]["prompt_tokens"]
+    assert client.post("/v1/chat/completions", json={**chat("Something else."), "id_slot": 1}).status_code == 200
+    restored = client.post("/slots/1?action=restore", json={"filename": "with-image.bin"})
+    assert restored.status_code == 200, restored.text
+    assert restored.json()["n_restored"] == saved.json()["n_saved"]
+    again = client.post("/v1/chat/completions", json={**body, "id_slot": 1}).json()
+    assert again["choices"][0]["message"] == first["choices"][0]["message"]
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"] - 1
 
 
 def test_anthropic_image_blocks_base64_and_url(client, media_root):
