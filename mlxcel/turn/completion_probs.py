@@ -25,6 +25,16 @@ def requested_n_probs(n_probs: int | None) -> int | None:
     return min(n_probs, MAX_N_PROBS)
 
 
+def before_stop_word(events: list[TokenEvent], stop_word: str | None, tokenizer: Tokenizer) -> list[TokenEvent]:
+    """The tokens a non-streamed answer lists probabilities for: those generated, less as
+    many as the stop word that ended the answer tokenizes to (its text is not in the
+    answer), as llama-server cuts them for every API."""
+    if not stop_word:
+        return events
+    cut = len(tokenizer.encode(stop_word, add_special=False, parse_special=False))
+    return events[: max(0, len(events) - cut)]
+
+
 def _complete_utf8(raw: bytes) -> bytes:
     """`raw` without a multi-byte sequence cut off at its end (llama-server's validate_utf8)."""
     for back in range(1, min(4, len(raw)) + 1):

@@ -166,6 +166,16 @@ def test_a_null_optional_field_reads_as_absent(http):
     assert responses.status_code == 200 and responses.json()["store"] is True, responses.text
 
 
+def test_logprobs_end_where_a_stop_sequence_cut_the_content(http):
+    """The stop sequence's tokens are cut from the logprobs as from the content (as
+    llama-server cuts them); they were listed, ", 1" after "8, 9"."""
+    body = {"messages": [{"role": "user", "content": "List the numbers from 1 to 30 separated by commas."}],
+            "max_tokens": 60, "temperature": 0, "logprobs": True, "stop": [", 1"]}
+    choice = http.post("/v1/chat/completions", json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["message"]["content"].endswith("8, 9")
+    assert "".join(entry["token"] for entry in choice["logprobs"]["content"]) == choice["message"]["content"]
+
+
 def test_top_logprobs_without_logprobs_is_a_400(http):
     """OpenAI and llama-server both refuse it; it was silently answered without logprobs."""
     for logprobs in ({}, {"logprobs": False}):

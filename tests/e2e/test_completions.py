@@ -141,6 +141,15 @@ def test_logprobs_in_openai_legacy_shape(openai_client):
     assert plain.choices[0].logprobs is None
 
 
+def test_logprobs_end_where_a_stop_sequence_cut_the_text(openai_client):
+    """The stop sequence's tokens are not the text's, so not in its logprobs (as llama-server
+    cuts them); they were listed, ", 1" after " 7, 8, 9"."""
+    choice = openai_client.completions.create(model="m", prompt="1, 2, 3, 4, 5, 6,", max_tokens=20, temperature=0,
+                                              logprobs=1, stop=[", 1"]).choices[0]
+    assert choice.finish_reason == "stop" and choice.text == " 7, 8, 9"
+    assert "".join(choice.logprobs.tokens) == choice.text
+
+
 def test_text_offsets_count_a_character_split_across_tokens_once(openai_client):
     """Katakana, three bytes a character, comes a byte pair or so a token: each offset
     is where its token's text starts in the choice's text, never past its end."""

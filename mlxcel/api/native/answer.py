@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mlxcel.engine.request import GenerationRequest, TokenEvent
 from mlxcel.engine.tokenizer import Tokenizer
-from mlxcel.turn.completion_probs import CompletionProbs
+from mlxcel.turn.completion_probs import CompletionProbs, before_stop_word
 from mlxcel.turn.generation import Completion
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.verbose import stop_type
@@ -64,10 +64,7 @@ class CompletionAnswer:
         finish = result.finish
         if finish.end_token is not None:
             events.append(finish.end_token)
-        if finish.stop_word:
-            cut = len(self.tokenizer.encode(finish.stop_word, add_special=False, parse_special=False))
-            events = events[: max(0, len(events) - cut)]
-        return events
+        return before_stop_word(events, finish.stop_word, self.tokenizer)
 
     def partial(self, index: int, event: TokenEvent, n_predicted: int, n_prompt: int, id_slot: int) -> dict:
         body = {

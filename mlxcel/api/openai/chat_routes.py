@@ -24,6 +24,7 @@ from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec, RenderedTurn
+from mlxcel.turn.completion_probs import before_stop_word
 from mlxcel.turn.errors import InvalidRequest
 from mlxcel.turn.live_completions import LiveCompletion
 from mlxcel.turn.model_host import ModelHost
@@ -159,11 +160,12 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
         finish = outcome.finish_reason
         if body.functions is not None:
             message, finish = function_call_message(message), legacy_finish(finish)
+        probed = before_stop_word(outcome.tokens, outcome.finish.stop_word, host.tokenizer) if logprobs else []
         choices.append({
             "index": outcome.index,
             "message": message,
             "finish_reason": finish,
-            "logprobs": logprobs.whole(outcome.tokens) if logprobs else None,
+            "logprobs": logprobs.whole(probed) if logprobs else None,
         })
     first = outcomes[0].finish
     usage = usage_body(first.prompt_tokens, sum(o.finish.completion_tokens for o in outcomes), first.cached_tokens)

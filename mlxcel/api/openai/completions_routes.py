@@ -14,6 +14,7 @@ from mlxcel.engine.request import FinishEvent, FinishReason, TokenEvent
 from mlxcel.http.opening import Opened, opening
 from mlxcel.http.request_context import cancel_on_disconnect
 from mlxcel.http.sse import EventStreamResponse, sse_data
+from mlxcel.turn.completion_probs import before_stop_word
 from mlxcel.turn.errors import generation_error
 from mlxcel.turn.generation import GenerationGroup
 from mlxcel.turn.media_input import completion_prompts
@@ -69,8 +70,9 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
         if finish.reason is FinishReason.ERROR:
             raise generation_error(finish)
         text = (echoes[index] if echoes else "") + result.text
+        probed = before_stop_word(result.events, finish.stop_word, tokenizer) if logprobs else []
         choices.append(completion_choice(index, text, finish_reason(finish),
-                                         logprobs[index].of(result.events) if logprobs else None))
+                                         logprobs[index].of(probed) if logprobs else None))
         if index % body.n == 0:  # a prompt counts once, however many completions it has
             prompt_tokens += finish.prompt_tokens
         completion_tokens += finish.completion_tokens
