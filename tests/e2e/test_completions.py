@@ -150,6 +150,24 @@ def test_logprobs_end_where_a_stop_sequence_cut_the_text(openai_client):
     assert "".join(choice.logprobs.tokens) == choice.text
 
 
+def test_usage_counts_a_prompt_s_cached_tokens_once_whatever_n(http):
+    """Two prompts, two completions each, sent again so their prefixes are cached: the
+    cached tokens are those of the prompts counted, never more than they (each copy's were
+    added up, 28 cached of 20 prompt tokens)."""
+    body = {"prompt": ["1, 2, 3, 4,", "a b c a b c a b c"], "max_tokens": 4, "temperature": 0, "n": 2}
+    http.post("/v1/completions", json=body)
+    usage = http.post("/v1/completions", json=body).json()["usage"]
+    assert 0 < usage["prompt_tokens_details"]["cached_tokens"] < usage["prompt_tokens"]
+    streamed = None
+    with http.stream("POST", "/v1/completions", json={**body, "stream": True,
+                                                      "stream_options": {"include_usage": True}}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]" and json.loads(line[6:]).get("usage"):
+                streamed = json.loads(line[6:])["usage"]
+    assert streamed["prompt_tokens"] == usage["prompt_tokens"]
+    assert 0 < streamed["prompt_tokens_details"]["cached_tokens"] < streamed["prompt_tokens"]
+
+
 def test_text_offsets_count_a_character_split_across_tokens_once(openai_client):
     """Katakana, three bytes a character, comes a byte pair or so a token: each offset
     is where its token's text starts in the choice's text, never past its end."""

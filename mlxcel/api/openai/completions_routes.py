@@ -73,10 +73,10 @@ async def create_completion(request: Request, opened: Opened[CompletionRequest] 
         probed = before_stop_word(result.events, finish.stop_word, tokenizer) if logprobs else []
         choices.append(completion_choice(index, text, finish_reason(finish),
                                          logprobs[index].of(probed) if logprobs else None))
-        if index % body.n == 0:  # a prompt counts once, however many completions it has
+        if index % body.n == 0:  # a prompt and its cached part count once, however many completions it has
             prompt_tokens += finish.prompt_tokens
+            cached += finish.cached_tokens
         completion_tokens += finish.completion_tokens
-        cached += finish.cached_tokens
     usage = usage_body(prompt_tokens, completion_tokens, cached)
     return JSONResponse(completion_body(completion_id, created, host.model_id, choices, usage, stream=False))
 
@@ -105,10 +105,10 @@ async def _stream(
             yield chunk(index, event.text, None)
         if isinstance(event, FinishEvent):
             yield chunk(index, "", finish_reason(event))
-            if index % n == 0:
+            if index % n == 0:  # a prompt and its cached part count once, however many completions it has
                 prompt_tokens += event.prompt_tokens
+                cached += event.cached_tokens
             completion_tokens += event.completion_tokens
-            cached += event.cached_tokens
     if include_usage:
         usage = usage_body(prompt_tokens, completion_tokens, cached)
         yield sse_data(completion_body(completion_id, created, model, [], usage, stream=True))
