@@ -28,6 +28,7 @@ def test_completion_stream_concatenates_to_the_same_content(http):
     assert all(e["stop"] is False for e in events[:-1])
     assert "".join(e["content"] for e in events) == whole["content"]
     assert sum(len(e["tokens"]) for e in events[:-1]) == 12
+    assert events[-1]["tokens"] == []  # as llama-server's: the chunks carried them (they came twice)
 
 
 def test_stream_chunks_carry_their_token_without_return_tokens(http):

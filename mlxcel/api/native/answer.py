@@ -31,7 +31,8 @@ class CompletionAnswer:
         body = {
             "index": index,
             "content": content,
-            "tokens": result.tokens if self.return_tokens else [],
+            # streamed, the chunks carried the tokens already (llama-server's final chunk has none)
+            "tokens": result.tokens if self.return_tokens and not self.stream else [],
             "id_slot": finish.slot_id if finish.slot_id is not None else -1,
             "stop": True,
             "model": self.model,
