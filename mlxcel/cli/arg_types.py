@@ -7,8 +7,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-INT32_MAX = 2**31 - 1  # llama.cpp's int parameters: larger values wrapped around in its C types
-
 
 def ranged(kind: Callable[[str], Any], lo: float | None = None, hi: float | None = None, what: str = ""):
     """A number parser that refuses values outside [lo, hi] and non-finite floats."""

@@ -9,10 +9,10 @@ import argparse
 import math
 from typing import Any
 
-from mlxcel.cli.arg_types import INT32_MAX
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.engine.sampler_order import parse_sampler_order
 from mlxcel.engine.sampling import DEFAULT_DRY_BREAKERS, DEFAULT_SEED, SamplingParams
+from mlxcel.turn.sampling_fields import INT32_MAX
 
 
 def _order(split):

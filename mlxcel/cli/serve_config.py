@@ -24,10 +24,10 @@ from mlxcel.cli.serve_files import (
     check_model,
     control_vectors,
     lora_adapters,
+    mcp_servers,
     prompts_dir,
     read_api_keys,
     slot_save_path,
-    mcp_servers,
     static_path,
     ui_settings,
 )

@@ -13,7 +13,6 @@ from typing import Any
 
 import llama_cpp
 
-from mlxcel.cli.arg_types import INT32_MAX
 from mlxcel.cli.arg_types import ranged as _ranged
 from mlxcel.cli.cluster_args import CLUSTER_OPTIONS
 from mlxcel.cli.grammar_args import GRAMMAR_FLAGS, add_grammar_options
@@ -32,6 +31,7 @@ from mlxcel.cli.usage import UsageError
 from mlxcel.engine.llama_runtime import CACHE_TYPES, LOAD_MODES, SPLIT_MODES
 from mlxcel.models.catalog import CATALOG, DEFAULT_MODEL
 from mlxcel.state.url import StateUrlError, parse_state_url
+from mlxcel.turn.sampling_fields import INT32_MAX
 
 _TRUE = {"1", "true", "yes", "on", "enabled"}
 

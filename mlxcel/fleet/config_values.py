@@ -14,10 +14,9 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from mlxcel.chat.template_kwargs import settable_problem
-from mlxcel.cli.arg_types import INT32_MAX
 from mlxcel.fleet.entries import LoadSettings, Profile
 from mlxcel.fleet.errors import ConfigError
-from mlxcel.turn.sampling_fields import SamplingFields
+from mlxcel.turn.sampling_fields import INT32_MAX, SamplingFields
 
 log = logging.getLogger("mlxcel.fleet")
 
