@@ -1,13 +1,14 @@
 """The whisper worker: one thread owns a faster-whisper model and runs transcriptions
 one at a time from a bounded queue. Each job reports back through its `emit` callback
 (called on the worker thread): the audio's info, each segment as it is decoded, then
-done (or the error). A cancelled job is skipped, or stopped at its next segment."""
+done (or the error). A cancelled job is skipped, or stopped at its next segment; one
+that waits gives its queue place back at once (its client left)."""
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,8 +34,10 @@ class TranscriptionJob:
 class WhisperWorker:
     def __init__(self, model, depth: int) -> None:
         self.model = model
-        self._queue: queue.Queue[TranscriptionJob | None] = queue.Queue(maxsize=depth)
-        self._stopping = threading.Event()
+        self.depth = depth
+        self._waiting: deque[TranscriptionJob] = deque()
+        self._wake = threading.Condition()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="mlxcel-stt", daemon=True)
         self.busy = False
 
@@ -43,40 +46,47 @@ class WhisperWorker:
 
     @property
     def waiting(self) -> int:
-        return self._queue.qsize()
+        with self._wake:
+            self._drop_cancelled()
+            return len(self._waiting)
 
     def submit(self, job: TranscriptionJob) -> None:
-        """Queue `job`; ServerBusy (503) when --audio-queue-depth jobs already wait."""
-        if self._stopping.is_set():
-            raise ServerBusy("the speech-to-text worker is shutting down")
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            raise ServerBusy(f"All {self._queue.maxsize} speech-to-text queue places are taken "
-                             "(--audio-queue-depth). Please try again later.") from None
+        """Queue `job`; ServerBusy (503) when --audio-queue-depth jobs already wait
+        (jobs whose client left do not count: they give their places back)."""
+        with self._wake:
+            if self._stopping:
+                raise ServerBusy("the speech-to-text worker is shutting down")
+            self._drop_cancelled()
+            if len(self._waiting) >= self.depth:
+                raise ServerBusy(f"All {self.depth} speech-to-text queue places are taken "
+                                 "(--audio-queue-depth). Please try again later.")
+            self._waiting.append(job)
+            self._wake.notify()
+
+    def _drop_cancelled(self) -> None:
+        """With the lock held: forget the waiting jobs that were cancelled."""
+        if any(job.cancelled.is_set() for job in self._waiting):
+            self._waiting = deque(job for job in self._waiting if not job.cancelled.is_set())
 
     def stop(self) -> None:
-        self._stopping.set()
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                job.cancelled.set()
-                job.emit("error", ServerBusy("the server is shutting down"))
-        try:
-            self._queue.put_nowait(None)
-        except queue.Full:
-            pass
+        with self._wake:
+            self._stopping = True
+            abandoned, self._waiting = list(self._waiting), deque()
+            self._wake.notify_all()
+        for job in abandoned:
+            job.cancelled.set()
+            job.emit("error", ServerBusy("the server is shutting down"))
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
         lower_thread_priority()  # the VAD's and the features' work here yields to the chat engine too
-        while not self._stopping.is_set():
-            job = self._queue.get()
-            if job is None:
-                return
+        while True:
+            with self._wake:
+                while not self._waiting and not self._stopping:
+                    self._wake.wait()
+                if self._stopping:
+                    return
+                job = self._waiting.popleft()
             if job.cancelled.is_set():
                 continue
             self.busy = True

@@ -126,12 +126,15 @@ class SpeechHost(SleepingModel):
     # -- requests -----------------------------------------------------------------------------
 
     def submit(self, sentences: list[str], settings: SpeechSettings, fmt: AudioFormat) -> SpeechJob:
-        """Queues a request, or ServerBusy when --audio-queue-depth requests already wait."""
+        """Queues a request, or ServerBusy when --audio-queue-depth requests already wait (one
+        whose client left gives its place back)."""
         self.require_ready()
         depth = self.config.audio_queue_depth
         job = SpeechJob(sentences, settings, fmt, time.monotonic() + self.config.audio_request_timeout_secs,
                         asyncio.get_running_loop())
         with self._wake:
+            if any(waiting.cancelled.is_set() for waiting in self._waiting):  # their clients left: places free
+                self._waiting = deque(waiting for waiting in self._waiting if not waiting.cancelled.is_set())
             if len(self._waiting) >= depth:
                 raise ServerBusy(f"the speech queue is full ({depth} requests waiting, --audio-queue-depth); "
                                  "try again later", code="audio_queue_full", retry_after=1)

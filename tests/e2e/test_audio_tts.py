@@ -315,6 +315,30 @@ def test_full_queue_is_503_and_a_request_past_its_time_is_504(tight):
     assert "audio stream broken off" in tight.log()
 
 
+def test_a_waiting_request_whose_client_left_frees_its_queue_place(tight):
+    client = tight.client()
+    first = client.send(client.build_request("POST", "/v1/audio/speech",
+                                             json={"input": LONG_TEXT, "response_format": "pcm"}), stream=True)
+    assert first.status_code == 200
+    next(first.iter_bytes())
+    with tight.client(timeout=0.5) as leaving, pytest.raises(httpx.TimeoutException):
+        leaving.post("/v1/audio/speech", json={"input": "Hi.", "response_format": "pcm"})  # waits, then leaves
+    time.sleep(0.3)
+    answered: dict = {}
+
+    def third() -> None:
+        with tight.client() as other:
+            answered["response"] = other.post("/v1/audio/speech", json={"input": "Hi.", "response_format": "pcm"})
+
+    thread = threading.Thread(target=third)
+    thread.start()
+    time.sleep(0.3)
+    first.close()  # the worker is free for the request that waits
+    thread.join(30)
+    client.close()
+    assert answered["response"].status_code == 200, answered["response"].text  # was a 503: the place stayed taken
+
+
 def test_without_a_tts_model_speech_is_501_after_the_body_is_checked(server):
     with server.client() as client:
         response = speak(client)

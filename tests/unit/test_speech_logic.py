@@ -169,6 +169,25 @@ def test_the_queue_holds_depth_jobs_beyond_the_running_one():
     host.shutdown()
 
 
+def test_a_waiting_job_whose_client_left_gives_its_queue_place_back():
+    model = SlowModel()
+    host = _host(model, depth=1)
+
+    async def run():
+        first = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        await asyncio.to_thread(model.started.wait, 5)
+        left = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        left.cancel()  # its client left while it waited
+        assert host.worker.waiting == 0
+        third = host.submit(np.zeros(10, np.float32), TranscribeOptions())  # was a 503 until the first ended
+        model.gate.set()
+        return await _all(first), await _all(third)
+
+    first, third = asyncio.run(run())
+    assert len(first) == 4 and len(third) == 4
+    host.shutdown()
+
+
 def test_a_slow_job_times_out_and_is_stopped():
     model = SlowModel()
     host = _host(model, timeout=0.2)
