@@ -54,6 +54,12 @@ async def openai_embeddings(request: Request):
         raise invalid_request(f"dimensions {body.dimensions}: the model {host.model_id} embeds into "
                               f"{host.dimensions} dimensions and cannot shorten its vectors", param="dimensions")
     prepared, rows = await _embed(request, host, body)
+    # rendering thousands of vectors is CPU work (2048 of 384 floats: about 0.3 s): off the event loop
+    return await asyncio.to_thread(_openai_answer, body.model or host.model_id, rows, mode, use_base64,
+                                   prepared.n_tokens)
+
+
+def _openai_answer(model: str, rows, mode: int, use_base64: bool, n_tokens: int) -> Response:
     items = []
     for index, row in enumerate(rows):
         vector = normalize(row, mode)
@@ -62,8 +68,7 @@ async def openai_embeddings(request: Request):
                          '"encoding_format":"base64"}')
         else:
             items.append(f'{{"embedding":{_floats(vector)},"index":{index},"object":"embedding"}}')
-    n_tokens = prepared.n_tokens
-    head = json.dumps({"model": body.model or host.model_id, "object": "list",
+    head = json.dumps({"model": model, "object": "list",
                        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}, ensure_ascii=False)
     return _raw_json(head[:-1] + ',"data":[' + ",".join(items) + "]}")
 
@@ -81,9 +86,13 @@ async def _native(request: Request, host: EmbeddingHost, body: EmbeddingsRequest
     body.use_base64()  # checked as llama-server does, though this shape is always floats
     mode = body.normalization(host.config.embd_normalize)
     _, rows = await _embed(request, host, body)
+    return await asyncio.to_thread(_native_answer, rows, host.pooling == "none", mode)  # CPU work: as above
+
+
+def _native_answer(rows, per_token: bool, mode: int) -> Response:
     items = []
     for index, row in enumerate(rows):
-        if host.pooling == "none":
+        if per_token:
             vectors = ",".join(_floats(token_row) for token_row in row)
         else:
             vectors = _floats(normalize(row, mode))
