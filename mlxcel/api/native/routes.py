@@ -146,8 +146,13 @@ def _tokenize_response(tokenizer, body: TokenizeRequest) -> JSONResponse:
 @router.post("/detokenize")
 async def detokenize(request: Request, opened: Opened[DetokenizeRequest] = Depends(DETOKENIZE)):
     body, tokenizer = opened.body, vocabulary_of(request, opened)
-    bad = tokenizer.first_out_of_range(body.tokens)
+    # checking and decoding a long list (millions of ids: seconds) are CPU work: off the event loop
+    return await asyncio.to_thread(_detokenize_response, tokenizer, body.tokens)
+
+
+def _detokenize_response(tokenizer, tokens: list[int]) -> JSONResponse:
+    bad = tokenizer.first_out_of_range(tokens)
     if bad is not None:
         # spec 001's error table: "a /detokenize id outside the vocabulary" is its one 500 (llama-server's too)
         raise server_error(f"token id {bad} is out of vocabulary range (vocab_size {tokenizer.n_vocab})")
-    return {"content": tokenizer.decode(body.tokens)}
+    return JSONResponse({"content": tokenizer.decode(tokens)})  # rendered here too: the text may be megabytes
