@@ -197,6 +197,9 @@ class SpeechHost(SleepingModel):
                 data = encoder.encode(samples)
                 if data or len(samples):
                     job.post(AudioChunk(data, len(samples)))
+            if not n_samples:  # nothing the voice could say ("...", an unassigned code point): a short
+                # silence, so the file is well formed (an Ogg, MP3 or AAC of no frames is 0 bytes)
+                job.post(AudioChunk(encoder.encode(pause), 0))
             job.post(AudioChunk(encoder.finish(), 0))
             job.post(_DONE)
             elapsed = time.monotonic() - started

@@ -216,6 +216,15 @@ def test_control_characters_are_not_spoken_and_break_nothing(client):
     assert pcm_seconds(response.content) > 0.5
 
 
+@pytest.mark.parametrize("fmt", list(CONTENT_TYPES))
+def test_input_the_voice_cannot_say_is_a_short_silence_in_a_well_formed_file(client, fmt):
+    for text in ("...", "\U0010ffff"):
+        response = speak(client, text, response_format=fmt)
+        assert response.status_code == 200, response.text
+        seconds, _ = decode(response.content)  # opus, mp3 and aac were 0 bytes, which no decoder opens
+        assert 0.0 < seconds < 1.0, (text, seconds)
+
+
 def test_input_of_4096_characters_is_accepted(client):
     text = ("A short line of speech. " * 200)[:4096]
     with client.stream("POST", "/v1/audio/speech", json={"input": text, "response_format": "pcm"}) as response:
