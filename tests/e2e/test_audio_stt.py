@@ -261,6 +261,13 @@ def test_bad_fields_are_400(client, wav, field, value, needle):
     _error(_post(client, wav, **{field: value}), 400, needle)
 
 
+def test_a_granularity_sent_as_a_file_is_400_without_the_uploads_internals(client, wav):
+    r = client.post("/v1/audio/transcriptions", data={"response_format": "verbose_json"},
+                    files=[("file", ("a.wav", wav, "audio/wav")), ("timestamp_granularities[]", ("g.txt", b"word"))])
+    error = _error(r, 400, "not a file")
+    assert "UploadFile" not in error["message"]  # it was the upload's repr, its headers included
+
+
 def test_word_granularity_needs_verbose_json_and_stream_needs_json_or_text(client, wav):
     _error(_post(client, wav, **{"timestamp_granularities[]": "word"}), 400, "verbose_json")
     _error(_post(client, wav, stream="true", response_format="srt"), 400, "stream")

@@ -104,7 +104,10 @@ def _granularities(form: FormData) -> tuple[str, ...]:
     values = [*form.getlist("timestamp_granularities[]"), *form.getlist("timestamp_granularities")]
     out = []
     for value in values:
-        if not isinstance(value, str) or value not in GRANULARITIES:
+        if not isinstance(value, str):
+            raise invalid_request("`timestamp_granularities[]` must be a text field, not a file",
+                                  param="timestamp_granularities")
+        if value not in GRANULARITIES:
             raise invalid_request(f"`timestamp_granularities[]` takes word or segment, not {value!r}",
                                   param="timestamp_granularities")
         out.append(value)
