@@ -334,6 +334,30 @@ def test_a_client_that_leaves_stops_its_transcription(stt, client, speaker, wav)
     assert behind < 0.9 * whole + own - 1.0, (whole, own, behind)
 
 
+def test_uploads_whose_clients_left_before_their_turn_are_not_decoded(stt, client, clip, speaker, wav):
+    """Uploads decode one at a time. Five clients that send twenty minutes of MP3 each and
+    leave hold the next request up for the one decode already running at most: not for
+    five decodes, nor for the transcription of one that started before its cancel landed
+    (the whole recording's voice detection: most of 20 s here)."""
+    import httpx
+
+    long_mp3 = encode(np.tile(clip, 80), speaker.rate, "mp3")
+    started = time.monotonic()
+    _error(_post(client, long_mp3, language="fr"), 400, "English only")  # refused after its decode
+    decode = time.monotonic() - started
+
+    def leave(_):
+        with stt.client(timeout=0.5) as leaving, pytest.raises(httpx.TimeoutException):
+            _post(leaving, long_mp3)
+
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        list(pool.map(leave, range(5)))
+    started = time.monotonic()
+    assert _post(client, wav).status_code == 200
+    behind = time.monotonic() - started
+    assert behind < 2 * decode + 1.0, (decode, behind)
+
+
 def test_a_server_without_an_stt_model_answers_501_after_checking_the_request(http, wav):
     error = _error(_post(http, wav), 501, "not_implemented", "--stt-model")
     assert error["type"] == "not_implemented"

@@ -35,8 +35,10 @@ async def _transcribe(request: Request, task: str) -> Response:
     host: SttHost | None = getattr(request.app.state, "stt_host", None)
     if host is not None:
         check_service_model(request, fields.model, host.model_id, WHISPER_ALIAS, host.model)
-    # not audio, or too long: 400 even without a model
-    samples = await decode_in_background(fields.data, request.app.state.config.stt_max_seconds)
+    # not audio, or too long: 400 even without a model. One upload decodes at a time: a client that
+    # leaves while its upload waits for the decoder (or is decoded) is neither decoded nor transcribed
+    samples = await run_while_connected(
+        request, decode_in_background(fields.data, request.app.state.config.stt_max_seconds))
     if host is None:
         raise AudioModelMissing("stt", "--stt-model", ROUTES)
     host.require_ready()
