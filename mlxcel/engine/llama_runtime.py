@@ -24,6 +24,7 @@ from mlxcel.engine.compute_gate import COMPUTE_GATE
 from mlxcel.engine.control_vectors import ControlVectorError, ControlVectors, apply_control_vectors
 from mlxcel.engine.cpu_repack import repack_overrides
 from mlxcel.engine.huge_pages import ContextPages
+from mlxcel.engine.kv_fit import host_cache_refusal
 from mlxcel.engine.kv_overrides import KvOverride, override_array
 from mlxcel.engine.lora import LoraError, apply_scales, load_adapters
 from mlxcel.engine.rope import RopeSettings
@@ -217,6 +218,12 @@ class LlamaRuntime:
             raise ModelLoadError(str(exc)) from None
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         release_after_load(config.model_path, config.load_mode)  # before the context's buffers: a lower peak
+        if config.n_gpu_layers == 0 or not llama_cpp.llama_supports_gpu_offload():  # the cache in host memory
+            n_ctx = config.n_ctx or llama_cpp.llama_model_n_ctx_train(self.model)
+            refusal = host_cache_refusal(config.model_path, n_ctx, config.type_k, config.type_v, config.swa_full)
+            if refusal is not None:
+                llama_cpp.llama_model_free(self.model)
+                raise ModelLoadError(refusal)
         ctx_params = context_params(config)
         if choose_flash_attn is not None and config.flash_attn == llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO:
             try:

@@ -48,6 +48,18 @@ def test_bad_values_fail_in_one_line(args, env, needle):
 
 
 
+def test_a_context_past_the_machine_s_memory_is_refused_in_one_line():
+    """-c 2000000000 (in llama.cpp's int range) made llama.cpp build a cell table and a
+    cache that grew until the kernel killed the process (4.4 GB and climbing); the start
+    now ends in one line naming what the cache would need, before any of it is made."""
+    started = time.monotonic()
+    result = _serve("-m", DEFAULT_MODEL, "-c", "2000000000", "--port", str(free_port()))
+    assert result.returncode == 1, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("mlxcel: error:")]
+    assert len(lines) == 1 and "a KV cache of 2000000000 tokens" in lines[0] and "lower -c" in lines[0], lines
+    assert "Traceback" not in result.stderr and time.monotonic() - started < 30
+
+
 @pytest.mark.parametrize("flag, noun", [("--embedding-model", "embedding"), ("--rerank-model", "rerank")])
 def test_a_side_model_that_cannot_load_ends_the_start_in_one_line(tmp_path, flag, noun):
     """A model served beside the chat model loads on a thread of its own; a file llama.cpp
