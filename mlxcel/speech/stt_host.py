@@ -92,6 +92,12 @@ class SttHost(SleepingModel):
         if self.worker is not None:
             self.worker.stop()
 
+    def check_room(self) -> None:
+        """ServerBusy now when the queue is full (nothing when the model is not loaded
+        yet: the route's require_ready answers that)."""
+        if self.worker is not None:
+            self.worker.check_room()
+
     def submit(self, samples: np.ndarray, options: TranscribeOptions) -> Transcription:
         """Queue a transcription (ServerBusy at once when --audio-queue-depth jobs wait)."""
         worker = self.require_ready()

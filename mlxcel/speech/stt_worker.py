@@ -54,14 +54,25 @@ class WhisperWorker:
         """Queue `job`; ServerBusy (503) when --audio-queue-depth jobs already wait
         (jobs whose client left do not count: they give their places back)."""
         with self._wake:
-            if self._stopping:
-                raise ServerBusy("the speech-to-text worker is shutting down")
-            self._drop_cancelled()
-            if len(self._waiting) >= self.depth:
-                raise ServerBusy(f"All {self.depth} speech-to-text queue places are taken "
-                                 "(--audio-queue-depth). Please try again later.")
+            self._refuse_when_full()
             self._waiting.append(job)
             self._wake.notify()
+
+    def check_room(self) -> None:
+        """ServerBusy (503) now when a job submitted now would be refused: a route asks
+        before it decodes an upload, so a flood is turned away without decoding each
+        (submit asks again: places may fill meanwhile)."""
+        with self._wake:
+            self._refuse_when_full()
+
+    def _refuse_when_full(self) -> None:
+        """With the lock held: ServerBusy when stopping or every place is taken."""
+        if self._stopping:
+            raise ServerBusy("the speech-to-text worker is shutting down")
+        self._drop_cancelled()
+        if len(self._waiting) >= self.depth:
+            raise ServerBusy(f"All {self.depth} speech-to-text queue places are taken "
+                             "(--audio-queue-depth). Please try again later.")
 
     def _drop_cancelled(self) -> None:
         """With the lock held: forget the waiting jobs that were cancelled."""

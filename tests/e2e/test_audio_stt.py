@@ -308,6 +308,31 @@ def test_beyond_the_queue_depth_is_503(stt, speaker):
     assert busy.json()["error"]["type"] == "server_busy" and "--audio-queue-depth" in busy.json()["error"]["message"]
 
 
+def test_a_full_queue_refuses_an_upload_before_decoding_it(stt, speaker):
+    """With every place taken, an upload is a 503 at once: a flood is turned away without
+    each upload being decoded first (bytes that are not audio were a 400 after their
+    decode even then, so the check came after the work it exists to spare)."""
+    long_wav = speaker.wav(" ".join(SENTENCES * 3))
+
+    def send(_):
+        with stt.client(timeout=300) as client:
+            return _post(client, long_wav)
+
+    refusals = []
+    with concurrent.futures.ThreadPoolExecutor(2) as pool, stt.client() as client:
+        running = [pool.submit(send, i) for i in range(2)]  # one runs, one waits: the queue is full
+        while not all(f.done() for f in running) and not refusals:
+            r = client.post("/v1/audio/transcriptions", files={"file": ("x.wav", b"not audio at all", "audio/wav")})
+            if r.status_code == 503:
+                refusals.append(r)
+            else:
+                assert r.status_code == 400, r.text
+                time.sleep(0.05)
+        results = [f.result() for f in running]
+    assert [r.status_code for r in results] == [200, 200]
+    assert refusals and "--audio-queue-depth" in refusals[0].json()["error"]["message"]
+
+
 def test_a_client_that_leaves_stops_its_transcription(stt, client, speaker, wav):
     """A recording of two 30-second windows whose client gives up after a second stops
     at the end of the window being decoded (one worker, queue depth 1): the next

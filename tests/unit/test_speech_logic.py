@@ -188,6 +188,30 @@ def test_a_waiting_job_whose_client_left_gives_its_queue_place_back():
     host.shutdown()
 
 
+def test_check_room_refuses_when_a_submit_would_and_not_before():
+    model = SlowModel()
+    host = _host(model, depth=1)
+
+    async def run():
+        host.check_room()  # nothing waits
+        first = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        await asyncio.to_thread(model.started.wait, 5)
+        host.check_room()  # one runs, none waits: a place is free
+        waiting = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        with pytest.raises(ServerBusy, match="--audio-queue-depth"):
+            host.check_room()
+        waiting.cancel()  # its client left: the place is free again
+        host.check_room()
+        model.gate.set()
+        return await _all(first)
+
+    assert len(asyncio.run(run())) == 4
+    worker = host.worker
+    host.shutdown()
+    with pytest.raises(ServerBusy, match="shutting down"):
+        worker.check_room()
+
+
 def test_a_slow_job_times_out_and_is_stopped():
     model = SlowModel()
     host = _host(model, timeout=0.2)

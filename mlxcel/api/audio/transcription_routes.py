@@ -35,6 +35,7 @@ async def _transcribe(request: Request, task: str) -> Response:
     host: SttHost | None = getattr(request.app.state, "stt_host", None)
     if host is not None:
         check_service_model(request, fields.model, host.model_id, WHISPER_ALIAS, host.model)
+        host.check_room()  # a full queue refuses before the upload is decoded
     # not audio, or too long: 400 even without a model. One upload decodes at a time: a client that
     # leaves while its upload waits for the decoder (or is decoded) is neither decoded nor transcribed
     samples = await run_while_connected(
