@@ -41,7 +41,15 @@ from mlxcel.engine.media_prefill import EmbeddingBatch, MediaChunk
 from mlxcel.engine.p_less import apply_p_less
 from mlxcel.engine.prefill_queue import PrefillQueue
 from mlxcel.engine.prompt_lookup import PREDICTION_NGRAM, PromptLookup
-from mlxcel.engine.request import FinishEvent, FinishReason, GenerationRequest, PromptProgressEvent, Timings, TokenEvent
+from mlxcel.engine.request import (
+    Failure,
+    FinishEvent,
+    FinishReason,
+    GenerationRequest,
+    PromptProgressEvent,
+    Timings,
+    TokenEvent,
+)
 from mlxcel.engine.slot_memory import SlotMemory
 from mlxcel.engine.slots import Slot, SlotState, SlotTable
 from mlxcel.engine.snapshot import PUBLISH_INTERVAL_S, EngineSnapshot, take_snapshot
@@ -205,8 +213,8 @@ class Engine(EngineControl):
             else:
                 command.done.set_result(False)
         self._idle_work.fail_all(failure or "the server is shutting down")
-        self._fail_everything(failure or "the server is shutting down", engine_failed=failure is not None,
-                              stopping=failure is None)
+        self._fail_everything(failure or "the server is shutting down",
+                              Failure.ENGINE if failure is not None else Failure.STOPPING)
         self._publish()
         if self.lookup_caches is not None:
             self.lookup_caches.save()  # what this engine's requests added (logged, never raised)
@@ -270,7 +278,7 @@ class Engine(EngineControl):
                 self.waiting.push(command.request)
                 queued = True
             elif isinstance(command, Cancel):
-                self._cancel(command.request_id, command.reason, command.error, command.shed)
+                self._cancel(command.request_id, command.reason, command.error, command.failure)
             elif isinstance(command, (LoraChange, EndReasoning)) and not command.done.set_running_or_notify_cancel():
                 pass  # its caller went away (a shutdown cancels what still waits): nothing to answer
             elif isinstance(command, LoraChange):
@@ -287,16 +295,16 @@ class Engine(EngineControl):
                 return True
 
     def _cancel(self, request_id: int, reason: FinishReason = FinishReason.CANCELLED, error: str | None = None,
-                shed: bool = False) -> None:
+                failure: Failure | None = None) -> None:
         request = self.waiting.remove(request_id)
         if request is not None:
-            self._finish_unstarted(request, reason, error=error, shed=shed)
+            self._finish_unstarted(request, reason, error=error, failure=failure)
             return
         for slot in self.slots:
             if slot.request is not None and slot.request.id == request_id:
-                if shed:
+                if failure is Failure.SHED:
                     self._forget_sequence(slot)  # the point is to free what it holds
-                self._finish(slot, reason, error=error, shed=shed)
+                self._finish(slot, reason, error=error, failure=failure)
                 return
 
     def _end_reasoning(self, request_id: int) -> bool:
@@ -630,7 +638,7 @@ class Engine(EngineControl):
             # the step's mask could not be computed: the request's own grammar ran past the
             # matcher's limits (a regex whose lexer grows with each token), a 400 like an
             # oversized schema, found only as the output reached it
-            self._finish(slot, FinishReason.ERROR, unsatisfiable=True,
+            self._finish(slot, FinishReason.ERROR, failure=Failure.UNSATISFIABLE,
                          error=f"the output format's grammar exceeded the structured-output limits: {constraint.error}")
             return -1
         k = request.logprobs
@@ -665,7 +673,7 @@ class Engine(EngineControl):
                 # the mask leaves the sampler no token only when the request's own logit_bias
                 # banned every token the format allows
                 error = "no token satisfies both the output format and the request's logit_bias"
-            self._finish(slot, FinishReason.ERROR, unsatisfiable=True, error=error)
+            self._finish(slot, FinishReason.ERROR, failure=Failure.UNSATISFIABLE, error=error)
             return token
         self._accept_token(slot, token, scores)
         return token
@@ -726,13 +734,10 @@ class Engine(EngineControl):
         stop_word: str | None = None,
         eos: bool = False,
         error: str | None = None,
-        engine_failed: bool = False,
-        stopping: bool = False,
-        unsatisfiable: bool = False,
+        failure: Failure | None = None,
         truncated: bool = False,
         end_token: TokenEvent | None = None,
         drop_held: bool = False,
-        shed: bool = False,
     ) -> None:
         """End the slot's request: release the slot and emit its FinishEvent. Nothing
         here may keep the event from being emitted. `drop_held`: text still held back
@@ -792,12 +797,9 @@ class Engine(EngineControl):
                 seed=seed,
                 slot_id=slot.id,
                 error=error,
-                engine_failed=engine_failed,
-                stopping=stopping,
-                unsatisfiable=unsatisfiable,
+                failure=failure,
                 truncated=truncated,
                 end_token=end_token,
-                shed=shed,
             )
         )
 
@@ -825,8 +827,8 @@ class Engine(EngineControl):
         del slot.cached_tokens[keep:]
 
     def _finish_unstarted(
-        self, request: GenerationRequest, reason: FinishReason, error: str | None = None, engine_failed: bool = False,
-        shed: bool = False, stopping: bool = False,
+        self, request: GenerationRequest, reason: FinishReason, error: str | None = None,
+        failure: Failure | None = None,
     ) -> None:
         self._finished_one()
         self._publish()
@@ -838,9 +840,7 @@ class Engine(EngineControl):
                 cached_tokens=0,
                 timings=Timings(),
                 error=error,
-                engine_failed=engine_failed,
-                stopping=stopping,
-                shed=shed,
+                failure=failure,
             )
         )
 
@@ -853,12 +853,11 @@ class Engine(EngineControl):
             self.stats.completion_tokens += n_generated
             self.stats.generation_seconds += now - request.created
 
-    def _fail_everything(self, message: str, engine_failed: bool = False, stopping: bool = False) -> None:
+    def _fail_everything(self, message: str, failure: Failure) -> None:
         for slot in self.slots:
             if slot.request is not None:
                 try:
-                    self._finish(slot, FinishReason.ERROR, error=message, engine_failed=engine_failed,
-                                 stopping=stopping)
+                    self._finish(slot, FinishReason.ERROR, error=message, failure=failure)
                 except Exception:  # noqa: BLE001 - the others must still be told
                     log.exception("finishing request %d failed", slot.request.id)
         limbo = self._admitting
@@ -866,5 +865,4 @@ class Engine(EngineControl):
             self.waiting.push(limbo)  # the thread died admitting it
         self._admitting = None
         for request in self.waiting.drain():
-            self._finish_unstarted(request, FinishReason.ERROR, error=message, engine_failed=engine_failed,
-                                   stopping=stopping)
+            self._finish_unstarted(request, FinishReason.ERROR, error=message, failure=failure)

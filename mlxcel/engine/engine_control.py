@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from mlxcel.engine.engine_config import EngineConfig
 from mlxcel.engine.faults import EngineFailedError
 from mlxcel.engine.lora_sets import LoraChange
-from mlxcel.engine.request import FinishReason, GenerationRequest
+from mlxcel.engine.request import Failure, FinishReason, GenerationRequest
 from mlxcel.engine.slot_files import SlotAction, SlotFileError
 from mlxcel.engine.slots import SlotTable
 from mlxcel.engine.stats import EngineStats
@@ -39,7 +39,7 @@ class Cancel:
     request_id: int
     reason: FinishReason = FinishReason.CANCELLED
     error: str | None = None
-    shed: bool = False  # the memory governor ended it (an ERROR finish, marked shed)
+    failure: Failure | None = None  # an ERROR finish's kind (SHED: the memory governor ended it)
 
 
 class Stop:
@@ -120,7 +120,7 @@ class EngineControl:
         """End the request to free memory (the governor's red band): it finishes with
         an ERROR marked `shed` (the APIs answer server_overloaded_shed, finish_reason
         shed) with `message` as its error, wherever it is."""
-        self._inbox.put(Cancel(request_id, FinishReason.ERROR, message, shed=True))
+        self._inbox.put(Cancel(request_id, FinishReason.ERROR, message, Failure.SHED))
 
     def slot_action(self, action: SlotAction) -> Future:
         """Queue a slot save, restore or erase (slot_files.py); its `done` future is

@@ -32,6 +32,16 @@ class FinishReason(str, enum.Enum):
     ERROR = "error"
 
 
+class Failure(enum.Enum):
+    """Why a generation ended in ERROR, where the APIs answer the kinds apart; a finish
+    without one is this request's own failure (a 500 naming it)."""
+
+    ENGINE = "engine"  # the engine itself failed (503 engine_failed; the server restarts it)
+    STOPPING = "stopping"  # the server stopped while it held the request (503: retry elsewhere)
+    UNSATISFIABLE = "unsatisfiable"  # the request's own constraints left no token to sample (400)
+    SHED = "shed"  # the memory governor ended it to free memory (503, finish_reason "shed")
+
+
 @dataclass
 class Timings:
     """llama-server's `timings` object for one request."""
@@ -116,10 +126,7 @@ class FinishEvent:
     seed: int | None = None
     slot_id: int | None = None
     error: str | None = None
-    engine_failed: bool = False  # the engine itself failed (the server answers 503 and restarts)
-    stopping: bool = False  # the server stopped while it was held (503: retry, on another server)
-    unsatisfiable: bool = False  # the request's own constraints left no token to sample (a 400)
-    shed: bool = False  # the memory governor ended it to free memory (finish_reason "shed")
+    failure: Failure | None = None  # why an ERROR finish failed, where the APIs answer it apart
     truncated: bool = False  # the slot's context ran out: generation stopped there, or shifted it
     # the end-of-generation token that ended it, with its probabilities, when the
     # request asked for them (it is no TokenEvent: no API shows it as text)

@@ -4,6 +4,8 @@ once, for every API."""
 
 from __future__ import annotations
 
+from mlxcel.engine.request import Failure
+
 
 class TurnError(Exception):
     """Base: a message for the client, an optional machine-readable code, and extra
@@ -92,12 +94,13 @@ def generation_error(finish) -> TurnError:
     server stopped while it ran (a retry may reach another server), InvalidRequest when
     the request's own constraints left nothing to sample, else GenerationFailed (its
     message names the engine request the log describes)."""
-    if finish.engine_failed:
+    failure = finish.failure
+    if failure is Failure.ENGINE:
         return EngineUnavailable(finish.error or "the engine failed")
-    if getattr(finish, "stopping", False):
+    if failure is Failure.STOPPING:
         return ServerBusy(finish.error or "the server is shutting down", code="server_shutting_down")
-    if getattr(finish, "shed", False):
+    if failure is Failure.SHED:
         return RequestShed(finish.error or "the request was shed to free memory")
-    if finish.unsatisfiable:
+    if failure is Failure.UNSATISFIABLE:
         return InvalidRequest(finish.error or "the request's constraints cannot be met", "unsatisfiable_request")
     return GenerationFailed(f"generation failed: {finish.error}")

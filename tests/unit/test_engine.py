@@ -19,7 +19,7 @@ from mlxcel.engine.engine_config import EngineConfig
 from mlxcel.engine.engine_control import EngineStoppedError, QueueFullError
 from mlxcel.engine.faults import FAULT_INJECTION_ENV, EngineFailedError, Fault
 from mlxcel.engine.prompt_cache import HostPromptCache
-from mlxcel.engine.request import FinishReason, GenerationRequest, Priority
+from mlxcel.engine.request import Failure, FinishReason, GenerationRequest, Priority
 from mlxcel.engine.sampling import SamplingParams
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.snapshot import EngineSnapshot
@@ -471,7 +471,7 @@ def test_a_sampler_that_raises_fails_that_request_alone(make_rig):
     bad = rig.submit([POISON, 1], max_tokens=5)
     good = rig.submit([10, 11], max_tokens=5)
     finish = bad.wait()
-    assert finish.reason is FinishReason.ERROR and "sampling" in finish.error and not finish.engine_failed
+    assert finish.reason is FinishReason.ERROR and "sampling" in finish.error and finish.failure is not Failure.ENGINE
     assert good.wait().reason is FinishReason.LENGTH
     assert good.token_ids == expected_tokens(successor, [10, 11], 5)
     assert rig.runtime.memory[finish.slot_id] == []  # a failed request's sequence is not trusted
@@ -523,7 +523,7 @@ def test_a_sequence_refused_even_alone_fails_only_its_request(make_rig):
     bad = rig.submit([POISON, 6], max_tokens=5)
     finish = bad.wait()
     assert finish.reason is FinishReason.ERROR and "llama_decode failed (1)" in finish.error
-    assert not finish.engine_failed
+    assert finish.failure is not Failure.ENGINE
     for e in good:
         assert e.wait().reason is FinishReason.LENGTH
         assert e.token_ids == expected_tokens(history_hash, e.request.prompt_tokens, 5)
@@ -536,7 +536,7 @@ def test_a_sequence_refused_even_alone_fails_only_its_request(make_rig):
 def assert_engine_failed(rig: Rig, events: list[RequestEvents], reason_part: str, since: float) -> None:
     for e in events:
         finish = e.wait()
-        assert finish.reason is FinishReason.ERROR and finish.engine_failed, finish
+        assert finish.reason is FinishReason.ERROR and finish.failure is Failure.ENGINE, finish
         assert reason_part in finish.error
     wait_until(lambda: rig.failures)
     rig.engine.stop(timeout=2.0)
@@ -606,7 +606,7 @@ def test_stopping_finishes_every_request_as_shut_down(make_rig):
     rig.runtime.release()
     for e in (running, queued):
         finish = e.wait()
-        assert finish.reason is FinishReason.ERROR and not finish.engine_failed
+        assert finish.reason is FinishReason.ERROR and finish.failure is not Failure.ENGINE
         assert "shutting down" in finish.error
     assert rig.failures == [] and rig.engine.failure is None
     with pytest.raises(EngineStoppedError):

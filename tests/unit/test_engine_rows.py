@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mlxcel.engine.request import FinishReason
+from mlxcel.engine.request import Failure, FinishReason
 from mlxcel.engine.slots import SlotState
 from tests.unit.test_engine import make_rig, wait_idle, wait_until  # noqa: F401 - make_rig: the engine tests' fixture
 
@@ -54,9 +54,9 @@ def test_a_shed_request_finishes_as_shed_with_its_message(rigs):
     since = time.monotonic()
     rig.runtime.release()
     finish = running.wait()
-    assert finish.reason is FinishReason.ERROR and finish.shed and finish.error == "shed to free memory"
+    assert (finish.reason, finish.failure, finish.error) == (FinishReason.ERROR, Failure.SHED, "shed to free memory")
     finish = waiting.wait()
-    assert finish.reason is FinishReason.ERROR and finish.shed and finish.error == "shed while queued"
+    assert (finish.reason, finish.failure, finish.error) == (FinishReason.ERROR, Failure.SHED, "shed while queued")
     assert finish.completion_tokens == 0
     wait_idle(rig.engine, since)
     assert rig.submit([7], max_tokens=2).wait().reason is FinishReason.LENGTH  # the engine goes on

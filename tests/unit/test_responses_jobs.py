@@ -141,12 +141,12 @@ def test_json_safe_returns_an_encodable_value_itself():
     assert not is_json_safe({"x": "\ud800"}) and not is_json_safe({"x": math.nan})
 
 
-@pytest.mark.parametrize("engine_failed, status", [(False, 500), (True, 503)])
-def test_a_failed_generation_answers_as_the_other_apis_do(engine_failed, status):
-    from mlxcel.engine.request import FinishEvent, FinishReason, Timings
+@pytest.mark.parametrize("failure, status", [(None, 500), ("ENGINE", 503)])
+def test_a_failed_generation_answers_as_the_other_apis_do(failure, status):
+    from mlxcel.engine.request import Failure, FinishEvent, FinishReason, Timings
 
     _, run, _ = background_run()
     run.failed_generation = FinishEvent(FinishReason.ERROR, 3, 0, 0, Timings(), error="decode failed",
-                                        engine_failed=engine_failed)
+                                        failure=failure and Failure[failure])
     run.final = run.failed("server_error", "generation failed: decode failed")
     assert as_api_error(run.failure_error()).status == status

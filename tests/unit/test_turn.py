@@ -11,7 +11,7 @@ import pytest
 from mlxcel.config import ServerConfig
 from mlxcel.engine.engine_control import QueueFullError
 from mlxcel.engine.faults import EngineFailedError, Fault
-from mlxcel.engine.request import FinishEvent, FinishReason, Priority, Timings, TokenEvent
+from mlxcel.engine.request import Failure, FinishEvent, FinishReason, Priority, Timings, TokenEvent
 from mlxcel.engine.snapshot import EngineSnapshot
 from mlxcel.http.errors import as_api_error
 from mlxcel.turn.context import RequestContext
@@ -208,12 +208,18 @@ def test_typed_errors_map_to_statuses_once(error, status, kind):
         assert api.body()["error"]["n"] == 1
 
 
-def test_a_failed_generation_is_a_503_only_when_the_engine_failed():
-    failed = FinishEvent(FinishReason.ERROR, 1, 0, 0, Timings(), error="sampling broke")
-    assert isinstance(generation_error(failed), GenerationFailed)
-    failed.engine_failed = True
-    assert isinstance(generation_error(failed), EngineUnavailable)
-    assert as_api_error(generation_error(failed)).code == "engine_failed"
+@pytest.mark.parametrize("failure, status, code", [
+    (None, 500, None),
+    (Failure.ENGINE, 503, "engine_failed"),
+    (Failure.STOPPING, 503, "server_shutting_down"),
+    (Failure.SHED, 503, "server_overloaded_shed"),
+    (Failure.UNSATISFIABLE, 400, "unsatisfiable_request"),
+])
+def test_a_failed_generation_is_answered_by_its_kind(failure, status, code):
+    failed = FinishEvent(FinishReason.ERROR, 1, 0, 0, Timings(), error="sampling broke", failure=failure)
+    api = as_api_error(generation_error(failed))
+    assert (api.status, api.code) == (status, code)
+    assert "sampling broke" in api.body()["error"]["message"]
 
 
 def test_the_event_inbox_hands_over_in_order_wakes_its_waiter_and_survives_a_cancelled_get():
