@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mlxcel.engine.embedding_engine import STEP_TOKENS
+from tests.health_probe import health_latencies_while
 from tests.server_process import ServerProcess
 
 EMBEDDING_MODEL = os.environ.get("MLXCEL_TEST_EMBEDDING_MODEL", "all-minilm-l6-v2")
@@ -249,28 +250,11 @@ def test_a_client_that_leaves_drops_its_inputs_not_yet_embedded(client, beside):
 def test_health_answers_while_thousands_of_vectors_are_rendered(beside, path, field):
     """2,048 vectors of 384 floats take about 0.3 s to write out as JSON: a thread does
     it, not the event loop (/health stalled that long)."""
-    import threading
-    import time
-
-    done = threading.Event()
-    outcome: dict = {}
-
-    def send() -> None:
+    def send() -> tuple[int, int]:
         with beside.client(timeout=300) as other:
             response = other.post(path, json={field: ["x"] * 2048})
-            outcome["status"], outcome["size"] = response.status_code, len(response.content)
-        done.set()
+            return response.status_code, len(response.content)
 
-    latencies = []
-    with beside.client() as client:
-        client.get("/health")  # connection open before the work starts
-        worker = threading.Thread(target=send)
-        worker.start()
-        while not done.is_set():
-            started = time.monotonic()
-            client.get("/health")
-            latencies.append(time.monotonic() - started)
-            time.sleep(0.01)
-    worker.join()
-    assert outcome["status"] == 200 and outcome["size"] > 5_000_000, outcome
+    latencies, [(status, size)] = health_latencies_while(beside, [send])
+    assert status == 200 and size > 5_000_000, (status, size)
     assert max(latencies) < 0.1, f"slowest /health {max(latencies):.3f}s"

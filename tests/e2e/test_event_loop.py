@@ -3,10 +3,11 @@ never stalls the event loop: /health keeps answering quickly meanwhile."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
+
+from tests.health_probe import health_latencies_while
 
 HEALTH_BUDGET_S = 0.1
 WORDS = "The quick brown fox jumps over the lazy dog while the engine keeps serving. "
@@ -30,27 +31,13 @@ def _prepare_requests(text: str) -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("path, body", _prepare_requests(_big_text(1_000_000)), ids=lambda v: v if isinstance(v, str)
                          else "")
 def test_health_answers_while_a_large_request_is_prepared(server, path, body):
-    done = threading.Event()
-    outcome: dict = {}
-
-    def send():
+    def send() -> dict:
         with server.client(timeout=120) as client:
             started = time.monotonic()
-            outcome["status"] = client.post(path, json=body).status_code
-            outcome["seconds"] = time.monotonic() - started
-        done.set()
+            status = client.post(path, json=body).status_code
+            return {"status": status, "seconds": time.monotonic() - started}
 
-    latencies = []
-    with server.client() as client:
-        client.get("/health")  # connection open before the work starts
-        worker = threading.Thread(target=send)
-        worker.start()
-        while not done.is_set():
-            started = time.monotonic()
-            client.get("/health")
-            latencies.append(time.monotonic() - started)
-            time.sleep(0.01)
-    worker.join()
+    latencies, [outcome] = health_latencies_while(server, [send])
     # the prompt is far beyond the 1,024-token slot: generation routes refuse it after tokenizing
     assert outcome["status"] in (200, 400), outcome
     assert outcome["seconds"] > 0.1, "the request was too cheap to show anything"

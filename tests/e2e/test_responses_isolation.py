@@ -6,14 +6,13 @@ server."""
 from __future__ import annotations
 
 import statistics
-import threading
-import time
 
 import httpx
 import pytest
 
 from mlxcel.api.responses.capsule import Capsule, encode_capsule
 from tests.fixtures.hostile_responses import HOSTILE_BODIES
+from tests.health_probe import health_latencies_while
 
 ROUTES = {
     "create": ("/v1/responses", {"max_output_tokens": 2}),
@@ -54,24 +53,6 @@ def test_text_a_response_cannot_echo_is_refused_before_generation(http, path, ra
     assert http.get("/health").status_code == 200
 
 
-def _health_while(server, work) -> tuple[list[float], list[httpx.Response]]:
-    """/health latencies sampled while `work` (a list of callables) runs on threads."""
-    results: list[httpx.Response] = []
-    threads = [threading.Thread(target=lambda w=w: results.append(w())) for w in work]
-    for thread in threads:
-        thread.start()
-    latencies = []
-    with server.client(timeout=60) as client:
-        while any(thread.is_alive() for thread in threads):
-            start = time.monotonic()
-            assert client.get("/health").status_code == 200
-            latencies.append(time.monotonic() - start)
-            time.sleep(0.02)
-    for thread in threads:
-        thread.join()
-    return latencies, results
-
-
 def _long_history(n: int) -> list[dict]:
     text = "The quick brown fox jumps over the lazy dog, again and again. " * 3
     return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{i}: {text}"} for i in range(n)]
@@ -85,7 +66,7 @@ def test_health_answers_while_long_histories_are_prepared(server):
     def post(path: str, body: dict):
         return lambda: httpx.post(f"{server.base_url}{path}", json=body, timeout=300)
 
-    latencies, results = _health_while(server, [
+    latencies, results = health_latencies_while(server, [
         post("/v1/responses/input_tokens", {"input": history}),
         post("/v1/responses/input_tokens", {"input": history}),
         post("/v1/responses", {"input": history, "max_output_tokens": 2}),
