@@ -81,7 +81,7 @@ class SttHost(SleepingModel):
     @property
     def outstanding(self) -> int:
         worker = self.worker
-        return 0 if worker is None else worker.waiting + worker.busy
+        return 0 if worker is None else worker.jobs.outstanding
 
     def _release(self) -> None:
         worker, self.worker = self.worker, None

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from mlxcel.speech.job_queue import JobQueue
 from mlxcel.speech.priority import lower_thread_priority
 from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions, Word
 from mlxcel.turn.errors import ServerBusy
@@ -34,80 +34,37 @@ class TranscriptionJob:
 class WhisperWorker:
     def __init__(self, model, depth: int) -> None:
         self.model = model
-        self.depth = depth
-        self._waiting: deque[TranscriptionJob] = deque()
-        self._wake = threading.Condition()
-        self._stopping = False
+        self.jobs: JobQueue[TranscriptionJob] = JobQueue(depth, "speech-to-text")
         self._thread = threading.Thread(target=self._run, name="mlxcel-stt", daemon=True)
-        self.busy = False
 
     def start(self) -> None:
         self._thread.start()
 
-    @property
-    def waiting(self) -> int:
-        with self._wake:
-            self._drop_cancelled()
-            return len(self._waiting)
-
     def submit(self, job: TranscriptionJob) -> None:
         """Queue `job`; ServerBusy (503) when --audio-queue-depth jobs already wait
         (jobs whose client left do not count: they give their places back)."""
-        with self._wake:
-            self._refuse_when_full()
-            self._waiting.append(job)
-            self._wake.notify()
+        self.jobs.put(job)
 
     def check_room(self) -> None:
         """ServerBusy (503) now when a job submitted now would be refused: a route asks
-        before it decodes an upload, so a flood is turned away without decoding each
-        (submit asks again: places may fill meanwhile)."""
-        with self._wake:
-            self._refuse_when_full()
-
-    def _refuse_when_full(self) -> None:
-        """With the lock held: ServerBusy when stopping or every place is taken."""
-        if self._stopping:
-            raise ServerBusy("the speech-to-text worker is shutting down")
-        self._drop_cancelled()
-        if len(self._waiting) >= self.depth:
-            raise ServerBusy(f"All {self.depth} speech-to-text queue places are taken "
-                             "(--audio-queue-depth). Please try again later.")
-
-    def _drop_cancelled(self) -> None:
-        """With the lock held: forget the waiting jobs that were cancelled."""
-        if any(job.cancelled.is_set() for job in self._waiting):
-            self._waiting = deque(job for job in self._waiting if not job.cancelled.is_set())
+        before it decodes an upload, so a flood is turned away without decoding each."""
+        self.jobs.check_room()
 
     def stop(self) -> None:
-        with self._wake:
-            self._stopping = True
-            abandoned, self._waiting = list(self._waiting), deque()
-            self._wake.notify_all()
-        for job in abandoned:
-            job.cancelled.set()
+        for job in self.jobs.close():
             job.emit("error", ServerBusy("the server is shutting down"))
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
         lower_thread_priority()  # the VAD's and the features' work here yields to the chat engine too
-        while True:
-            with self._wake:
-                while not self._waiting and not self._stopping:
-                    self._wake.wait()
-                if self._stopping:
-                    return
-                job = self._waiting.popleft()
-            if job.cancelled.is_set():
-                continue
-            self.busy = True
+        while (job := self.jobs.take()) is not None:
             try:
                 self._transcribe(job)
             except Exception as exc:
                 log.exception("transcription failed")
                 job.emit("error", exc)
             finally:
-                self.busy = False
+                self.jobs.done()
 
     def _transcribe(self, job: TranscriptionJob) -> None:
         opts = job.options

@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from mlxcel.config import ServerConfig
+from mlxcel.speech.job_queue import JobQueue
 from mlxcel.speech.tts_encode import AudioFormat, encoder_for
 from mlxcel.speech.tts_voice import PiperSpeaker, SpeechSettings, locate_voice
-from mlxcel.turn.errors import GenerationFailed, ServerBusy, TimedOut
+from mlxcel.turn.errors import GenerationFailed, TimedOut
 from mlxcel.turn.worker_sleep import SleepingModel
 
 log = logging.getLogger("mlxcel.server")
@@ -76,10 +76,7 @@ class SpeechHost(SleepingModel):
         self.speaker: PiperSpeaker | None = None
         self.ready = False
         self.error: str | None = None
-        self._waiting: deque[SpeechJob] = deque()
-        self._wake = threading.Condition()
-        self._running: SpeechJob | None = None
-        self._stopping = False
+        self._jobs: JobQueue[SpeechJob] = JobQueue(config.audio_queue_depth, "speech")
         self._worker: threading.Thread | None = None
         self._init_sleep()
 
@@ -102,26 +99,18 @@ class SpeechHost(SleepingModel):
 
     @property
     def outstanding(self) -> int:
-        with self._wake:
-            return len(self._waiting) + (self._running is not None)
+        return self._jobs.outstanding
 
     def _release(self) -> None:
         """Stop the worker (nothing waits or runs) and drop the voice; a later load starts both again."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify_all()
+        self._jobs.close()
         if self._worker is not None:
             self._worker.join(timeout=5)
-        with self._wake:
-            self._worker, self.speaker, self._stopping = None, None, False
+        self._worker, self.speaker = None, None
+        self._jobs.reopen()
 
     def shutdown(self) -> None:
-        with self._wake:
-            self._stopping = True
-            for job in (*self._waiting, self._running):
-                if job is not None:
-                    job.cancel()
-            self._wake.notify_all()
+        self._jobs.close(cancel_running=True)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -129,17 +118,9 @@ class SpeechHost(SleepingModel):
         """Queues a request, or ServerBusy when --audio-queue-depth requests already wait (one
         whose client left gives its place back)."""
         self.require_ready()
-        depth = self.config.audio_queue_depth
         job = SpeechJob(sentences, settings, fmt, time.monotonic() + self.config.audio_request_timeout_secs,
                         asyncio.get_running_loop())
-        with self._wake:
-            if any(waiting.cancelled.is_set() for waiting in self._waiting):  # their clients left: places free
-                self._waiting = deque(waiting for waiting in self._waiting if not waiting.cancelled.is_set())
-            if len(self._waiting) >= depth:
-                raise ServerBusy(f"the speech queue is full ({depth} requests waiting, --audio-queue-depth); "
-                                 "try again later", code="audio_queue_full", retry_after=1)
-            self._waiting.append(job)
-            self._wake.notify()
+        self._jobs.put(job)
         return job
 
     async def chunks(self, job: SpeechJob) -> AsyncIterator[AudioChunk]:
@@ -165,19 +146,12 @@ class SpeechHost(SleepingModel):
 
     def _work(self) -> None:
         _lower_priority(worker_nice())
-        while True:
-            with self._wake:
-                while not self._waiting and not self._stopping:
-                    self._wake.wait()
-                if self._stopping:
-                    return
-                job = self._running = self._waiting.popleft()
+        while (job := self._jobs.take()) is not None:
             try:
-                if not job.cancelled.is_set() and time.monotonic() < job.deadline:
+                if time.monotonic() < job.deadline:
                     self._speak(job)
             finally:
-                with self._wake:
-                    self._running = None
+                self._jobs.done()
 
     def _speak(self, job: SpeechJob) -> None:
         speaker, encoder = self.speaker, None

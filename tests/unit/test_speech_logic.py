@@ -178,7 +178,7 @@ def test_a_waiting_job_whose_client_left_gives_its_queue_place_back():
         await asyncio.to_thread(model.started.wait, 5)
         left = host.submit(np.zeros(10, np.float32), TranscribeOptions())
         left.cancel()  # its client left while it waited
-        assert host.worker.waiting == 0
+        assert host.worker.jobs.waiting == 0
         third = host.submit(np.zeros(10, np.float32), TranscribeOptions())  # was a 503 until the first ended
         model.gate.set()
         return await _all(first), await _all(third)
