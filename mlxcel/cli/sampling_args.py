@@ -164,8 +164,9 @@ def sampling_defaults(args: argparse.Namespace) -> SamplingParams:
         if "none" in breakers:  # as in llama-server, "none" clears the breakers given before it
             breakers = breakers[len(breakers) - breakers[::-1].index("none"):]
         dry_breakers = tuple(process_escapes(b) if args.escape else b for b in breakers)
-    order = args.samplers or args.sampler_seq
-    extra = {"samplers": order} if order else {}
+    # an empty order is llama-server's too: no sampler but the final draw ("--samplers ''")
+    order = args.samplers if args.samplers is not None else args.sampler_seq
+    extra = {"samplers": order} if order is not None else {}
     return SamplingParams(
         temperature=args.temp,
         top_k=args.top_k,

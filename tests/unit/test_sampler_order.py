@@ -91,6 +91,13 @@ def test_sampling_flags_become_the_defaults():
         "top_k", "temperature")
 
 
+@pytest.mark.parametrize("argv", [["--samplers", ""], ["--sampler-seq", ""]])
+def test_an_empty_order_leaves_only_the_draw_as_llama_server_does(argv):
+    assert parse_serve_args(["-m", "smollm2-135m-instruct", *argv]).sampling.samplers == ()
+    # no top-k, no temperature: every token of the distribution can be drawn
+    assert len(draws(SamplingParams(top_k=1, temperature=0.1, seed=5, samplers=()), rounds=200)) > 2
+
+
 @pytest.mark.parametrize("argv", [["--samplers", "top_k;nope"], ["--sampler-seq", "kq"], ["--mirostat", "3"],
                                   ["-l", "abc"], ["--dynatemp-range", "nan"]])
 def test_bad_sampling_flags_fail_in_one_line(argv):
