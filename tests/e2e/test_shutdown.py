@@ -2,8 +2,9 @@
 grace period for open responses and then cancels them, each with a traceback, and a
 cancelled stream is cut mid-chunk. The server ends those requests itself before that:
 every stream ends in its API's order (chat: finish_reason "error" and [DONE]; the native
-route and Anthropic: an error event naming the stop), a whole answer is a 503 a client
-may retry elsewhere, and the process exits 0 with nothing in its log but the stop."""
+route and Anthropic: an error event naming the stop; Responses: response.failed naming
+it), a whole answer is a 503 a client may retry elsewhere, and the process exits 0 with
+nothing in its log but the stop."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ class _Answer:
 
 
 def test_answers_running_at_a_stop_end_in_order_and_the_server_exits_cleanly():
-    proc = ServerProcess("-c", "8192", "-np", "4", "--spec-type", "none")
+    proc = ServerProcess("-c", "10240", "-np", "5", "--spec-type", "none")
     try:
         proc.wait_ready()
         url = proc.base_url
@@ -73,12 +74,13 @@ def test_answers_running_at_a_stop_end_in_order_and_the_server_exits_cleanly():
                                               "ignore_eos": True})
         anthropic = _Answer(url, "/v1/messages", {"model": "m", "messages": ASK, "stream": True,
                                                   "max_tokens": 4000})
-        for answer in (chat, native, anthropic):
+        responses = _Answer(url, "/v1/responses", {"input": ASK, "stream": True, "max_output_tokens": 4000})
+        for answer in (chat, native, anthropic, responses):
             assert answer.started.wait(60)
         whole = _Answer(url, "/v1/chat/completions", {"messages": ASK, **LONG})
         deadline = time.monotonic() + 60
         while proc.client().get("/slots").json() and sum(
-                slot["is_processing"] for slot in proc.client().get("/slots").json()) < 4:
+                slot["is_processing"] for slot in proc.client().get("/slots").json()) < 5:
             assert time.monotonic() < deadline
             time.sleep(0.1)
         stopped_at = time.monotonic()
@@ -88,14 +90,14 @@ def test_answers_running_at_a_stop_end_in_order_and_the_server_exits_cleanly():
         except subprocess.TimeoutExpired:
             pytest.fail("the server did not exit within 30 s of SIGINT")
         took = time.monotonic() - stopped_at
-        for answer in (chat, native, anthropic, whole):
+        for answer in (chat, native, anthropic, responses, whole):
             answer.join()
         log = proc.log()
     finally:
         proc.stop()
     assert code == 0 and "Traceback" not in log and "Cancel" not in log, log[-3000:]
     assert took < 15, took
-    for answer in (chat, native, anthropic, whole):
+    for answer in (chat, native, anthropic, responses, whole):
         assert answer.ended and answer.error is None, (answer.error, answer.lines[-3:])
 
     chat_events = chat.data()
@@ -111,6 +113,11 @@ def test_answers_running_at_a_stop_end_in_order_and_the_server_exits_cleanly():
     assert "event: error" in anthropic.lines
     error = json.loads(anthropic.lines[anthropic.lines.index("event: error") + 1][6:])
     assert error["type"] == "error" and "shutting down" in error["error"]["message"]
+
+    assert responses.lines[-2] == "event: response.failed"
+    failed = json.loads(responses.lines[-1][6:])["response"]
+    assert failed["status"] == "failed"
+    assert failed["error"] == {"code": "server_error", "message": "the server is shutting down"}
 
     assert whole.status == 503
     body = json.loads(whole.lines[0])

@@ -150,3 +150,19 @@ def test_a_failed_generation_answers_as_the_other_apis_do(failure, status):
                                         failure=failure and Failure[failure])
     run.final = run.failed("server_error", "generation failed: decode failed")
     assert as_api_error(run.failure_error()).status == status
+
+
+@pytest.mark.parametrize("failure, code, message", [
+    (None, "server_error", "generation failed: decode failed"),
+    ("STOPPING", "server_error", "decode failed"),
+    ("SHED", "server_error", "decode failed"),
+    ("ENGINE", "server_error", "the server cannot generate: decode failed"),
+    ("UNSATISFIABLE", "invalid_prompt", "decode failed"),
+])
+def test_a_failed_generations_response_names_its_kind_as_the_other_apis_do(failure, code, message):
+    from mlxcel.api.responses.response_run import _status
+    from mlxcel.engine.request import Failure, FinishEvent, FinishReason, Timings
+
+    finish = FinishEvent(FinishReason.ERROR, 3, 0, 0, Timings(), error="decode failed",
+                         failure=failure and Failure[failure])
+    assert _status(finish) == ("failed", None, {"code": code, "message": message})

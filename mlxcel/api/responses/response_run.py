@@ -25,7 +25,7 @@ from mlxcel.api.responses.translate import check_request, conversation_id, turn_
 from mlxcel.api.responses.wire import ContextManagement, ResponsesRequest, response_object, usage_body
 from mlxcel.chat.deltas import ParsedDelta
 from mlxcel.chat.errors import ChatInputError
-from mlxcel.engine.request import FinishEvent, FinishReason
+from mlxcel.engine.request import Failure, FinishEvent, FinishReason
 from mlxcel.state.store import json_size
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatProgress, ChatTurn, ChatTurnSpec, RenderedTurn, count_prompt_tokens
@@ -302,7 +302,11 @@ def progress_event(event: EventSequence, snapshot: dict, progress, timings: Live
 
 def _status(finish: FinishEvent) -> tuple[str, dict | None, dict | None]:
     if finish.reason is FinishReason.ERROR:
-        return "failed", None, {"code": "server_error", "message": f"generation failed: {finish.error}"}
+        # the message the other APIs answer this failure with ("the server is shutting down",
+        # the memory governor's reason, ...); a request whose own constraints left nothing to
+        # sample is the client's, as the whole request's 400 says
+        code = "invalid_prompt" if finish.failure is Failure.UNSATISFIABLE else "server_error"
+        return "failed", None, {"code": code, "message": generation_error(finish).message}
     if finish.reason is FinishReason.CANCELLED:
         return "cancelled", None, None
     if finish.reason is FinishReason.LENGTH:
