@@ -26,6 +26,15 @@ MEDIA_PART_TYPES = {"image_url", "image", "input_image", "video_url", "video", "
                     "file"}
 _KINDS = {"image_url": "image", "input_audio": "audio", "video_url": "video", "input_video": "video"}
 NEEDS = {"image": "vision", "video": "vision", "audio": "audio"}
+# set by an edge that translates its own blocks into these parts (Anthropic, Responses):
+# where the client sent the part, so that a refusal names the client's path, not the
+# translated message's (a system prompt or tool results move the indices)
+SENT_AT = "_sent_at"
+
+
+def sent_at(part: dict, where: str) -> dict:
+    """`part` marked as sent at `where` (see SENT_AT)."""
+    return {**part, SENT_AT: where}
 
 
 @dataclass

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from mlxcel.chat.errors import ChatInputError
-from mlxcel.chat.media_parts import MEDIA_PART_TYPES, MediaIntake, join_parts, unsupported
+from mlxcel.chat.media_parts import MEDIA_PART_TYPES, SENT_AT, MediaIntake, join_parts, unsupported
 
 ROLE_ALIASES = {"developer": "system", "function": "tool"}
 
@@ -31,9 +31,10 @@ def content_text(content: Any, where: str, media: MediaIntake | None = None) -> 
         if kind in ("text", "input_text", "output_text"):
             texts.append((part.get("text") or "", False))
         elif kind in MEDIA_PART_TYPES:
+            at = part.get(SENT_AT) or f"{where}.content[{i}]"
             if media is None:
-                raise unsupported(kind, f"{where}.content[{i}]", None)
-            texts.append((media.take(part, f"{where}.content[{i}]"), True))
+                raise unsupported(kind, at, None)
+            texts.append((media.take(part, at), True))
         else:
             raise ChatInputError(f"{where}.content[{i}]: unknown content part type {kind!r}")
     if any(is_marker for _, is_marker in texts):

@@ -20,6 +20,8 @@ from mlxcel.api.anthropic.translate import (
 from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest
 from mlxcel.chat.deltas import ParsedDelta, ToolCall, ToolCallDelta
 from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.media_parts import SENT_AT
+from mlxcel.chat.messages import normalise_messages
 from mlxcel.chat.output import FinalChat
 from mlxcel.engine.request import FinishEvent, FinishReason, Timings
 from mlxcel.fleet.errors import ModelLoadDeferred
@@ -87,8 +89,22 @@ def test_image_blocks_become_chat_image_parts():
     messages = chat_messages(None, _request(messages=[{"role": "user", "content": content}]).messages)
     assert messages == [{"role": "user", "content": [
         {"type": "text", "text": "see"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}, SENT_AT: "messages[0].content[1]"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}, SENT_AT: "messages[0].content[2]"}]}]
+
+
+def test_a_refused_image_is_named_where_the_client_sent_it():
+    """The system prompt and the tool results become messages of their own: the
+    translated image sits at messages[4].content[1], the client's at messages[2].content[2]."""
+    body = _request(system="be brief", messages=[
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"},
+                                     {"type": "text", "text": "look"},
+                                     {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]},
+    ])
+    with pytest.raises(ChatInputError, match=r"^messages\[2\]\.content\[2\]: image_url input is not supported"):
+        normalise_messages(chat_messages(body.system, body.messages))
 
 
 @pytest.mark.parametrize("content, needle", [

@@ -11,6 +11,8 @@ from mlxcel.api.responses.reasoning_echo import ReasoningEcho
 from mlxcel.api.responses.translate import chat_messages, chat_tool_choice, chat_tools, response_format, turn_spec
 from mlxcel.api.responses.wire import ResponsesRequest
 from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.media_parts import SENT_AT
+from mlxcel.chat.messages import normalise_messages
 
 CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}
 RESULT = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
@@ -59,7 +61,8 @@ def test_leading_system_messages_with_media_join_as_parts():
                                                    {"role": "user", "content": "hi"}])
     assert messages == [{"role": "system", "content": [
         {"type": "text", "text": "Answer in French."}, {"type": "text", "text": ""},
-        {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}, {"role": "user", "content": "hi"}]
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}, SENT_AT: "input[0].content[0]"}]},
+        {"role": "user", "content": "hi"}]
 
 
 def test_media_parts_become_chat_media_parts():
@@ -67,8 +70,25 @@ def test_media_parts_become_chat_media_parts():
         {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "http://x/y.png"},
         {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}])
     assert messages == [{"role": "user", "content": [
-        {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
-        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}, SENT_AT: "input[0].content[1]"},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}, SENT_AT: "input[0].content[2]"}]}]
+
+
+def test_a_refused_image_is_named_where_the_client_sent_it():
+    """Instructions and a stored conversation come before the request's own items: its
+    image is input[1].content[1] to the client, whatever its place in the history."""
+    prior = [{"type": "message", "role": "user", "content": "earlier"},
+             {"type": "message", "role": "assistant", "content": "noted"}]
+    sent = [{"role": "user", "content": "look"},
+            {"role": "user", "content": [{"type": "input_text", "text": "this"},
+                                         {"type": "input_image", "image_url": "http://x/y.png"}]}]
+    messages = chat_messages("Answer in French.", prior + as_items(sent), n_input=2)
+    with pytest.raises(ChatInputError, match=r"^input\[1\]\.content\[1\]: image_url input is not supported"):
+        normalise_messages(messages)
+    history_image = chat_messages(None, as_items(sent) + prior, n_input=2)
+    with pytest.raises(ChatInputError, match=r"^history\[1\]\.content\[1\]"):
+        normalise_messages(history_image)
 
 
 @pytest.mark.parametrize("part, needle", [

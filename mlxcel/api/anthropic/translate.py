@@ -13,6 +13,7 @@ from mlxcel.api.anthropic.wire import AnthropicMessage, AnthropicTool, CountToke
 from mlxcel.chat.continuation import resolve_ending
 from mlxcel.chat.deltas import ToolCall
 from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.media_parts import sent_at
 from mlxcel.chat.output import FinalChat
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.engine.request import FinishReason
@@ -108,7 +109,7 @@ def _user_messages(blocks: list[dict], where: str, tool_names: dict[str, str]) -
                 result["name"] = tool_names[call_id]
             results.append(result)
         elif kind == "image":
-            parts.append(image_part(block, at))
+            parts.append(sent_at(image_part(block, at), at))
         elif not _is_server_tool_block(kind):
             texts.append(_text_of(block, at))
             parts.append({"type": "text", "text": texts[-1]})

@@ -18,6 +18,7 @@ from typing import Any
 
 from mlxcel.api.responses.capsule import decode_capsule
 from mlxcel.chat.errors import ChatInputError
+from mlxcel.chat.media_parts import sent_at
 
 SYSTEM_ROLES = ("system", "developer")
 MESSAGE_ROLES = ("user", "assistant", *SYSTEM_ROLES)
@@ -146,7 +147,7 @@ def message_content(content: Any, role: str, where: str) -> str | list[dict]:
     for n, part in enumerate(content):
         at = f"{where}.content[{n}]"
         if isinstance(part, dict) and part.get("type") in MEDIA_PARTS:
-            parts.append(_media_part(part, at))
+            parts.append(sent_at(_media_part(part, at), at))
         else:
             parts.append({"type": "text", "text": _part_text(part, role, at)})
     return parts
@@ -237,12 +238,14 @@ class _MessageBuilder:
             self.messages[-1]["_closed"] = True
 
 
-def items_to_messages(items: list[dict], where: str = "input") -> list[dict]:
+def items_to_messages(items: list[dict], where: str = "input", labels: dict[int, str] | None = None) -> list[dict]:
     """Chat messages ({"role", "content", ...}) for replayed items; leading system
-    and developer messages are joined into one."""
+    and developer messages are joined into one. `labels`: what errors call an item
+    (by its id), where its place in `items` is not where the client sent it."""
     builder = _MessageBuilder()
     for i, item in enumerate(items):
-        at = f"{where}[{i}]"
+        at = labels.get(id(item)) if labels else None
+        at = at or f"{where}[{i}]"
         kind = item_kind(item)
         if kind == "message":
             builder.message(item, at)

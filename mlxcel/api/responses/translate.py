@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxcel.api.responses.input_items import fill_reasoning, items_to_messages, replay
+from mlxcel.api.responses.input_items import as_items, fill_reasoning, items_to_messages, replay
 from mlxcel.api.responses.wire import ResponsesInput, ResponsesRequest
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
@@ -137,11 +137,18 @@ def template_kwargs(data: dict, server_defaults: dict) -> dict:
         raise ChatInputError(str(exc)) from None
 
 
-def chat_messages(instructions: str | None, history: list[dict], reasoning_lookup=None) -> list[dict]:
+def chat_messages(instructions: str | None, history: list[dict], reasoning_lookup=None,
+                  n_input: int | None = None) -> list[dict]:
+    """`n_input`: how many of the history's last items the request itself sent; errors
+    name those as `input[k]` (as the client numbers them) and the earlier ones, of the
+    stored conversation, as `history[k]`."""
+    first = len(history) - n_input if n_input is not None else 0
+    labels = {id(item): f"input[{i - first}]" if i >= first else f"history[{i}]" for i, item in enumerate(history)}
     items = replay(history)
     if instructions:
         items = [{"type": "message", "role": "system", "content": instructions}, *items]
-    messages = items_to_messages(items)
+        labels[id(items[0])] = "instructions"
+    messages = items_to_messages(items, labels=labels)
     if reasoning_lookup is not None:
         messages = fill_reasoning(messages, reasoning_lookup)
     if not messages:
@@ -155,7 +162,7 @@ def turn_spec(data: dict, body: ResponsesInput, history: list[dict], server_temp
     tool_choice, tools = chat_tool_choice(body.tool_choice, tools)
     request = body if isinstance(body, ResponsesRequest) else None
     return ChatTurnSpec(
-        messages=chat_messages(body.instructions, history, reasoning_lookup),
+        messages=chat_messages(body.instructions, history, reasoning_lookup, n_input=len(as_items(body.input))),
         sampling=body,
         tools=tools,
         tool_choice=tool_choice,
