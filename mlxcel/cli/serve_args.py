@@ -104,6 +104,9 @@ def parse_serve_args(argv: list[str], prog: str = "mlxcel serve") -> ServerConfi
     parser = serve_parser(prog)
     args = parser.parse_args(kept)
     given = {arg.split("=", 1)[0] for arg in kept}
+    templates = [name for name in (arg.split("=", 1)[0] for arg in kept)
+                 if name in ("--chat-template", "--chat-template-file")]
+    args.last_template_flag = templates[-1] if templates else None
     if args.config_file is not None and (args.models_dir is not None or args.models_preset is not None):
         raise UsageError("--config and --models-dir / --models-preset each say which models to serve: use one of them")
     if args.config_file is not None or args.models_dir is not None or args.models_preset is not None:

@@ -199,7 +199,10 @@ def check_audio_model(model: str, flag: str) -> None:
 
 
 def chat_template_setting(args: argparse.Namespace) -> str | None:
-    source = args.chat_template_file or args.chat_template
+    """--chat-template-file or --chat-template: the one given last on the command line
+    wins, as in llama-server (both set its one template); the file's from variables."""
     if args.chat_template_file and not Path(args.chat_template_file).is_file():
         raise UsageError(f"--chat-template-file: no such file: {args.chat_template_file}")
-    return source
+    if args.chat_template and getattr(args, "last_template_flag", None) == "--chat-template":
+        return args.chat_template
+    return args.chat_template_file or args.chat_template

@@ -717,3 +717,13 @@ def test_print_and_exit_flags_are_found_spelled_with_underscores(capsys, monkeyp
     monkeypatch.setattr(mlxcel.server.run, "run_server", no_server)
     assert serve(["--completion_bash"], "mlxcel serve") == 0
     assert "_mlxcel_serve_flags" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("order, expected", [("file last", "file"), ("text last", "chatml"), ("file only", "file")])
+def test_the_chat_template_flag_given_last_wins_as_in_llama_server(tmp_path, order, expected):
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages[0].content }}")
+    file_flag, text_flag = ["--chat-template-file", str(template)], ["--chat-template=chatml"]
+    argv = {"file last": text_flag + file_flag, "text last": file_flag + text_flag, "file only": file_flag}[order]
+    config = parse_serve_args(["-m", "smollm2-135m-instruct", *argv])
+    assert config.chat_template == (str(template) if expected == "file" else expected)
