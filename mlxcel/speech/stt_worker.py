@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mlxcel.speech.decode import whisper_samples
 from mlxcel.speech.job_queue import JobQueue
 from mlxcel.speech.priority import lower_thread_priority
 from mlxcel.speech.transcript import AudioInfo, Segment, TranscribeOptions, Word
@@ -69,7 +70,7 @@ class WhisperWorker:
     def _transcribe(self, job: TranscriptionJob) -> None:
         opts = job.options
         segments, info = self.model.transcribe(
-            job.samples, language=opts.language, task=opts.task, initial_prompt=opts.prompt,
+            whisper_samples(job.samples), language=opts.language, task=opts.task, initial_prompt=opts.prompt,
             temperature=opts.temperatures, word_timestamps=opts.word_timestamps, vad_filter=True,
             beam_size=5, condition_on_previous_text=True)
         job.emit("info", AudioInfo(language=info.language, duration=float(info.duration)))

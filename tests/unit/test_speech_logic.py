@@ -90,13 +90,14 @@ def test_uploads_decode_as_faster_whisper_decodes_them(rate, channels):
 
     from faster_whisper.audio import decode_audio
 
-    from mlxcel.speech.decode import decode_upload
+    from mlxcel.speech.decode import decode_upload, whisper_samples
 
     t = np.arange(int(rate * 1.5) * channels) / (rate * channels)
     data = _wav((np.sin(2 * np.pi * 440 * t) * 12_000).astype(np.int16), rate, channels)
     ours = decode_upload(data, 60.0)
-    np.testing.assert_array_equal(ours, decode_audio(io.BytesIO(data), sampling_rate=16_000))
-    assert abs(ours.size - 24_000) <= 64 and ours.dtype == np.float32
+    assert ours.dtype == np.int16  # what a queued job holds: half of float32's bytes
+    np.testing.assert_array_equal(whisper_samples(ours), decode_audio(io.BytesIO(data), sampling_rate=16_000))
+    assert abs(ours.size - 24_000) <= 64 and whisper_samples(ours).dtype == np.float32
 
 
 def test_audio_longer_than_the_limit_is_refused_before_it_is_resampled():
@@ -155,11 +156,11 @@ def test_the_queue_holds_depth_jobs_beyond_the_running_one():
     host = _host(model, depth=1)
 
     async def run():
-        first = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        first = host.submit(np.zeros(10, np.int16), TranscribeOptions())
         await asyncio.to_thread(model.started.wait, 5)
-        second = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        second = host.submit(np.zeros(10, np.int16), TranscribeOptions())
         with pytest.raises(ServerBusy, match="--audio-queue-depth"):
-            host.submit(np.zeros(10, np.float32), TranscribeOptions())
+            host.submit(np.zeros(10, np.int16), TranscribeOptions())
         model.gate.set()
         return await _all(first), await _all(second)
 
@@ -174,12 +175,12 @@ def test_a_waiting_job_whose_client_left_gives_its_queue_place_back():
     host = _host(model, depth=1)
 
     async def run():
-        first = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        first = host.submit(np.zeros(10, np.int16), TranscribeOptions())
         await asyncio.to_thread(model.started.wait, 5)
-        left = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        left = host.submit(np.zeros(10, np.int16), TranscribeOptions())
         left.cancel()  # its client left while it waited
         assert host.worker.jobs.waiting == 0
-        third = host.submit(np.zeros(10, np.float32), TranscribeOptions())  # was a 503 until the first ended
+        third = host.submit(np.zeros(10, np.int16), TranscribeOptions())  # was a 503 until the first ended
         model.gate.set()
         return await _all(first), await _all(third)
 
@@ -194,10 +195,10 @@ def test_check_room_refuses_when_a_submit_would_and_not_before():
 
     async def run():
         host.check_room()  # nothing waits
-        first = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        first = host.submit(np.zeros(10, np.int16), TranscribeOptions())
         await asyncio.to_thread(model.started.wait, 5)
         host.check_room()  # one runs, none waits: a place is free
-        waiting = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        waiting = host.submit(np.zeros(10, np.int16), TranscribeOptions())
         with pytest.raises(ServerBusy, match="--audio-queue-depth"):
             host.check_room()
         waiting.cancel()  # its client left: the place is free again
@@ -217,7 +218,7 @@ def test_a_slow_job_times_out_and_is_stopped():
     host = _host(model, timeout=0.2)
 
     async def run():
-        transcription = host.submit(np.zeros(10, np.float32), TranscribeOptions())
+        transcription = host.submit(np.zeros(10, np.int16), TranscribeOptions())
         with pytest.raises(AudioTimedOut, match="0.2 s"):
             await _all(transcription)
         return transcription
