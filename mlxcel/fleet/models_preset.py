@@ -55,6 +55,14 @@ def _flag(value: str) -> bool:
     raise ValueError(f"expected true or false, not {value!r}")
 
 
+def _slots(value: str) -> int:
+    slots = int(value)
+    if slots < 0:  # llama-server's auto: 4 slots on one shared KV pool
+        raise ValueError("-1 (llama-server's auto: 4 slots sharing one KV pool) is not served per model here, "
+                         "where each model's slots split its context: give a slot count")
+    return slots
+
+
 KEYS = [
     Key(("model", "m", "LLAMA_ARG_MODEL"), ("path",), _path),
     Key(("mmproj", "mm", "LLAMA_ARG_MMPROJ"), ("mmproj",), _path),
@@ -62,7 +70,7 @@ KEYS = [
         ("draft_gguf",), _path),
     Key(("lora", "LLAMA_ARG_LORA"), ("adapter",), lambda v: [_path(p) for p in v.split(",") if p.strip()]),
     Key(("ctx-size", "c", "LLAMA_ARG_CTX_SIZE"), ("ctx_size",), int),
-    Key(("parallel", "np", "LLAMA_ARG_N_PARALLEL"), ("parallel",), int),
+    Key(("parallel", "np", "LLAMA_ARG_N_PARALLEL"), ("parallel",), _slots),
     Key(("cache-type-k", "ctk", "LLAMA_ARG_CACHE_TYPE_K"), ("overrides", "load", "cache_type_k")),
     Key(("cache-type-v", "ctv", "LLAMA_ARG_CACHE_TYPE_V"), ("overrides", "load", "cache_type_v")),
     Key(("flash-attn", "fa", "LLAMA_ARG_FLASH_ATTN"), ("overrides", "load", "flash_attn")),

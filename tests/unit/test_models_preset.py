@@ -70,6 +70,7 @@ def test_a_models_dir_model_takes_its_sections_options(tmp_path):
     (f"[a]\nmodel = {SMOL}\nchat-template-kwargs = [1]\n", "must be a JSON object"),
     ("[a]\nmodel = x\n[a]\nc = 1\n", "not a valid INI file"),
     ("version = 1\n", "no model section"),
+    (f"[a]\nmodel = {SMOL}\nnp = -1\n", "[a] np: -1 (llama-server's auto: 4 slots sharing one KV pool) is not served"),
 ])
 def test_what_cannot_be_served_stops_the_start_in_one_line(tmp_path, text, message):
     with pytest.raises(ConfigError, match=r"--models-preset .*" + __import__("re").escape(message)):
