@@ -11,6 +11,7 @@ import errno
 import io
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from mlxcel.toolbox.base import ServerTool, ToolContext
@@ -60,9 +61,8 @@ class ReadFile(ServerTool):
         out: list[str] = []
         used = 0
         try:
-            with io.TextIOWrapper(_open_regular(path, os.O_RDONLY), encoding="utf-8", errors="replace",
-                                  newline="") as handle:
-                for number, line in enumerate(handle, 1):
+            with _open_regular(path, os.O_RDONLY) as handle:
+                for number, line in enumerate(_capped_lines(handle, READ_MAX + 1), 1):
                     if number < start:
                         continue
                     if end != -1 and number > end:
@@ -77,6 +77,18 @@ class ReadFile(ServerTool):
         except OSError:
             raise ToolError(f"failed to open file: {given}") from None
         return {"plain_text_response": "".join(out)}
+
+
+def _capped_lines(handle: io.BufferedReader, cap: int) -> Iterator[str]:
+    """The lines of `handle`, split at "\\n" as llama-server's read_file splits them, each
+    cut at `cap` bytes and the rest of it read and dropped, so a line that never ends (a
+    disk image, a minified bundle) is never held in memory whole; a cut line is over
+    read_file's budget anyway."""
+    while line := handle.readline(cap):
+        if len(line) >= cap and not line.endswith(b"\n"):
+            while (rest := handle.readline(cap)) and not rest.endswith(b"\n"):
+                pass
+        yield line.decode("utf-8", "replace")
 
 
 def _open_regular(path: Path, flags: int):

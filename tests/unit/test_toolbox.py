@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import time
+import tracemalloc
 
 import pytest
 
@@ -82,6 +83,24 @@ def test_read_file_by_lines_numbered_capped_and_as_base64(tmp_path):
     for missing in ("nope.txt", "."):
         with pytest.raises(ToolError):
             run("read_file", {"path": missing}, tmp_path)
+
+
+def test_a_line_that_never_ends_is_never_held_whole(tmp_path):
+    image = tmp_path / "disk.img"
+    with image.open("wb") as handle:
+        handle.truncate(64 << 20)  # 64 MB of zeros, no newline: a disk image
+    with image.open("ab") as handle:
+        handle.write(b"\nafter\n")
+    tracemalloc.start()
+    try:
+        first = run("read_file", {"path": str(image), "start_line": 1, "end_line": 1})
+        second = run("read_file", {"path": str(image), "start_line": 2, "append_loc": True, "end_line": 9})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert first == {"plain_text_response": "[output truncated]"}
+    assert second == {"plain_text_response": "2\u2192after\n"}
+    assert peak < 8 << 20  # read a piece at a time, not the 64 MB line whole
 
 
 def test_write_file_makes_its_folders(tmp_path):
