@@ -79,8 +79,9 @@ def open_listeners(hosts: list[str], port: int, reuse_port: bool = False) -> lis
                 sockets.append(_unix_socket(host))
             else:
                 sockets.append(_tcp_socket(host, port, v6only=n_tcp > 1, reuse_port=reuse_port))
+            # left non-inheritable (Python's default): uvloop's spawn closes no descriptor, so a child
+            # (a command POST /tools runs, left running) would keep the port after the server ends
             sockets[-1].listen(2048)
-            sockets[-1].set_inheritable(True)
     except BaseException:
         for sock in sockets:
             sock.close()

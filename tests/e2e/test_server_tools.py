@@ -141,6 +141,18 @@ def test_a_client_that_leaves_kills_its_command_and_the_loop_stays_free(client, 
     assert len(beats) > 5 and max(beats) < 1.0
 
 
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's socket table")
+def test_a_command_holds_none_of_the_servers_listening_sockets(client, tooled):
+    """What a command leaves running (`setsid server &`) must not keep the server's port
+    once the server is gone: no listening socket is handed down to it."""
+    port = f":{tooled.port:04X}"
+    table = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    listening = {f"socket:[{fields[9]}]" for fields in table if fields[1].endswith(port) and fields[3] == "0A"}
+    assert listening
+    held = call(client, "exec_shell_command", {"command": "ls -l /proc/$$/fd"}).json()["plain_text_response"]
+    assert "/dev/null" in held and not any(socket in held for socket in listening)
+
+
 def test_at_most_sixteen_calls_run_at_once(tooled):
     """A seventeenth call is answered 429 while sixteen run; when they end, calls run again."""
     body = json.dumps({"tool": "exec_shell_command", "stream": True, "params": {"command": "echo up; sleep 30"}})
