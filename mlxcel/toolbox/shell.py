@@ -10,12 +10,14 @@ import contextlib
 import os
 import platform
 import signal
+import subprocess
 from collections.abc import AsyncIterator
 
 from mlxcel.toolbox.base import ServerTool, ToolContext
 
 OUTPUT_MAX = 16 * 1024
 TIMEOUT_MAX = 60
+EXIT_POLL_SECONDS = 0.01
 
 
 class ExecShellCommand(ServerTool):
@@ -40,9 +42,13 @@ class ExecShellCommand(ServerTool):
         "[exit code: N]"; closing the iterator early kills the command."""
         timeout = max(1, min(params.get("timeout", 10), TIMEOUT_MAX))
         limit = max(1, min(params.get("max_output_size", OUTPUT_MAX), OUTPUT_MAX))
-        child = await asyncio.create_subprocess_exec(
-            "sh", "-c", params["command"], cwd=call.cwd, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        # the standard library's spawn, not the event loop's: uvloop's hands the child copies of
+        # its output pipe (and every inheritable descriptor), so a job the command leaves running
+        # with its output elsewhere (`server > log 2>&1 &`) would hold the answer until the deadline
+        child = subprocess.Popen(["sh", "-c", params["command"]], cwd=call.cwd, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        output = child.stdout.fileno()
+        os.set_blocking(output, False)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         timed_out = False
@@ -55,7 +61,7 @@ class ExecShellCommand(ServerTool):
                     timed_out = True
                     break
                 try:
-                    data = await asyncio.wait_for(child.stdout.read(4096), left)
+                    data = await asyncio.wait_for(_read(output), left)
                 except asyncio.TimeoutError:
                     timed_out = True
                     break
@@ -69,18 +75,46 @@ class ExecShellCommand(ServerTool):
                         yield text
                     if sent >= limit:
                         yield "\n[output truncated]"
+            if not timed_out:  # a command that closed its output may still run: the same deadline holds
+                try:
+                    await asyncio.wait_for(_exit_code(child), max(deadline - loop.time(), EXIT_POLL_SECONDS))
+                except asyncio.TimeoutError:
+                    timed_out = True
             if timed_out:
                 _kill(child)
-            code = await child.wait()
+            code = await _exit_code(child)
             yield f"\n[exit code: {code}]" + (" [exit due to timed out]" if timed_out else "")
         finally:
-            if child.returncode is None:  # the caller left, or the deadline passed
+            if child.poll() is None:  # the caller left, or the deadline passed
                 _kill(child)
-                with contextlib.suppress(ProcessLookupError):
-                    await child.wait()
+                await _exit_code(child)
+            child.stdout.close()
 
 
-def _kill(child: asyncio.subprocess.Process) -> None:
+async def _read(fd: int) -> bytes:
+    """Up to 4096 bytes of the non-blocking pipe `fd` once it has some (b"" at its end)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            return os.read(fd, 4096)
+        except BlockingIOError:
+            pass
+        readable = loop.create_future()
+        loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+        try:
+            await readable
+        finally:
+            loop.remove_reader(fd)
+
+
+async def _exit_code(child: subprocess.Popen) -> int:
+    """Once the command's output has ended (or it was killed) it exits at once: polled."""
+    while (code := child.poll()) is None:
+        await asyncio.sleep(EXIT_POLL_SECONDS)
+    return code
+
+
+def _kill(child: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
 

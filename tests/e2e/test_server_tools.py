@@ -6,6 +6,8 @@ cross-site call refused before anything runs."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -151,6 +153,19 @@ def test_a_command_holds_none_of_the_servers_listening_sockets(client, tooled):
     assert listening
     held = call(client, "exec_shell_command", {"command": "ls -l /proc/$$/fd"}).json()["plain_text_response"]
     assert "/dev/null" in held and not any(socket in held for socket in listening)
+
+
+def test_a_job_left_running_with_its_output_elsewhere_does_not_hold_the_answer(client, tmp_path):
+    """`server > log 2>&1 &`: the command ends at once, and the job it started goes on."""
+    started = time.monotonic()
+    command = "sleep 60 > /dev/null 2>&1 & echo $! > pid; echo started"
+    answer = call(client, "exec_shell_command", {"command": command, "timeout": 30}, tmp_path).json()
+    job = int((tmp_path / "pid").read_text())
+    try:
+        assert answer == {"plain_text_response": "started\n\n[exit code: 0]"}
+        assert time.monotonic() - started < 10 and process_alive(job)
+    finally:
+        os.kill(job, signal.SIGKILL)
 
 
 def test_at_most_sixteen_calls_run_at_once(tooled):

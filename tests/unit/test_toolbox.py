@@ -256,6 +256,13 @@ def test_shell_commands_report_exit_codes_cap_output_and_time_out(tmp_path):
         "[exit due to timed out]")
 
 
+def test_a_command_that_closes_its_output_still_ends_at_its_deadline():
+    started = time.monotonic()
+    answer = run("exec_shell_command", {"command": "echo hi; exec > /dev/null 2>&1; sleep 30", "timeout": 1})
+    assert answer == {"plain_text_response": "hi\n\n[exit code: -9] [exit due to timed out]"}
+    assert time.monotonic() - started < 10
+
+
 def test_a_shell_stream_closed_early_kills_the_whole_command(tmp_path):
     pids = tmp_path / "pids"
 
