@@ -5,6 +5,7 @@ where the proxy is served, so a server without it does not pay for importing htt
 from __future__ import annotations
 
 from collections.abc import Callable
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 from starlette.requests import Request
@@ -28,9 +29,12 @@ _NOT_RETURNED = frozenset(name.encode() for name in _HOP | {"date", "server", "s
 def new_client() -> httpx.AsyncClient:
     """The one client every proxied request goes through (closed with the app). Redirects
     are followed, as llama-server's proxy does; no proxy or credentials from the
-    environment; ten minutes for the other server to answer and go on answering."""
+    environment; ten minutes for the other server to answer and go on answering. It keeps
+    no cookies: a cookie the other server sets in one caller's answer (its session) would
+    otherwise go with every later caller's request to it."""
     return httpx.AsyncClient(follow_redirects=True, max_redirects=5, trust_env=False,
-                             timeout=httpx.Timeout(600.0, connect=30.0, pool=30.0))
+                             timeout=httpx.Timeout(600.0, connect=30.0, pool=30.0),
+                             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=())))
 
 
 def outgoing(client: httpx.AsyncClient, request: Request, url: str, body: bytes | None) -> httpx.Request:

@@ -178,6 +178,16 @@ def test_the_named_headers_and_the_body_go_on_and_the_answer_comes_back(client, 
     assert teapot.status_code == 418 and teapot.text == "short"
 
 
+def test_a_cookie_the_other_server_sets_goes_with_no_later_request(client, upstream):
+    """The proxy keeps no cookie jar: a session the other server gives one caller is not
+    handed on with the next caller's requests, nor across a redirect."""
+    first = client.get("/cors-proxy", params={"url": f"{upstream.url}/echo"})  # sets session=stolen
+    assert first.status_code == 200 and "set-cookie" not in first.headers
+    for path in ("/echo", "/redirect"):
+        seen = client.get("/cors-proxy", params={"url": f"{upstream.url}{path}"}).json()
+        assert "cookie" not in seen["headers"], path
+
+
 def test_a_stream_comes_through_piece_by_piece(client, upstream):
     with client.stream("GET", "/cors-proxy", params={"url": f"{upstream.url}/events"}) as answer:
         assert answer.headers["content-type"] == "text/event-stream"
