@@ -20,6 +20,7 @@ from mlxcel.toolbox.paths import ToolError, resolve
 READ_MAX = 16 * 1024  # the text one read_file gives back
 READ_BASE64_MAX = 32 << 20  # a whole file for the UI (x-resp-type: base64)
 WRITE_MAX = 16 << 20
+EDITS_MAX = 1000  # edits in one edit_file call: each is counted in the whole file
 
 
 class ReadFile(ServerTool):
@@ -164,17 +165,17 @@ def _count(text: str, needle: str) -> int:
 
 def apply_edits(original: str, edits: list[tuple[str, str]], path: str) -> str:
     """The file's new text, or a ToolError saying which edit cannot apply."""
+    loose_original = fuzzy(original)  # once: every edit's uniqueness is counted in it
     loose = any(old not in original for old, _ in edits)
     if loose:
-        loose_original = fuzzy(original)
         for i, (old, _) in enumerate(edits):
             if old not in original and fuzzy(old) not in loose_original:
                 raise ToolError(f"could not find edits[{i}].old_text in {path}, it must match the file's current "
                                 "content exactly")
-    base = fuzzy(original) if loose else original
+    base = loose_original if loose else original
     spans = []
     for i, (old, new) in enumerate(edits):
-        found = _count(fuzzy(original), fuzzy(old))
+        found = _count(loose_original, fuzzy(old))
         if found > 1:
             raise ToolError(f"found {found} occurrences of edits[{i}].old_text in {path}, it must be unique")
         needle = fuzzy(old) if loose else old
@@ -260,6 +261,8 @@ class EditFile(ServerTool):
     required = ("path", "edits")
 
     async def invoke(self, params: dict, call: ToolContext) -> dict:
+        if len(params["edits"]) > EDITS_MAX:
+            raise ToolError(f'"edits" holds {len(params["edits"])} edits, at most {EDITS_MAX} in one call')
         edits = []
         for i, edit in enumerate(params["edits"]):
             if not isinstance(edit, dict) or not all(isinstance(edit.get(k), str) for k in ("old_text", "new_text")):

@@ -136,6 +136,19 @@ def test_edits_forgive_line_end_blanks_and_typographic_characters_only_where_the
         apply_edits("x = 1  \nx = 1\n", [("x = 1\n", "y\n")], "p")
 
 
+def test_many_edits_of_a_large_file_each_cost_one_search(tmp_path):
+    text = "".join(f"line {i:07d} of the file\n" for i in range(40_000))  # 1 MB
+    edits = [(f"line {i:07d} ", f"LINE {i} ") for i in range(0, 40_000, 100)]
+    started = time.monotonic()
+    edited = apply_edits(text, edits, "p")
+    assert time.monotonic() - started < 5  # the file was loosened again for each edit: 35 s
+    assert edited.count("LINE") == 400 and edited.startswith("LINE 0 of the file\nline 0000001 ")
+    (tmp_path / "f.txt").write_text(text)
+    many = [{"old_text": f"line {i:07d} ", "new_text": "x"} for i in range(1001)]
+    with pytest.raises(ToolError, match="at most 1000"):
+        run("edit_file", {"path": "f.txt", "edits": many}, tmp_path)
+
+
 def test_edit_file_checks_its_edits_and_the_file(tmp_path):
     target = tmp_path / "m.py"
     target.write_text("x = 1\n")
