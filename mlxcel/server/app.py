@@ -58,7 +58,7 @@ from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.state.store import StateBackend
 from mlxcel.state.url import open_state
-from mlxcel.toolbox import build_tools
+from mlxcel.toolbox import build_tools, kill_running_groups
 from mlxcel.toolbox.mcp import McpHub, add_mcp_tools
 from mlxcel.turn.embedding_host import EmbeddingHost, model_id_of
 from mlxcel.turn.live_completions import LiveCompletions
@@ -152,6 +152,7 @@ def create_app(
         settle_startup_objects()
         async with watching(sleepers):
             yield
+        kill_running_groups()  # POST /tools' commands and searches still running: not left behind
         app.state.stream_sessions.close()  # readers of resumable streams end
         governor.cancel()
         job_watch.cancel()

@@ -4,7 +4,7 @@ machine the server runs on, for the web UI. Off unless the server is started wit
 
 from __future__ import annotations
 
-from mlxcel.toolbox.base import ParamError, ServerTool, ToolContext, ToolError, check_params
+from mlxcel.toolbox.base import ParamError, ServerTool, ToolContext, ToolError, check_params, kill_running_groups
 from mlxcel.toolbox.files import EditFile, ReadFile, WriteFile
 from mlxcel.toolbox.search import FileGlobSearch, GrepSearch
 from mlxcel.toolbox.shell import ExecShellCommand, GetInfo
@@ -30,4 +30,4 @@ def build_tools(names: tuple[str, ...]) -> dict[str, ServerTool]:
 
 
 __all__ = ["TOOLS", "ParamError", "ServerTool", "ToolContext", "ToolError", "build_tools", "check_params",
-           "tool_names"]
+           "kill_running_groups", "tool_names"]

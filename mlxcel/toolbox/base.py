@@ -1,13 +1,29 @@
 """What every built-in tool is: a name, how the web UI shows it, whether it writes,
 its OpenAI function definition, and one call; plus the checks on the arguments a model
-sends, so a bad call is a clear error instead of an exception."""
+sends, so a bad call is a clear error instead of an exception; and the processes of the
+calls running now, which a stop kills."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar
 
 from mlxcel.toolbox.paths import ToolError
+
+# the process groups of the commands and searches running now (each in a session of its own)
+RUNNING_GROUPS: set[int] = set()
+
+
+def kill_running_groups() -> None:
+    """At the server's stop: the commands and searches still running end with it. A stop
+    does not wait for them, and one left running (a command's `sleep 600`, a search's
+    regular expression that backtracks for ever) would outlive the server."""
+    for group in list(RUNNING_GROUPS):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
 
 
 class ParamError(ValueError):
@@ -75,4 +91,5 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
 _NAMES = {"string": "a string", "integer": "an integer", "boolean": "true or false", "array": "an array",
           "object": "an object"}
 
-__all__ = ["ParamError", "ServerTool", "ToolContext", "ToolError", "check_params"]
+__all__ = ["RUNNING_GROUPS", "ParamError", "ServerTool", "ToolContext", "ToolError", "check_params",
+           "kill_running_groups"]

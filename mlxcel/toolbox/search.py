@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from mlxcel.toolbox.base import ServerTool, ToolContext
+from mlxcel.toolbox.base import RUNNING_GROUPS, ServerTool, ToolContext
 from mlxcel.toolbox.paths import ToolError, resolve
 
 SEARCH_MAX = 100
@@ -96,6 +96,7 @@ async def run_search(job: dict) -> dict:
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-m", "mlxcel.toolbox.search_worker", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    RUNNING_GROUPS.add(child.pid)
     try:
         out, _ = await asyncio.wait_for(child.communicate(json.dumps(job).encode()), SEARCH_SECONDS)
     except asyncio.TimeoutError:
@@ -106,6 +107,7 @@ async def run_search(job: dict) -> dict:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signal.SIGKILL)
             await child.wait()
+        RUNNING_GROUPS.discard(child.pid)
     try:
         answer = json.loads(out)
     except ValueError:

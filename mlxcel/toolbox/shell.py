@@ -13,7 +13,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 
-from mlxcel.toolbox.base import ServerTool, ToolContext
+from mlxcel.toolbox.base import RUNNING_GROUPS, ServerTool, ToolContext
 
 OUTPUT_MAX = 16 * 1024
 TIMEOUT_MAX = 60
@@ -47,6 +47,7 @@ class ExecShellCommand(ServerTool):
         # with its output elsewhere (`server > log 2>&1 &`) would hold the answer until the deadline
         child = subprocess.Popen(["sh", "-c", params["command"]], cwd=call.cwd, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        RUNNING_GROUPS.add(child.pid)
         output = child.stdout.fileno()
         os.set_blocking(output, False)
         loop = asyncio.get_running_loop()
@@ -88,6 +89,7 @@ class ExecShellCommand(ServerTool):
             if child.poll() is None:  # the caller left, or the deadline passed
                 _kill(child)
                 await _exit_code(child)
+            RUNNING_GROUPS.discard(child.pid)
             child.stdout.close()
 
 

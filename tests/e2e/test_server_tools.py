@@ -5,6 +5,7 @@ cross-site call refused before anything runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -166,6 +167,47 @@ def test_a_job_left_running_with_its_output_elsewhere_does_not_hold_the_answer(c
         assert time.monotonic() - started < 10 and process_alive(job)
     finally:
         os.kill(job, signal.SIGKILL)
+
+
+def test_a_stop_ends_the_commands_and_searches_still_running(tmp_path):
+    """A stop cancels what still runs after its grace; the processes go with the server."""
+    proc = ServerProcess("-c", "256", "-np", "1", "--tools", "exec_shell_command,grep_search")
+    try:
+        proc.wait_ready()
+        (tmp_path / "a.txt").write_text("a" * 30 + "!\n")  # (a+)+$ backtracks for ever on it
+        calls = [{"tool": "exec_shell_command", "params": {"command": "echo up; sleep 120", "timeout": 60}},
+                 {"tool": "grep_search", "params": {"path": str(tmp_path / "a.txt"), "pattern": "(a+)+$"}}]
+
+        def send(body):
+            with proc.client(timeout=60) as client, contextlib.suppress(httpx.HTTPError):
+                client.post("/tools", content=json.dumps(body), headers=JSON)
+
+        senders = [threading.Thread(target=send, args=(body,), daemon=True) for body in calls]
+        for sender in senders:
+            sender.start()
+        children = f"/proc/{proc.process.pid}/task/{proc.process.pid}/children"
+        deadline = time.monotonic() + 10
+        while len(Path(children).read_text().split()) < 2:
+            assert time.monotonic() < deadline, "the calls did not start"
+            time.sleep(0.1)
+        groups = [int(pid) for pid in Path(children).read_text().split()]  # each leads its own session
+        time.sleep(0.5)  # the command has started its sleep
+        running = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+                   and _group(entry) in groups]
+        assert len(running) >= 3  # sh, its sleep, the search worker
+    finally:
+        proc.stop()
+    deadline = time.monotonic() + 5
+    while any(map(process_alive, running)):
+        assert time.monotonic() < deadline, "a tool call's process outlived the server"
+        time.sleep(0.1)
+
+
+def _group(proc_dir: Path) -> int | None:
+    try:
+        return int(proc_dir.joinpath("stat").read_text().split(")")[-1].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def test_at_most_sixteen_calls_run_at_once(tooled):
