@@ -13,7 +13,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 
-from mlxcel.toolbox.base import RUNNING_GROUPS, ServerTool, ToolContext
+from mlxcel.toolbox.base import RUNNING_GROUPS, ServerTool, ToolContext, ToolError
 
 OUTPUT_MAX = 16 * 1024
 TIMEOUT_MAX = 60
@@ -40,6 +40,8 @@ class ExecShellCommand(ServerTool):
     async def stream(self, params: dict, call: ToolContext) -> AsyncIterator[str]:
         """The output as it comes (cut at max_output_size, the rest drained), then
         "[exit code: N]"; closing the iterator early kills the command."""
+        if "\x00" in params["command"]:  # no program's argument can hold one
+            raise ToolError("command must not hold a NUL character")
         timeout = max(1, min(params.get("timeout", 10), TIMEOUT_MAX))
         limit = max(1, min(params.get("max_output_size", OUTPUT_MAX), OUTPUT_MAX))
         # the standard library's spawn, not the event loop's: uvloop's hands the child copies of

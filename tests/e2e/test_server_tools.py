@@ -96,6 +96,15 @@ def test_a_shell_command_streams_its_output_then_done(client, tmp_path):
     assert refused.status_code == 404 and "does not support stream" in refused.json()["error"]["message"]
 
 
+def test_a_command_holding_a_nul_is_the_tools_error_streamed_or_not(client):
+    whole = call(client, "exec_shell_command", {"command": "echo a\u0000b"})
+    assert whole.status_code == 200 and whole.json() == {"error": "command must not hold a NUL character"}
+    body = {"tool": "exec_shell_command", "stream": True, "params": {"command": "echo a\u0000b"}}
+    streamed = client.post("/tools", content=json.dumps(body), headers=JSON)
+    assert streamed.status_code == 200 and streamed.text == (
+        'data: {"done": true, "error": "command must not hold a NUL character"}\n\n')
+
+
 def test_a_client_that_leaves_kills_its_command_and_the_loop_stays_free(client, tooled, tmp_path):
     pids = tmp_path / "pids"
     beats: list[float] = []
