@@ -39,10 +39,11 @@ class McpConnection:
         self._child: asyncio.subprocess.Process | None = None
         self._next_id = 1
         self._lock = asyncio.Lock()
+        self._hung_up = False  # its output ended: a server that exits is not reaped at once, or may not exit
 
     @property
     def alive(self) -> bool:
-        return self._child is not None and self._child.returncode is None
+        return self._child is not None and self._child.returncode is None and not self._hung_up
 
     async def start(self) -> None:
         env = {**os.environ, **dict(self.server.env)}
@@ -80,6 +81,7 @@ class McpConnection:
                 except (ValueError, asyncio.LimitOverrunError):
                     raise McpError("a reply line over 16 MB") from None
                 if not line:
+                    self._hung_up = True
                     raise McpError("transport closed")
                 try:
                     reply = json.loads(line)
@@ -100,6 +102,7 @@ class McpConnection:
             self._child.stdin.write(json.dumps(message).encode() + b"\n")
             await self._child.stdin.drain()
         except (ConnectionError, RuntimeError):
+            self._hung_up = True
             raise McpError("transport closed") from None
 
     async def close(self) -> None:

@@ -316,7 +316,8 @@ def mcp():
 def test_mcp_servers_tools_are_listed_and_called(mcp):
     with mcp.client() as client:
         listing = {t["tool"]: t for t in client.get("/tools").json()}
-        assert list(listing) == ["demo_echo", "demo_fail", "demo_slow", "demo_die", "demo_pid"]  # three pages
+        assert list(listing) == ["demo_echo", "demo_fail", "demo_slow", "demo_die", "demo_pid",
+                                 "demo_hangup"]  # three pages
         assert all(t["type"] == "mcp" for t in listing.values())
         assert [name for name, t in listing.items() if not t["permissions"]["write"]] == ["demo_pid"]  # read-only
         assert listing["demo_echo"]["definition"]["function"]["parameters"]["required"] == ["text"]
@@ -338,4 +339,9 @@ def test_a_hung_or_dead_mcp_server_is_replaced_on_the_next_call(mcp):
         second = call(client, "demo_pid", {}).json()["plain_text_response"]
         assert second != first
         assert call(client, "demo_die", {}).json() == {"error": "transport closed"}
-        assert call(client, "demo_pid", {}).json()["plain_text_response"] not in (first, second)
+        third = call(client, "demo_pid", {}).json()["plain_text_response"]
+        assert third not in (first, second)
+        # a server whose output ended is done with, though it has not exited (or not been reaped yet)
+        assert call(client, "demo_hangup", {}).json() == {"error": "transport closed"}
+        assert call(client, "demo_pid", {}).json()["plain_text_response"] not in (first, second, third)
+        assert not process_alive(int(third))
