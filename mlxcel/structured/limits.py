@@ -8,6 +8,7 @@ never exhausts the Python stack. Messages name the limit, never the schema.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from mlxcel.structured.errors import SchemaLimitError
@@ -15,11 +16,16 @@ from mlxcel.structured.errors import SchemaLimitError
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_DEPTH = 32  # nesting of JSON objects and arrays; the schema itself is level 1
 MAX_REFS = 64
+# llguidance holds a schema's numbers as doubles and its integers as 64 bits: an integer
+# bound or const that rounds to -2^63 or below crashes the process (a segfault), and a
+# minimum at 2^63 or above is clamped to 2^63 - 1, which it then emits
+INTEGER_LIMIT = 2.0**63
+LOWER_BOUNDS = ("minimum", "exclusiveMinimum")
 
 
 def check_schema(schema: Any) -> None:
     """Raise SchemaLimitError when `schema` (parsed JSON, or its text) is too big,
-    too deep or holds too many `$ref`s."""
+    too deep, holds too many `$ref`s or a number beyond 64-bit integers."""
     if isinstance(schema, (str, bytes)):
         raw = schema.encode("utf-8") if isinstance(schema, str) else schema
         if len(raw) > MAX_SCHEMA_BYTES:
@@ -40,7 +46,7 @@ def check_schema(schema: Any) -> None:
 
 
 def _walk(schema: Any) -> None:
-    """Depth, $ref count and a lower bound of the serialized size, iteratively."""
+    """Depth, $ref count, numbers and a lower bound of the serialized size, iteratively."""
     stack: list[tuple[Any, int]] = [(schema, 1)]
     refs = 0
     size = 0
@@ -58,6 +64,8 @@ def _walk(schema: Any) -> None:
                     refs += 1
                     if refs > MAX_REFS:
                         raise SchemaLimitError(f"schema has more than {MAX_REFS} $ref entries")
+                if key in LOWER_BOUNDS and _is_number(value) and _double(value) >= INTEGER_LIMIT:
+                    raise _out_of_range()
                 stack.append((value, depth + 1))
         elif isinstance(node, (list, tuple)):
             if depth > MAX_DEPTH:
@@ -69,9 +77,27 @@ def _walk(schema: Any) -> None:
         elif isinstance(node, str):
             size += len(node) + 2
         else:
+            if _is_number(node) and _double(node) <= -INTEGER_LIMIT:
+                raise _out_of_range()
             size += 1
         if size > MAX_SCHEMA_BYTES:
             raise _too_large()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _double(value: int | float) -> float:
+    """The number as llguidance reads it; an int past the doubles is infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def _out_of_range() -> SchemaLimitError:
+    return SchemaLimitError("schema numbers must be above -2^63, and its minimums below 2^63")
 
 
 def _too_large() -> SchemaLimitError:

@@ -209,3 +209,16 @@ def test_every_finished_output_validates(server, schema, seed):
         jsonschema.validate(json.loads(choice["message"]["content"]), schema)
     else:
         assert choice["finish_reason"] == "length"
+
+
+def test_a_number_past_64_bit_integers_is_a_400_and_never_kills_the_server(http):
+    """llguidance holds integer bounds in 64 bits: one that rounds to -2^63 or below
+    segfaulted the server as it compiled, from a response format or a tool's schema."""
+    schema = {"type": "object", "properties": {"secret_n": {"type": "integer", "minimum": -1e300, "maximum": -1e299}}}
+    chat = _error(http.post("/v1/chat/completions", json={"messages": ASK, "response_format": _json_schema(schema)}))
+    native = _error(http.post("/completion", json={"prompt": "x", "n_predict": 4, "json_schema": schema}))
+    assert "2^63" in chat and chat == native and "secret" not in chat
+    tool = {"type": "function", "function": {"name": "pick", "parameters": schema}}
+    answer = http.post("/v1/chat/completions", json={"messages": ASK, "tools": [tool], "max_tokens": 4})
+    assert answer.status_code == 200, answer.text
+    assert http.get("/health").status_code == 200

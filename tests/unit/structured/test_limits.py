@@ -84,3 +84,20 @@ def test_response_format_applies_the_limits():
     with pytest.raises(SchemaLimitError) as info:
         ResponseFormat.parse(body)
     assert MARKER not in str(info.value)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "minimum": -1e300, "maximum": -1e299},  # llguidance segfaulted on these
+    {"type": "object", "properties": {MARKER: {"type": "integer", "const": -9223372036854775807}}},
+    {"allOf": [{"type": "integer"}, {"enum": [-1e19]}]},
+    {"type": "integer", "exclusiveMinimum": 2**63},  # was clamped to 2^63 - 1, then emitted
+    {"type": "integer", "minimum": 1e300, "maximum": 1e301},
+])
+def test_numbers_beyond_64_bit_integers(schema):
+    assert_rejected(schema, "2^63")
+    assert_rejected(json.dumps(schema), "2^63")
+
+
+def test_large_numbers_that_are_served_pass():
+    check_schema({"type": "integer", "minimum": -(2**62), "maximum": 2**300, "const": 1e300,
+                  "properties": {"minimum": {"type": "number"}}, "default": 2**64})
