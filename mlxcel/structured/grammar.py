@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from mlxcel.structured.errors import (
     GrammarTimeoutError,
     ResponseFormatError,
     SchemaError,
+    SchemaLimitError,
     StructuredOutputError,
     one_line_reason,
     schema_free_reason,
@@ -156,10 +158,31 @@ def _checked_schema(schema: Any, field: str) -> dict[str, Any]:
 
 def gbnf_grammar(text: str) -> GrammarSpec:
     """A GBNF grammar (llama.cpp's `grammar` field; a Lark text starting with `start:`
-    or `%llguidance` passes as is), size-checked; parsed when compiled."""
+    or `%llguidance` passes as is), size-checked, its Lark `%json` schemas within the
+    schema limits; parsed when compiled."""
     if len(text.encode("utf-8")) > MAX_GRAMMAR_BYTES:
         raise GrammarError(f"grammar is larger than {MAX_GRAMMAR_BYTES // 1024} KiB")
+    _check_embedded_schemas(text)
     return GrammarSpec("gbnf", text)
+
+
+EMBEDDED_SCHEMA = re.compile(r"%json\s*")
+
+
+def _check_embedded_schemas(text: str) -> None:
+    """The limits of a response format's schema, for each schema a Lark grammar holds
+    (`%json {...}`), which llguidance compiles with the grammar: one it cannot hold
+    would crash the process there. Numbers are read as doubles, as llguidance reads them."""
+    decoder = json.JSONDecoder(parse_int=float)
+    for found in EMBEDDED_SCHEMA.finditer(text):
+        try:
+            schema, _ = decoder.raw_decode(text, found.end())
+        except (ValueError, RecursionError):
+            continue  # not JSON: the grammar's parser says what is wrong
+        try:
+            check_schema(schema)
+        except SchemaLimitError as exc:
+            raise GrammarError(f"a %json schema in it: {exc}") from None
 
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:

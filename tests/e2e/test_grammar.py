@@ -156,6 +156,18 @@ def test_invalid_or_oversized_schema_and_grammar_are_400s(http, path, body):
     assert http.post(path, json=body).status_code == 200
 
 
+@pytest.mark.parametrize("path, body", ROUTES)
+def test_a_lark_grammar_s_json_schema_gets_the_schema_limits(http, path, body):
+    """A Lark `%json` schema is compiled with its grammar: an integer bound that rounds
+    to -2^63 segfaulted the server there, past the checks a json_schema gets."""
+    crashing = '%llguidance {}\nstart: "n=" x\nx: %json {"type": "integer", "minimum": -1e300, "maximum": -1e299}'
+    _error(http.post(path, json={**body, "grammar": crashing}), "2^63")
+    deep = "start: %json " + '{"anyOf": [' * 20 + "{}" + "]}" * 20
+    _error(http.post(path, json={**body, "grammar": deep}), "32 levels")
+    fine = http.post(path, json={**body, "grammar": 'start: %json {"type": "integer", "minimum": 0, "maximum": 9}'})
+    assert fine.status_code == 200, fine.text
+
+
 @pytest.mark.parametrize("grammar", ['root ::= "a"{100000}', "root ::= " + " | ".join(f'"w{i}"' for i in range(5000))])
 def test_a_grammar_past_the_matchers_limits_says_so(http, grammar):
     """The first token compiles and masks fine; taking it in breaks the matcher's limits.

@@ -58,6 +58,8 @@ ws ::= | " " | "\n" [ \t]{0,20}
     ("garbage", "Expected ::="),
     ("root ::= " + "(" * 2000 + '"x"' + ")" * 2000, "recursion"),  # refused, not a crashed worker
     ("start: foo", "foo"),  # Lark: an undefined rule, from the matcher's own compile
+    ('start: %json {"type": "integer", "minimum": -1e300, "maximum": -1e299}', "2^63"),  # segfaulted llguidance
+    ('%llguidance {}\nstart: x\nx: %json{"type": "integer", "const": -' + "9" * 30 + "}", "2^63"),
 ])
 def test_invalid_grammars_are_grammar_errors(lltokenizer, grammar, reason):
     with pytest.raises(GrammarError) as info:
