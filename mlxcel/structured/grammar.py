@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from llguidance import LLMatcher, LLParserLimits, LLTokenizer, grammar_from
+from llguidance import LLMatcher, LLParserLimits, LLTokenizer
 
 from mlxcel.structured.constraint import Constraint
 from mlxcel.structured.errors import (
@@ -36,6 +36,7 @@ from mlxcel.structured.errors import (
     one_line_reason,
     schema_free_reason,
 )
+from mlxcel.structured.gbnf import gbnf_to_lark
 from mlxcel.structured.limits import check_schema
 
 DEFAULT_COMPILE_TIMEOUT_S = 3.0
@@ -235,13 +236,13 @@ def _compile(spec: GrammarSpec, lltokenizer: LLTokenizer, limits: GrammarLimits)
     """Build the matcher (llguidance drops the GIL meanwhile) and compute its first
     mask, which surfaces unsatisfiable schemas and pays the lexer's first-step cost.
     A GBNF text is converted here first (llguidance's front-end: Python, bounded by
-    MAX_GRAMMAR_BYTES)."""
+    MAX_GRAMMAR_BYTES, linear in the rules)."""
     grammar = spec.grammar
     if spec.kind == "gbnf":
         try:
-            grammar = grammar_from("gbnf", spec.grammar)
+            grammar = LLMatcher.grammar_from_lark(gbnf_to_lark(spec.grammar))
         except ValueError as exc:
-            raise GrammarError(one_line_reason(str(exc).removeprefix(GBNF_FRONT_END_PREFIX))) from None
+            raise GrammarError(one_line_reason(str(exc))) from None
     matcher = LLMatcher(lltokenizer, grammar, log_level=0, limits=limits.to_llguidance())
     if not matcher.is_error():
         scratch = np.empty((lltokenizer.vocab_size + 31) // 32, dtype=np.int32)
@@ -266,7 +267,6 @@ def _schema_of(spec: GrammarSpec) -> Any:
 
 
 TOOL_CALL_SCHEMA_MARK = "%json "
-GBNF_FRONT_END_PREFIX = "Failed to convert the grammar from GBNF to Lark: "
 
 
 _pool_lock = threading.Lock()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 import pytest
@@ -166,6 +167,21 @@ def test_a_lark_grammar_s_json_schema_gets_the_schema_limits(http, path, body):
     _error(http.post(path, json={**body, "grammar": deep}), "32 levels")
     fine = http.post(path, json={**body, "grammar": 'start: %json {"type": "integer", "minimum": 0, "maximum": 9}'})
     assert fine.status_code == 200, fine.text
+
+
+def test_long_chains_of_rules_leave_other_grammars_their_compile_time(server, http):
+    """A 64 KiB GBNF chain defined top-down cost llguidance's converter ~4 s holding the
+    GIL; three of them made a yes/no grammar sent beside them time out into a 400."""
+    chain = "\n".join(["root ::= r0", *(f'r{i} ::= r{i + 1} "a"' for i in range(3_300)), 'r3300 ::= "z"'])
+
+    def send(grammar):
+        with server.client() as client:
+            return client.post("/completion", json={"prompt": "Hi", "n_predict": 4, "grammar": grammar})
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(send, [chain, chain, chain, YES_NO]))
+    assert [answer.status_code for answer in answers] == [200] * 4, answers[-1].text
+    assert answers[-1].json()["content"] in ("yes", "no")
 
 
 @pytest.mark.parametrize("grammar", ['root ::= "a"{100000}', "root ::= " + " | ".join(f'"w{i}"' for i in range(5000))])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 
@@ -81,3 +82,29 @@ def test_compile_timeout_names_the_grammar(lltokenizer, monkeypatch):
     monkeypatch.setattr(grammar_module, "_compile", lambda *_: __import__("time").sleep(1))
     with pytest.raises(GrammarError, match="compiling the grammar took longer than 0.1 s"):
         compile_constraint(gbnf_grammar('root ::= "a"'), lltokenizer, timeout_s=0.1)
+
+
+def _top_down_chain(rules: int) -> str:
+    """`root ::= r0`, `r0 ::= r1 "a"` ... each rule defined before the one it names."""
+    lines = ["root ::= r0", *(f'r{i} ::= r{i + 1} "a"' for i in range(rules)), f'r{rules} ::= "z"']
+    return "\n".join(lines)
+
+
+def test_a_top_down_chain_of_rules_converts_in_linear_time(lltokenizer):
+    """llguidance's own converter takes one pass over all the rules per rule of such a
+    chain: ~4 s holding the GIL for this 64 KiB grammar."""
+    from llguidance.gbnf_to_lark import gbnf_to_lark as llguidance_gbnf_to_lark
+
+    from mlxcel.structured.gbnf import gbnf_to_lark
+
+    grammar = _top_down_chain(3_300)
+    started = time.perf_counter()
+    constraint = compile_constraint(gbnf_grammar(grammar), lltokenizer)
+    assert time.perf_counter() - started < 1.0
+    assert constraint.error is None
+    small = _top_down_chain(50)  # the same rules as llguidance's, listed dependencies first
+    assert _lines(gbnf_to_lark(small)) == _lines(llguidance_gbnf_to_lark(small))
+
+
+def _lines(lark: str) -> list[str]:
+    return sorted(line for line in lark.splitlines() if line)
