@@ -670,13 +670,23 @@ class Engine(EngineControl):
                 # alternatives), a 400 like an oversized schema
                 error = f"the output format's grammar exceeded the structured-output limits: {constraint.error}"
             else:
-                # the mask leaves the sampler no token only when the request's own logit_bias
-                # banned every token the format allows
-                error = "no token satisfies both the output format and the request's logit_bias"
+                # the mask leaves the sampler no token only when the request itself banned
+                # every token the format allows
+                error = f"no token satisfies both the output format and the request's {self._bans_named(slot)}"
             self._finish(slot, FinishReason.ERROR, failure=Failure.UNSATISFIABLE, error=error)
             return token
         self._accept_token(slot, token, scores)
         return token
+
+    def _bans_named(self, slot: Slot) -> str:
+        """The request's fields that banned every token its format allowed: its logit_bias,
+        and ignore_eos where the format allowed an end of generation."""
+        request = slot.request
+        ends_allowed = slot.mask_row is not None and any(
+            self._masker.allows(slot.mask_row, token) for token in self.tokenizer.eog_tokens)
+        if request.ignore_eos and ends_allowed:
+            return "logit_bias and ignore_eos" if request.sampling.logit_bias else "ignore_eos"
+        return "logit_bias"
 
     def _accept_token(self, slot: Slot, token: int, scores: dict | None = None) -> None:
         """`scores`: the TokenEvent's probability fields, when the request asked for them."""

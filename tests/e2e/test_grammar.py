@@ -196,6 +196,18 @@ def test_a_grammar_past_the_matchers_limits_says_so(http, grammar):
     assert banned.status_code == 400 and "logit_bias" in banned.json()["error"]["message"]
 
 
+def test_a_format_that_needs_the_end_ignore_eos_bans_names_ignore_eos(http):
+    """After "a" this grammar allows only the end-of-turn token, which ignore_eos bans: the
+    400 blamed a logit_bias the request does not have."""
+    grammar = 'start: "a" <|im_end|> "b"'
+    message = _error(http.post("/completion", json={"prompt": "Hi", "n_predict": 4, "grammar": grammar,
+                                                    "ignore_eos": True}), "no token satisfies")
+    assert message.endswith("the request's ignore_eos")
+    both = http.post("/completion", json={"prompt": "Hi", "n_predict": 4, "grammar": grammar, "ignore_eos": True,
+                                          "logit_bias": [["b", False]]})
+    assert both.json()["error"]["message"].endswith("the request's logit_bias and ignore_eos")
+
+
 @pytest.mark.parametrize("response_format", [
     {"type": "json_object", "schema": 123},
     {"type": "json_object", "schema": {"type": "hiccup"}},
