@@ -16,6 +16,11 @@ from mlxcel.structured.errors import SchemaLimitError
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_DEPTH = 32  # nesting of JSON objects and arrays; the schema itself is level 1
 MAX_REFS = 64
+# llguidance checks an object's patternProperties pairwise for overlaps, at a cost that
+# grows steeply past a hundred (64: ~0.1 s; 200: seconds; 400: minutes, in a compile
+# worker nothing can stop, while the constrained requests behind it time out); allOf
+# merges objects, so the count is the schema's
+MAX_PATTERN_PROPERTIES = 64
 # llguidance holds a schema's numbers as doubles and its integers as 64 bits: an integer
 # bound or const that rounds to -2^63 or below crashes the process (a segfault), and a
 # minimum at 2^63 or above is clamped to 2^63 - 1, which it then emits
@@ -25,7 +30,8 @@ LOWER_BOUNDS = ("minimum", "exclusiveMinimum")
 
 def check_schema(schema: Any) -> None:
     """Raise SchemaLimitError when `schema` (parsed JSON, or its text) is too big,
-    too deep, holds too many `$ref`s or a number beyond 64-bit integers."""
+    too deep, holds too many `$ref`s or patternProperties, or a number beyond 64-bit
+    integers."""
     if isinstance(schema, (str, bytes)):
         raw = schema.encode("utf-8") if isinstance(schema, str) else schema
         if len(raw) > MAX_SCHEMA_BYTES:
@@ -46,9 +52,11 @@ def check_schema(schema: Any) -> None:
 
 
 def _walk(schema: Any) -> None:
-    """Depth, $ref count, numbers and a lower bound of the serialized size, iteratively."""
+    """Depth, $ref and patternProperties counts, numbers and a lower bound of the
+    serialized size, iteratively."""
     stack: list[tuple[Any, int]] = [(schema, 1)]
     refs = 0
+    patterns = 0
     size = 0
     while stack:
         node, depth = stack.pop()
@@ -66,6 +74,10 @@ def _walk(schema: Any) -> None:
                         raise SchemaLimitError(f"schema has more than {MAX_REFS} $ref entries")
                 if key in LOWER_BOUNDS and _is_number(value) and _double(value) >= INTEGER_LIMIT:
                     raise _out_of_range()
+                if key == "patternProperties" and isinstance(value, dict):
+                    patterns += len(value)
+                    if patterns > MAX_PATTERN_PROPERTIES:
+                        raise SchemaLimitError(f"schema has more than {MAX_PATTERN_PROPERTIES} patternProperties")
                 stack.append((value, depth + 1))
         elif isinstance(node, (list, tuple)):
             if depth > MAX_DEPTH:

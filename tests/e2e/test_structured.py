@@ -222,3 +222,18 @@ def test_a_number_past_64_bit_integers_is_a_400_and_never_kills_the_server(http)
     answer = http.post("/v1/chat/completions", json={"messages": ASK, "tools": [tool], "max_tokens": 4})
     assert answer.status_code == 200, answer.text
     assert http.get("/health").status_code == 200
+
+
+def test_many_pattern_properties_are_a_400_that_leaves_the_compilers_free(http):
+    """llguidance checks patternProperties pairwise: 400 of them held a compile worker
+    for minutes, so two such requests made every schema after them time out (a 400
+    blaming its own schema)."""
+    patterns = {f"^secret_{i}_[a-z]+$": {"type": "integer"} for i in range(400)}
+    hostile = {"messages": ASK, "max_tokens": 2, "response_format": _json_schema({"type": "object",
+                                                                                 "patternProperties": patterns})}
+    for _ in range(2):
+        message = _error(http.post("/v1/chat/completions", json=hostile))
+        assert "64 patternProperties" in message and "secret" not in message
+    fine = http.post("/v1/chat/completions", json={"messages": ASK, "max_tokens": 2,
+                                                    "response_format": _json_schema({"type": "integer"})})
+    assert fine.status_code == 200, fine.text

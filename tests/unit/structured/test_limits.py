@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mlxcel.structured import ResponseFormat, SchemaLimitError, check_schema
-from mlxcel.structured.limits import MAX_DEPTH, MAX_REFS, MAX_SCHEMA_BYTES
+from mlxcel.structured.limits import MAX_DEPTH, MAX_PATTERN_PROPERTIES, MAX_REFS, MAX_SCHEMA_BYTES
 
 MARKER = "SECRET_FIELD_NAME"
 
@@ -101,3 +101,16 @@ def test_numbers_beyond_64_bit_integers(schema):
 def test_large_numbers_that_are_served_pass():
     check_schema({"type": "integer", "minimum": -(2**62), "maximum": 2**300, "const": 1e300,
                   "properties": {"minimum": {"type": "number"}}, "default": 2**64})
+
+
+def test_pattern_properties_limit():
+    def with_patterns(n: int) -> dict:
+        return {"type": "object", "patternProperties": {f"^{MARKER}{i}_[a-z]+$": {"type": "integer"} for i in range(n)}}
+
+    check_schema(with_patterns(MAX_PATTERN_PROPERTIES))
+    check_schema({"type": "object", "properties": {"patternProperties": {"type": "string"}}})  # a property's name
+    assert_rejected(with_patterns(MAX_PATTERN_PROPERTIES + 1), "patternProperties")
+    assert_rejected({"anyOf": [{"type": "null"}, with_patterns(400)]}, "64 patternProperties")
+    halves = [with_patterns(MAX_PATTERN_PROPERTIES // 2 + 1) for _ in range(2)]  # allOf merges them into one object
+    halves[1]["patternProperties"] = {key + "x": value for key, value in halves[1]["patternProperties"].items()}
+    assert_rejected({"allOf": halves}, "patternProperties")
