@@ -167,6 +167,15 @@ def test_text_format_becomes_response_format():
         response_format({"format": {"type": "grammar"}})
 
 
+@pytest.mark.parametrize("field, value, noun", [("schema", True, "an object"), ("schema", "{}", "an object"),
+                                                ("name", 5, "a string"), ("strict", "yes", "a boolean")])
+def test_a_malformed_text_format_is_named_as_sent(field, value, noun):
+    """It was named as chat's response_format.json_schema, a field the request lacks."""
+    with pytest.raises(ChatInputError, match=f"^text.format.{field} must be {noun}$") as info:
+        response_format({"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}, field: value}})
+    assert info.value.code == "invalid_response_format"
+
+
 def test_reasoning_echo_restores_a_turn_replayed_without_its_reasoning():
     echo = ReasoningEcho(max_bytes=1000)
     output = [{"type": "reasoning", "content": [{"type": "reasoning_text", "text": "think"}]},

@@ -122,11 +122,23 @@ def response_format(text: dict | None, chat_format: Any = None) -> dict | None:
     if kind == "text":
         return None
     if kind == "json_schema":
+        _check_format_fields(fmt)
         wrapper = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
         return {"type": "json_schema", "json_schema": wrapper}
     if kind == "json_object":
         return {"type": "json_object"}
     raise ChatInputError("text.format.type must be 'text', 'json_schema' or 'json_object'")
+
+
+FORMAT_FIELD_TYPES = {"schema": (dict, "an object"), "name": (str, "a string"), "strict": (bool, "a boolean")}
+
+
+def _check_format_fields(fmt: dict) -> None:
+    """The json_schema format's fields, named as the client sent them (chat's checks name
+    response_format.json_schema's)."""
+    for field, (kind, noun) in FORMAT_FIELD_TYPES.items():
+        if fmt.get(field) is not None and not isinstance(fmt[field], kind):
+            raise ChatInputError(f"text.format.{field} must be {noun}", code="invalid_response_format")
 
 
 def template_kwargs(data: dict, server_defaults: dict) -> dict:
