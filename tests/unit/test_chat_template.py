@@ -9,6 +9,7 @@ import gguf
 import llama_cpp
 import pytest
 
+from mlxcel.chat import template as template_module
 from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateError, load_chat_template
 from tests.fixtures.think_model import qwen3_template
 from tests.unit.template_probes import ends_inside_think, opens_reasoning, supports_tools
@@ -329,6 +330,67 @@ def test_runtime_errors_become_template_errors(source: str, match: str) -> None:
 def test_pathological_templates_are_stopped(source: str) -> None:
     with pytest.raises(TemplateError, match="chat template error"):
         ChatTemplate(source).render([])
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ("{% set ns = namespace(s='x' * 1000000) %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+         "concatenation"),
+        ("{{ 'x'.ljust(2 ** 31) }}", "ljust"),
+        ("{{ 'x'.zfill(2 ** 31) }}", "zfill"),
+        ("{{ ('\t' * 1000).expandtabs(2 ** 20) }}", "expandtabs"),
+        ("{{ ('x' * 8000000).replace('', 'y' * 8000000) }}", "replace"),
+        ("{{ ('x' * 8000000)|replace('', 'y' * 8000000) }}", "replace"),
+        ("{{ 'x'|center(2 ** 31) }}", "center"),
+        ("{{ ('\n' * 1000)|indent(2 ** 23, blank=True) }}", "indent"),
+        ("{{ '%999999999s' % 'x' }}", "format"),
+        ("{{ '%*s' % (999999999, 'x') }}", "format"),
+        ("{{ '{:>999999999}'.format('x') }}", "format"),
+        ("{{ '{:{}}'.format('x', 999999999) }}", "format"),
+        ("{{ '%999999999s'|format('x') }}", "format"),
+        ("{{ (['x' * 8000000] * 1000)|join }}", "join"),
+        ("{{ ''.join(['x' * 8000000] * 1000) }}", "join"),
+        ("{{ (['x' * 8000000] * 1000)|map('string')|join }}", "join"),
+        ("{{ ''.join((['x' * 8000000] * 1000)|select) }}", "join"),
+        ("{{ ([[0] * 8000000] * 1000)|sum(start=[]) }}", "sum"),
+        ("{{ (['x' * 8000000] * 1000)|pprint }}", "pprint"),
+        ("{{ ['x' * 8000000] * 1000 }}", "printed value"),
+        ("{{ (['x' * 8000000] * 1000)|string }}", "string"),
+        ("{{ (['x' * 8000000] * 1000)|tojson }}", "tojson"),
+        ("{{ messages|tojson(indent=2 ** 30) }}", "tojson"),
+        ("{{ lipsum(10 ** 6) }}", "lipsum"),
+    ],
+)
+def test_blow_ups_are_refused_before_they_allocate(source: str, what: str) -> None:
+    """Each of these built gigabytes (or more) before the output cap could see them."""
+    with pytest.raises(TemplateError, match=f"^chat template error: {what} .*too large$"):
+        ChatTemplate(source).render([{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "{% for i in range(100000)|list %}{% for c in 'x' * 100000 %}{% endfor %}{% endfor %}",
+        "{% macro f(n) %}{% if n < 8 %}{% for i in range(100) %}{{ f(n + 1) }}{% endfor %}{% endif %}{% endmacro %}"
+        "{{ f(0) }}",
+    ],
+)
+def test_a_render_that_would_not_end_is_stopped(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(template_module, "RENDER_SECONDS", 0.5)
+    with pytest.raises(TemplateError, match=r"^chat template error: rendering took longer than 0.5 s$"):
+        ChatTemplate(source).render([])
+    assert ChatTemplate("{% for i in range(3) %}{{ i }}{% endfor %}").render([]) == "012"  # the deadline was reset
+
+
+def test_guarded_operations_still_render_ordinary_sizes() -> None:
+    source = ("{{ 'a%sb' % 'c' }}|{{ '{}-{}'.format(1, 2) }}|{{ 'x'|center(3) }}|{{ 'a\nb'|indent(2) }}|"
+              "{{ [1, 2]|join(',') }}|{{ 'ab'|replace('a', 'c') }}|{{ [1, 'a'] }}|{{ 'x' ~ 1 ~ [2] }}|"
+              "{{ 'x'.rjust(3, '-') }}|{{ {'a': 1}|tojson(indent=1) }}|{{ lipsum(1, false, 2, 3) != '' }}|"
+              "{{ [[1], [2]]|sum(start=[]) }}|{{ [1, 2]|map('string')|join('+') }}|{{ '-'.join(['a', 'b']|select) }}")
+    assert ChatTemplate(source).render([]) == ("acb|1-2| x |a\n  b|1,2|cb|[1, 'a']|x1[2]|--x|{\n \"a\": 1\n}|True|"
+                                         "[1, 2]|1+2|a-b")
 
 
 # -- which template a model gets -----------------------------------------------------
