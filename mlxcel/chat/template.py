@@ -52,6 +52,10 @@ class TemplateError(ValueError):
     """A chat template failed to compile or render; the message says why."""
 
 
+class TemplateTimeout(TemplateError):
+    """A render ran past `RENDER_SECONDS`."""
+
+
 def _raise_exception(message: str) -> NoReturn:
     raise TemplateError(str(message))
 
@@ -84,7 +88,7 @@ _render_deadline = threading.local()  # `at`: when the render on this thread mus
 def _check_deadline() -> None:
     deadline = getattr(_render_deadline, "at", None)
     if deadline is not None and time.monotonic() > deadline:
-        raise TemplateError(f"chat template error: rendering took longer than {RENDER_SECONDS:g} s")
+        raise TemplateTimeout(f"chat template error: rendering took longer than {RENDER_SECONDS:g} s")
 
 
 def _text_too_big(value: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxcel.chat.template import ChatTemplate
+from mlxcel.chat.template import ChatTemplate, TemplateTimeout
 
 MARK = "MLXCEL_PROBE_MARKER"
 _USER = {"role": "user", "content": "hello"}
@@ -20,6 +20,8 @@ def _call(name: str, arguments: Any) -> dict:
 def _renders(template: ChatTemplate, marker: str, messages: list[dict], **kwargs: Any) -> bool:
     try:
         return marker in template.render(messages, add_generation_prompt=False, **kwargs)
+    except TemplateTimeout:
+        raise
     except Exception:  # noqa: BLE001 - a template that cannot render a probe lacks the capability
         return False
 
@@ -29,6 +31,15 @@ def _calls(*calls: dict) -> list[dict]:
 
 
 def probe_caps(template: ChatTemplate) -> dict[str, bool]:
+    """The caps; none for a template that runs out of time on a probe (it would on each of
+    them, for `RENDER_SECONDS` each)."""
+    try:
+        return _probe_caps(template)
+    except TemplateTimeout:
+        return dict.fromkeys(_CAP_NAMES, False)
+
+
+def _probe_caps(template: ChatTemplate) -> dict[str, bool]:
     string_args = _renders(template, f"{MARK}_arg", _calls(_call("probe_fn", f'{{"{MARK}_arg": 1}}')))
     object_args = _renders(template, f"{MARK}_arg", _calls(_call("probe_fn", {f"{MARK}_arg": 1})))
     calls = _renders(template, f"{MARK}_fn", _calls(_call(f"{MARK}_fn", "{}"))) or _renders(
@@ -47,3 +58,6 @@ def probe_caps(template: ChatTemplate) -> dict[str, bool]:
         "supports_reasoning_effort": "reasoning_effort" in template.source,
         "supports_object_arguments": object_args and not string_args,
     }
+
+
+_CAP_NAMES = tuple(_probe_caps(ChatTemplate("")))

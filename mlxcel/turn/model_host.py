@@ -111,7 +111,7 @@ class ModelHost:
         self.chat_template: str | None = None  # the template source in force
         self.template = None  # mlxcel.chat.template.ChatTemplate
         self.tool_parser_cls = None  # the tool-call format of the template, if any
-        self.template_caps: dict[str, bool] | None = None  # /props' chat_template_caps, probed once
+        self.template_caps: dict[str, bool] | None = None  # /props' chat_template_caps (probed at load with --jinja)
         self.model_family: str | None = None  # general.architecture
         self.host_cache = self._make_host_cache(config)
         self.projector = None  # mlxcel.engine.projector.Projector, with --mmproj
@@ -318,6 +318,7 @@ class ModelHost:
 
     def _load_chat_support(self, runtime: LlamaRuntime, tokenizer: Tokenizer) -> None:
         from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate, load_chat_template
+        from mlxcel.chat.template_caps import probe_caps
         from mlxcel.chat.tool_parsers import TOOL_PARSERS, detect_parser
 
         def token_text(token: int) -> str:
@@ -342,6 +343,7 @@ class ModelHost:
         else:
             self.template = load_chat_template(runtime.chat_template(), None, bos, eos)
         self.chat_template = self.template.source
+        self.template_caps = probe_caps(self.template)  # here, off the event loop: probes render the template
         if self.config.tool_call_parser:
             self.tool_parser_cls = TOOL_PARSERS[self.config.tool_call_parser]
         else:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import time
+
+from mlxcel.chat import template as template_module
 from mlxcel.chat.template import CHATML_TEMPLATE, ChatTemplate
 from mlxcel.chat.template_caps import probe_caps
 
@@ -23,3 +26,13 @@ def test_a_tool_template_renders_tools_and_parallel_calls():
     caps = probe_caps(ChatTemplate(TOOLS_TEMPLATE))
     assert caps["supports_tools"] and caps["supports_tool_calls"] and caps["supports_parallel_tool_calls"]
     assert not caps["supports_typed_content"] and not caps["supports_object_arguments"]
+
+
+def test_a_template_out_of_time_on_one_probe_is_not_probed_again(monkeypatch):
+    """Each probe would run the whole render deadline: one is enough to know."""
+    monkeypatch.setattr(template_module, "RENDER_SECONDS", 0.3)
+    endless = ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}")
+    started = time.monotonic()
+    caps = probe_caps(endless)
+    assert time.monotonic() - started < 1.0
+    assert set(caps) == set(probe_caps(ChatTemplate(CHATML_TEMPLATE))) and not any(caps.values())
