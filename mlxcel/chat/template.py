@@ -167,7 +167,7 @@ def _indented_size(text: Any, width: Any = 4, *_: Any, **__: Any) -> int:
     return len(str(text)) + (str(text).count("\n") + 1) * per_line
 
 
-# filters that can build a string far larger than their input: whether each would
+# filters that can build a string (or list) far larger than their input: whether each would
 _FILTER_TOO_BIG: dict[str, Callable[..., bool]] = {
     "center": lambda text, width=80, *_, **__: isinstance(width, int) and _too_big(width),
     "indent": lambda *args, **kwargs: _too_big(_indented_size(*args, **kwargs)),
@@ -177,6 +177,10 @@ _FILTER_TOO_BIG: dict[str, Callable[..., bool]] = {
     "string": lambda value, *_, **__: _text_too_big(value),
     "pprint": lambda value, *_, **__: _text_too_big(value),
     "sum": lambda items, attribute=None, start=0, *_, **__: _summed_too_big(items, start),
+    # lists as long as their count argument: a filled last batch, and one per slice
+    "batch": lambda items, linecount, fill_with=None, *_, **__: (fill_with is not None and isinstance(linecount, int)
+                                                               and _too_big(linecount)),
+    "slice": lambda items, slices, *_, **__: isinstance(slices, int) and _too_big(slices),
 }
 
 

@@ -360,6 +360,8 @@ def test_pathological_templates_are_stopped(source: str) -> None:
         ("{{ (['x' * 8000000] * 1000)|tojson }}", "tojson"),
         ("{{ messages|tojson(indent=2 ** 30) }}", "tojson"),
         ("{{ lipsum(10 ** 6) }}", "lipsum"),
+        ("{{ ([1]|batch(2 ** 31, 0)|list)[0]|length }}", "batch"),
+        ("{{ range(1)|slice(10 ** 9)|list|length }}", "slice"),
     ],
 )
 def test_blow_ups_are_refused_before_they_allocate(source: str, what: str) -> None:
@@ -388,9 +390,10 @@ def test_guarded_operations_still_render_ordinary_sizes() -> None:
     source = ("{{ 'a%sb' % 'c' }}|{{ '{}-{}'.format(1, 2) }}|{{ 'x'|center(3) }}|{{ 'a\nb'|indent(2) }}|"
               "{{ [1, 2]|join(',') }}|{{ 'ab'|replace('a', 'c') }}|{{ [1, 'a'] }}|{{ 'x' ~ 1 ~ [2] }}|"
               "{{ 'x'.rjust(3, '-') }}|{{ {'a': 1}|tojson(indent=1) }}|{{ lipsum(1, false, 2, 3) != '' }}|"
-              "{{ [[1], [2]]|sum(start=[]) }}|{{ [1, 2]|map('string')|join('+') }}|{{ '-'.join(['a', 'b']|select) }}")
+              "{{ [[1], [2]]|sum(start=[]) }}|{{ [1, 2]|map('string')|join('+') }}|{{ '-'.join(['a', 'b']|select) }}|"
+              "{{ [1]|batch(3, 0)|list }}|{{ range(5)|slice(2)|list }}")
     assert ChatTemplate(source).render([]) == ("acb|1-2| x |a\n  b|1,2|cb|[1, 'a']|x1[2]|--x|{\n \"a\": 1\n}|True|"
-                                         "[1, 2]|1+2|a-b")
+                                         "[1, 2]|1+2|a-b|[[1, 0, 0]]|[[0, 1, 2], [3, 4]]")
 
 
 # -- which template a model gets -----------------------------------------------------
