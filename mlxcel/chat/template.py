@@ -114,6 +114,27 @@ def _text_too_big(value: Any) -> bool:
     return False
 
 
+def _content_size(value: Any) -> int:
+    """The characters of the strings `value` holds, each container counting at least 1
+    and each other value 1, every alias of a string counted again (walked only until
+    past the output cap): what a list repeated or joined by ``*`` or ``+`` multiplies."""
+    if isinstance(value, str):
+        return len(value)
+    if not isinstance(value, (list, tuple, Mapping)):
+        return 1
+    size, pending = 0, [value]
+    while pending and size <= MAX_OUTPUT_CHARS:
+        item = pending.pop()
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, (list, tuple, Mapping)):
+            size += 1 if not item else 0
+            pending.extend(item.values() if isinstance(item, Mapping) else item)
+        else:
+            size += 1
+    return size
+
+
 def _format_too_big(fmt: str, values: Iterable[Any]) -> bool:
     """A %- or {}-format whose width or precision (written, or given as an argument:
     ``%*s``, ``{:{}}``) is too large, or whose arguments print too large."""
@@ -261,15 +282,16 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         _check_deadline()
         if operator == "*":
             for seq, count in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(count, int) and _too_big(len(seq) * count):
-                    raise TemplateError("chat template error: repetition result too large")
+                if isinstance(seq, (str, list, tuple)) and isinstance(count, int) and count > 0:
+                    if _too_big(len(seq) * count) or _too_big(_content_size(seq) * count):
+                        raise TemplateError("chat template error: repetition result too large")
         elif operator == "**":
             if isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
                 if right * math.log2(abs(left)) > _MAX_POW_BITS:
                     raise TemplateError("chat template error: power result too large")
         elif operator == "+":
             if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
-                if _too_big(len(left) + len(right)):
+                if _too_big(len(left) + len(right)) or _too_big(_content_size(left) + _content_size(right)):
                     raise TemplateError("chat template error: concatenation result too large")
         elif operator == "%":
             if isinstance(left, str) and _format_too_big(left, right if isinstance(right, tuple) else (right,)):

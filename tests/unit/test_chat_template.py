@@ -332,6 +332,10 @@ def test_pathological_templates_are_stopped(source: str) -> None:
         ChatTemplate(source).render([])
 
 
+# one long string held three times: 12 million characters once printed or joined
+ALIASES = "{% set s = 'x' * 4000000 %}{% set l = [s, s, s] %}"
+
+
 @pytest.mark.parametrize(
     ("source", "what"),
     [
@@ -349,18 +353,21 @@ def test_pathological_templates_are_stopped(source: str) -> None:
         ("{{ '{:>999999999}'.format('x') }}", "format"),
         ("{{ '{:{}}'.format('x', 999999999) }}", "format"),
         ("{{ '%999999999s'|format('x') }}", "format"),
-        ("{{ (['x' * 8000000] * 1000)|join }}", "join"),
-        ("{{ ''.join(['x' * 8000000] * 1000) }}", "join"),
-        ("{{ (['x' * 8000000] * 1000)|map('string')|join }}", "join"),
-        ("{{ ''.join((['x' * 8000000] * 1000)|select) }}", "join"),
-        ("{{ ([[0] * 8000000] * 1000)|sum(start=[]) }}", "sum"),
-        ("{{ (['x' * 8000000] * 1000)|pprint }}", "pprint"),
-        ("{{ ['x' * 8000000] * 1000 }}", "printed value"),
-        ("{{ (['x' * 8000000] * 1000)|string }}", "string"),
-        ("{{ (['x' * 8000000] * 1000)|tojson }}", "tojson"),
+        (ALIASES + "{{ l|join }}", "join"),
+        (ALIASES + "{{ ''.join(l) }}", "join"),
+        (ALIASES + "{{ l|map('string')|join }}", "join"),
+        (ALIASES + "{{ ''.join(l|select) }}", "join"),
+        ("{% set z = [0] * 4000000 %}{{ [z, z, z]|sum(start=[]) }}", "sum"),
+        (ALIASES + "{{ l|pprint }}", "pprint"),
+        (ALIASES + "{{ l }}", "printed value"),
+        (ALIASES + "{{ l|string }}", "string"),
+        (ALIASES + "{{ l|tojson }}", "tojson"),
         ("{{ messages|tojson(indent=2 ** 30) }}", "tojson"),
         ("{{ lipsum(10 ** 6) }}", "lipsum"),
         ("{{ ([1]|batch(2 ** 31, 0)|list)[0]|length }}", "batch"),
+        ("{{ (['x' * 8000000] * 1000)|map('upper')|list|length }}", "repetition"),
+        ("{{ ([[0] * 8000000] * 8000000)|map('list')|list|length }}", "repetition"),
+        ("{% set s = 'x' * 5000000 %}{{ ([s] + [s])|map('upper')|list|length }}", "concatenation"),
         ("{{ range(1)|slice(10 ** 9)|list|length }}", "slice"),
     ],
 )
@@ -391,9 +398,9 @@ def test_guarded_operations_still_render_ordinary_sizes() -> None:
               "{{ [1, 2]|join(',') }}|{{ 'ab'|replace('a', 'c') }}|{{ [1, 'a'] }}|{{ 'x' ~ 1 ~ [2] }}|"
               "{{ 'x'.rjust(3, '-') }}|{{ {'a': 1}|tojson(indent=1) }}|{{ lipsum(1, false, 2, 3) != '' }}|"
               "{{ [[1], [2]]|sum(start=[]) }}|{{ [1, 2]|map('string')|join('+') }}|{{ '-'.join(['a', 'b']|select) }}|"
-              "{{ [1]|batch(3, 0)|list }}|{{ range(5)|slice(2)|list }}")
+              "{{ [1]|batch(3, 0)|list }}|{{ range(5)|slice(2)|list }}|{{ ([0] * 8000000)|length }}|{{ [[]] * 2 }}")
     assert ChatTemplate(source).render([]) == ("acb|1-2| x |a\n  b|1,2|cb|[1, 'a']|x1[2]|--x|{\n \"a\": 1\n}|True|"
-                                         "[1, 2]|1+2|a-b|[[1, 0, 0]]|[[0, 1, 2], [3, 4]]")
+                                         "[1, 2]|1+2|a-b|[[1, 0, 0]]|[[0, 1, 2], [3, 4]]|8000000|[[], []]")
 
 
 # -- which template a model gets -----------------------------------------------------
