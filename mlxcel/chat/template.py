@@ -15,7 +15,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import cached_property, wraps
 from pathlib import Path
@@ -27,7 +27,7 @@ from jinja2.compiler import CodeGenerator, Frame
 from jinja2.ext import loopcontrols
 from jinja2.runtime import markup_join, str_join
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
-from jinja2.utils import generate_lorem_ipsum
+from jinja2.utils import Namespace, generate_lorem_ipsum
 
 from mlxcel.chat.reasoning import THINK, ReasoningMarkers
 
@@ -91,6 +91,18 @@ def _check_deadline() -> None:
         raise TemplateTimeout(f"chat template error: rendering took longer than {RENDER_SECONDS:g} s")
 
 
+def _held(value: Any) -> Collection[Any] | None:
+    """What a container holds (a mapping's keys and values, a namespace's values), or
+    None for a value that holds nothing."""
+    if isinstance(value, Mapping):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return value
+    if isinstance(value, Namespace):  # its attributes live in a private dict
+        return list(object.__getattribute__(value, "_Namespace__attrs").values())
+    return None
+
+
 def _text_too_big(value: Any) -> bool:
     """Whether ``str(value)`` would pass the output cap: containers are walked, not
     printed, so one holding the same long string many times is caught before it is built."""
@@ -98,15 +110,12 @@ def _text_too_big(value: Any) -> bool:
     pending = [value]
     while pending:
         item = pending.pop()
+        held = _held(item)
         if isinstance(item, str):
             budget -= len(item) + 4  # quotes and a separator, as a container prints it
-        elif isinstance(item, Mapping):
-            budget -= 2 * len(item) + 2
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            budget -= len(item) + 2
-            pending.extend(item)
+        elif held is not None:
+            budget -= 2 * len(held) + 2
+            pending.extend(held)
         else:
             budget -= 24  # a number, None, a bool: short
         if budget < 0:
@@ -117,19 +126,16 @@ def _text_too_big(value: Any) -> bool:
 def _content_size(value: Any) -> int:
     """The characters of the strings `value` holds, each container counting at least 1
     and each other value 1, every alias of a string counted again (walked only until
-    past the output cap): what a list repeated or joined by ``*`` or ``+`` multiplies."""
-    if isinstance(value, str):
-        return len(value)
-    if not isinstance(value, (list, tuple, Mapping)):
-        return 1
+    past the output cap): what a list repeated, joined or written out in a literal multiplies."""
     size, pending = 0, [value]
     while pending and size <= MAX_OUTPUT_CHARS:
         item = pending.pop()
+        held = _held(item)
         if isinstance(item, str):
             size += len(item)
-        elif isinstance(item, (list, tuple, Mapping)):
-            size += 1 if not item else 0
-            pending.extend(item.values() if isinstance(item, Mapping) else item)
+        elif held is not None:
+            size += 0 if held else 1
+            pending.extend(held)
         else:
             size += 1
     return size
@@ -233,12 +239,31 @@ def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str
 
 
 class _ChatTemplateCodeGenerator(CodeGenerator):
-    """Compiles each loop to check the render's deadline at every step, and ``~`` to size
-    its result before joining (as ``+`` is)."""
+    """Compiles each loop to check the render's deadline at every step, ``~`` to size its
+    result before joining (as ``+`` is), and each list, tuple and dict literal to size
+    what it holds."""
 
     def visit_For(self, node: nodes.For, frame: Frame) -> None:
         node.iter = nodes.Call(nodes.EnvironmentAttribute("timed_iter"), [node.iter], [], None, None)
         super().visit_For(node, frame)
+
+    def visit_List(self, node: nodes.List, frame: Frame) -> None:
+        self._sized(super().visit_List, node, frame)
+
+    def visit_Tuple(self, node: nodes.Tuple, frame: Frame) -> None:
+        if node.ctx == "store":  # the names a loop or a set assigns to
+            super().visit_Tuple(node, frame)
+        else:
+            self._sized(super().visit_Tuple, node, frame)
+
+    def visit_Dict(self, node: nodes.Dict, frame: Frame) -> None:
+        self._sized(super().visit_Dict, node, frame)
+
+    def _sized(self, visit: Callable[[Any, Frame], None], node: nodes.Node, frame: Frame) -> None:
+        """A literal, checked when built: ``[a, a, a]`` holds `a` three times."""
+        self.write("environment.sized_literal(")
+        visit(node, frame)
+        self.write(")")
 
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
         self.write("environment.concat((")
@@ -262,6 +287,11 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
             _check_deadline()
             yield item
 
+    def sized_literal(self, value: Any) -> Any:
+        if _too_big(_content_size(value)):
+            raise TemplateError("chat template error: literal result too large")
+        return value
+
     def concat(self, values: tuple[Any, ...]) -> str:
         if _text_too_big(values):
             raise TemplateError("chat template error: concatenation result too large")
@@ -274,6 +304,8 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
         method = getattr(target, "__name__", "")
         if isinstance(owner, str) and method == "join" and args:
             args = (_sized(args[0]), *args[1:])
+        if __obj in (dict, Namespace) and _too_big(_content_size([*args, *kwargs.values()])):
+            raise TemplateError(f"chat template error: {__obj.__name__.lower()} result too large")
         if isinstance(owner, str) and _str_call_too_big(owner, method, args, kwargs):
             raise TemplateError(f"chat template error: {method} result too large")
         return super().call(__context, __obj, *args, **kwargs)

@@ -332,8 +332,8 @@ def test_pathological_templates_are_stopped(source: str) -> None:
         ChatTemplate(source).render([])
 
 
-# one long string held three times: 12 million characters once printed or joined
-ALIASES = "{% set s = 'x' * 4000000 %}{% set l = [s, s, s] %}"
+# three long strings: 12 million characters once printed or joined
+ALIASES = "{% set l = ['%s', '%s', '%s']|map('format', 'x' * 4000000)|list %}"
 
 
 @pytest.mark.parametrize(
@@ -357,7 +357,7 @@ ALIASES = "{% set s = 'x' * 4000000 %}{% set l = [s, s, s] %}"
         (ALIASES + "{{ ''.join(l) }}", "join"),
         (ALIASES + "{{ l|map('string')|join }}", "join"),
         (ALIASES + "{{ ''.join(l|select) }}", "join"),
-        ("{% set z = [0] * 4000000 %}{{ [z, z, z]|sum(start=[]) }}", "sum"),
+        ("{{ ([0] * 2 ** 23)|batch(2 ** 22)|sum(start=[0]) }}", "sum"),
         (ALIASES + "{{ l|pprint }}", "pprint"),
         (ALIASES + "{{ l }}", "printed value"),
         (ALIASES + "{{ l|string }}", "string"),
@@ -368,6 +368,11 @@ ALIASES = "{% set s = 'x' * 4000000 %}{% set l = [s, s, s] %}"
         ("{{ (['x' * 8000000] * 1000)|map('upper')|list|length }}", "repetition"),
         ("{{ ([[0] * 8000000] * 8000000)|map('list')|list|length }}", "repetition"),
         ("{% set s = 'x' * 5000000 %}{{ ([s] + [s])|map('upper')|list|length }}", "concatenation"),
+        ("{% set s = 'x' * 5000000 %}{% set a = [s, s] %}{% set b = [a, a] %}{{ b|upper }}", "literal"),
+        ("{% set s = 'x' * 5000000 %}{{ (s, s)|map('upper')|list|length }}", "literal"),
+        ("{% set s = 'x' * 5000000 %}{{ {'a': s, 'b': s}|map('upper')|list|length }}", "literal"),
+        ("{% set s = 'x' * 5000000 %}{{ dict(a=s, b=s)|string|length }}", "dict"),
+        ("{% set s = 'x' * 5000000 %}{% set n = namespace(a=s) %}{{ namespace(a=n, b=n)|upper|length }}", "namespace"),
         ("{{ range(1)|slice(10 ** 9)|list|length }}", "slice"),
     ],
 )
@@ -398,9 +403,12 @@ def test_guarded_operations_still_render_ordinary_sizes() -> None:
               "{{ [1, 2]|join(',') }}|{{ 'ab'|replace('a', 'c') }}|{{ [1, 'a'] }}|{{ 'x' ~ 1 ~ [2] }}|"
               "{{ 'x'.rjust(3, '-') }}|{{ {'a': 1}|tojson(indent=1) }}|{{ lipsum(1, false, 2, 3) != '' }}|"
               "{{ [[1], [2]]|sum(start=[]) }}|{{ [1, 2]|map('string')|join('+') }}|{{ '-'.join(['a', 'b']|select) }}|"
-              "{{ [1]|batch(3, 0)|list }}|{{ range(5)|slice(2)|list }}|{{ ([0] * 8000000)|length }}|{{ [[]] * 2 }}")
+              "{{ [1]|batch(3, 0)|list }}|{{ range(5)|slice(2)|list }}|{{ ([0] * 8000000)|length }}|{{ [[]] * 2 }}|"
+              "{% for a, b in [(1, 2)] %}{{ a + b }}{% endfor %}{% set c, d = (3, {'k': [4]}) %}{{ c }}{{ d.k }}|"
+              "{{ namespace(v=dict(w=5)).v.w }}")
     assert ChatTemplate(source).render([]) == ("acb|1-2| x |a\n  b|1,2|cb|[1, 'a']|x1[2]|--x|{\n \"a\": 1\n}|True|"
-                                         "[1, 2]|1+2|a-b|[[1, 0, 0]]|[[0, 1, 2], [3, 4]]|8000000|[[], []]")
+                                         "[1, 2]|1+2|a-b|[[1, 0, 0]]|[[0, 1, 2], [3, 4]]|8000000|[[], []]|3"
+                                         "3[4]|5")
 
 
 # -- which template a model gets -----------------------------------------------------
