@@ -232,6 +232,22 @@ def _sized_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return sized
 
 
+def _sized_map(fn: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+    """``|map`` stopping once what it has produced passes the output cap: each item a
+    filter makes may be large, and ``|list`` keeps them all."""
+
+    @wraps(fn)
+    def sized_map(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        produced = 0
+        for item in fn(*args, **kwargs):
+            produced += _content_size(item)
+            if _too_big(produced):
+                raise TemplateError("chat template error: map result too large")
+            yield item
+
+    return sized_map
+
+
 def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:  # noqa: A002 - jinja's names
     if not isinstance(n, int) or n > _MAX_LIPSUM_PARAGRAPHS or not isinstance(max, int) or max > 1000:
         raise TemplateError("chat template error: lipsum result too large")
@@ -344,6 +360,7 @@ def _make_environment() -> _ChatTemplateEnvironment:
     env.filters["tojson"] = _tojson
     for name in _FILTER_TOO_BIG:
         env.filters[name] = _sized_filter(name, env.filters[name])
+    env.filters["map"] = _sized_map(env.filters["map"])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["lipsum"] = _lipsum

@@ -332,8 +332,9 @@ def test_pathological_templates_are_stopped(source: str) -> None:
         ChatTemplate(source).render([])
 
 
-# three long strings: 12 million characters once printed or joined
-ALIASES = "{% set l = ['%s', '%s', '%s']|map('format', 'x' * 4000000)|list %}"
+# a list of two strings holding as many characters as the output cap allows: more, once
+# printed (quotes, separators)
+ALIASES = "{% set s = 'x' * 2 ** 22 %}{% set l = [s, s] %}"
 
 
 @pytest.mark.parametrize(
@@ -366,12 +367,13 @@ ALIASES = "{% set l = ['%s', '%s', '%s']|map('format', 'x' * 4000000)|list %}"
         ("{{ lipsum(10 ** 6) }}", "lipsum"),
         ("{{ ([1]|batch(2 ** 31, 0)|list)[0]|length }}", "batch"),
         ("{{ (['x' * 8000000] * 1000)|map('upper')|list|length }}", "repetition"),
-        ("{{ ([[0] * 8000000] * 8000000)|map('list')|list|length }}", "repetition"),
+        ("{{ ([[0] * 100000] * 100000)|map('list')|list|length }}", "repetition"),
         ("{% set s = 'x' * 5000000 %}{{ ([s] + [s])|map('upper')|list|length }}", "concatenation"),
         ("{% set s = 'x' * 5000000 %}{% set a = [s, s] %}{% set b = [a, a] %}{{ b|upper }}", "literal"),
         ("{% set s = 'x' * 5000000 %}{{ (s, s)|map('upper')|list|length }}", "literal"),
         ("{% set s = 'x' * 5000000 %}{{ {'a': s, 'b': s}|map('upper')|list|length }}", "literal"),
         ("{% set s = 'x' * 5000000 %}{{ dict(a=s, b=s)|string|length }}", "dict"),
+        ("{{ range(100000)|map('center', 8000000)|list|length }}", "map"),
         ("{% set s = 'x' * 5000000 %}{% set n = namespace(a=s) %}{{ namespace(a=n, b=n)|upper|length }}", "namespace"),
         ("{{ range(1)|slice(10 ** 9)|list|length }}", "slice"),
     ],
@@ -405,10 +407,10 @@ def test_guarded_operations_still_render_ordinary_sizes() -> None:
               "{{ [[1], [2]]|sum(start=[]) }}|{{ [1, 2]|map('string')|join('+') }}|{{ '-'.join(['a', 'b']|select) }}|"
               "{{ [1]|batch(3, 0)|list }}|{{ range(5)|slice(2)|list }}|{{ ([0] * 8000000)|length }}|{{ [[]] * 2 }}|"
               "{% for a, b in [(1, 2)] %}{{ a + b }}{% endfor %}{% set c, d = (3, {'k': [4]}) %}{{ c }}{{ d.k }}|"
-              "{{ namespace(v=dict(w=5)).v.w }}")
+              "{{ namespace(v=dict(w=5)).v.w }}|{{ [{'a': 'p'}, {'a': 'q'}]|map(attribute='a')|join }}")
     assert ChatTemplate(source).render([]) == ("acb|1-2| x |a\n  b|1,2|cb|[1, 'a']|x1[2]|--x|{\n \"a\": 1\n}|True|"
                                          "[1, 2]|1+2|a-b|[[1, 0, 0]]|[[0, 1, 2], [3, 4]]|8000000|[[], []]|3"
-                                         "3[4]|5")
+                                         "3[4]|5|pq")
 
 
 # -- which template a model gets -----------------------------------------------------
