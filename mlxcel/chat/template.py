@@ -308,7 +308,10 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
             raise TemplateError("chat template error: literal result too large")
         return value
 
-    def concat(self, values: tuple[Any, ...]) -> str:
+    def concat(self, values: Iterable[Any]) -> str:
+        """``~``, and (as jinja's own ``environment.concat``) the join of every buffered
+        output: a macro's body, a recursive loop's, a set block's, a block's."""
+        values = list(values)  # a block's output comes as a generator
         if _text_too_big(values):
             raise TemplateError("chat template error: concatenation result too large")
         return markup_join(values) if any(hasattr(value, "__html__") for value in values) else str_join(values)

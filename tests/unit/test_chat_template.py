@@ -374,6 +374,10 @@ ALIASES = "{% set s = 'x' * 2 ** 22 %}{% set l = [s, s] %}"
         ("{% set s = 'x' * 5000000 %}{{ {'a': s, 'b': s}|map('upper')|list|length }}", "literal"),
         ("{% set s = 'x' * 5000000 %}{{ dict(a=s, b=s)|string|length }}", "dict"),
         ("{{ range(100000)|map('center', 8000000)|list|length }}", "map"),
+        ("{% set s = 'x' * 2 ** 22 %}{% macro twice() %}{{ s }}{{ s }}{% endmacro %}{{ twice()|length }}",
+         "concatenation"),
+        ("{% set s = 'x' * 2 ** 22 %}{% for i in range(2) recursive %}{{ s }}{% if loop.depth < 3 %}"
+         "{{ loop(range(2))|length }}{% endif %}{% endfor %}", "concatenation"),
         ("{% set s = 'x' * 5000000 %}{% set n = namespace(a=s) %}{{ namespace(a=n, b=n)|upper|length }}", "namespace"),
         ("{{ range(1)|slice(10 ** 9)|list|length }}", "slice"),
     ],
@@ -407,10 +411,12 @@ def test_guarded_operations_still_render_ordinary_sizes() -> None:
               "{{ [[1], [2]]|sum(start=[]) }}|{{ [1, 2]|map('string')|join('+') }}|{{ '-'.join(['a', 'b']|select) }}|"
               "{{ [1]|batch(3, 0)|list }}|{{ range(5)|slice(2)|list }}|{{ ([0] * 8000000)|length }}|{{ [[]] * 2 }}|"
               "{% for a, b in [(1, 2)] %}{{ a + b }}{% endfor %}{% set c, d = (3, {'k': [4]}) %}{{ c }}{{ d.k }}|"
-              "{{ namespace(v=dict(w=5)).v.w }}|{{ [{'a': 'p'}, {'a': 'q'}]|map(attribute='a')|join }}")
+              "{{ namespace(v=dict(w=5)).v.w }}|{{ [{'a': 'p'}, {'a': 'q'}]|map(attribute='a')|join }}|"
+              "{% block b %}xyz{% endblock %}{{ self.b() }}|{% macro m() %}ab{{ caller() }}{% endmacro %}"
+              "{% call m() %}cd{% endcall %}|{% set blk %}s{{ 1 }}{% endset %}{{ blk }}")
     assert ChatTemplate(source).render([]) == ("acb|1-2| x |a\n  b|1,2|cb|[1, 'a']|x1[2]|--x|{\n \"a\": 1\n}|True|"
                                          "[1, 2]|1+2|a-b|[[1, 0, 0]]|[[0, 1, 2], [3, 4]]|8000000|[[], []]|3"
-                                         "3[4]|5|pq")
+                                         "3[4]|5|pq|xyzxyz|abcd|s1")
 
 
 # -- which template a model gets -----------------------------------------------------
