@@ -282,7 +282,7 @@ class _ChatTemplateCodeGenerator(CodeGenerator):
         self.write(")")
 
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
-        self.write("environment.concat((")
+        self.write("environment.join_operands((")
         for arg in node.nodes:
             self.visit(arg, frame)
             self.write(", ")
@@ -308,13 +308,19 @@ class _ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
             raise TemplateError("chat template error: literal result too large")
         return value
 
-    def concat(self, values: Iterable[Any]) -> str:
-        """``~``, and (as jinja's own ``environment.concat``) the join of every buffered
-        output: a macro's body, a recursive loop's, a set block's, a block's."""
-        values = list(values)  # a block's output comes as a generator
+    def join_operands(self, values: tuple[Any, ...]) -> str:
+        """``a ~ b ~ c``."""
         if _text_too_big(values):
             raise TemplateError("chat template error: concatenation result too large")
         return markup_join(values) if any(hasattr(value, "__html__") for value in values) else str_join(values)
+
+    def concat(self, pieces: Iterable[str]) -> str:
+        """jinja's join of every buffered output (a macro's body, a recursive loop's, a set
+        block's, a block's), sized first."""
+        pieces = list(pieces)  # a block's output comes as a generator
+        if _text_too_big(pieces):
+            raise TemplateError("chat template error: concatenation result too large")
+        return "".join(pieces)
 
     def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         _check_deadline()

@@ -413,10 +413,11 @@ def test_guarded_operations_still_render_ordinary_sizes() -> None:
               "{% for a, b in [(1, 2)] %}{{ a + b }}{% endfor %}{% set c, d = (3, {'k': [4]}) %}{{ c }}{{ d.k }}|"
               "{{ namespace(v=dict(w=5)).v.w }}|{{ [{'a': 'p'}, {'a': 'q'}]|map(attribute='a')|join }}|"
               "{% block b %}xyz{% endblock %}{{ self.b() }}|{% macro m() %}ab{{ caller() }}{% endmacro %}"
-              "{% call m() %}cd{% endcall %}|{% set blk %}s{{ 1 }}{% endset %}{{ blk }}")
+              "{% call m() %}cd{% endcall %}|{% set blk %}s{{ 1 }}{% endset %}{{ blk }}|"
+              "{% autoescape true %}{% macro h() %}<b>{{ '<' }}</b>{% endmacro %}{{ h() }}{% endautoescape %}")
     assert ChatTemplate(source).render([]) == ("acb|1-2| x |a\n  b|1,2|cb|[1, 'a']|x1[2]|--x|{\n \"a\": 1\n}|True|"
                                          "[1, 2]|1+2|a-b|[[1, 0, 0]]|[[0, 1, 2], [3, 4]]|8000000|[[], []]|3"
-                                         "3[4]|5|pq|xyzxyz|abcd|s1")
+                                         "3[4]|5|pq|xyzxyz|abcd|s1|<b>&lt;</b>")
 
 
 # -- which template a model gets -----------------------------------------------------
