@@ -5,6 +5,8 @@ itself still goes out, so these routes refuse it before doing anything."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from starlette.requests import Request
 
 from mlxcel.http.errors import APIError
@@ -13,8 +15,10 @@ from mlxcel.http.errors import APIError
 def check_page_origin(request: Request, what: str) -> None:
     """A 403 when the request comes from a page the CORS policy (--cors-origins) does not
     allow: by its `Origin`, or, for a request a browser sends without one (an image, a
-    link, a form), by its `Sec-Fetch-Site` and `Sec-Fetch-Mode`. Clients that are not
-    browsers send neither and pass."""
+    link, a form), by its `Sec-Fetch-Site` and `Sec-Fetch-Mode`; or, on a server that
+    listens on loopback only, when it is addressed by a name that is not local (see
+    `check_local_host`). Clients that are not browsers send neither and pass."""
+    check_local_host(request, what)
     origin = request.headers.get("origin")
     if origin is not None:
         if request.app.state.cors_policy.allowed_origin(origin) is None:
@@ -26,6 +30,50 @@ def check_page_origin(request: Request, what: str) -> None:
     if site not in (None, "same-origin", "none") or mode not in (None, "cors", "same-origin", "navigate"):
         raise APIError(403, f"{what} cannot be used from another site's page (Sec-Fetch-Site: {str(site)[:40]})",
                        "permission_error")
+
+
+def check_local_host(request: Request, what: str) -> None:
+    """DNS rebinding: a page on another site whose name its DNS then points at 127.0.0.1
+    is same-origin with this server, so a browser sends its GETs with no Origin (and, over
+    plain http, no Sec-Fetch headers) and lets it read the answers. Such a request still
+    names that site in its Host. A server listening on loopback only is reached by local
+    names alone (an address, `localhost`, or a name --host gave), so any other Host is a
+    403 here; a server listening elsewhere is reached by whatever names point at it."""
+    hosts = request.app.state.config.hosts
+    if not all(_is_loopback(host) for host in hosts):
+        return
+    name = _host_name(request.headers.get("host"))
+    if name is None or name in hosts or name == "localhost" or name.endswith(".localhost") or _is_address(name):
+        return
+    raise APIError(403, f"{what} answers only requests sent to this machine by a local name, not to {name[:100]!r} "
+                        "(a page whose site name was pointed at this machine)", "permission_error")
+
+
+def _is_loopback(host: str) -> bool:
+    if host.endswith(".sock") or host == "localhost":
+        return True  # a UNIX socket: no browser reaches it
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(header: str | None) -> str | None:
+    """The name of a Host header (no port, no IPv6 brackets, lower case); None without one."""
+    if not header:
+        return None
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 class RunningCap:

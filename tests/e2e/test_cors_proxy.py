@@ -283,6 +283,9 @@ def _closed_port() -> int:
     ("UPSTREAM/echo", {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}, 403, "another site"),
     ("UPSTREAM/echo", {"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "navigate"}, 403, "another site"),
     ("UPSTREAM/echo", {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "no-cors"}, 403, "another site"),
+    # DNS rebinding: a page whose site name now points here is same-origin, and sends neither
+    ("UPSTREAM/echo", {"Host": "rebound.example:8080"}, 403, "rebound.example"),
+    ("UPSTREAM/echo", {"Host": "localhost.evil.example"}, 403, "localhost.evil.example"),
 ])
 def test_malformed_and_cross_site_requests_are_refused_before_anything_is_sent(client, upstream, url, headers,
                                                                                status, needle):
@@ -304,3 +307,9 @@ def test_a_server_that_is_not_there_is_a_502_and_a_huge_body_a_413(client, upstr
                      headers={"x-llama-server-proxy-header-x-bad": "caf\u00e9".encode()})
     assert bad.status_code == 400 and "cannot be sent" in bad.json()["error"]["message"], bad.text
     assert len(upstream.seen) == before and client.get("/health").status_code == 200
+
+
+def test_local_names_reach_the_proxy(client, upstream):
+    for host in ("localhost:1", "app.localhost", "127.0.0.1", "[::1]:8080"):
+        answer = client.get("/cors-proxy", params={"url": f"{upstream.url}/echo"}, headers={"Host": host})
+        assert answer.status_code == 200, (host, answer.text)

@@ -264,6 +264,8 @@ def test_at_most_sixteen_calls_run_at_once(tooled):
      {**JSON, "Origin": "https://evil.example"}, 403, "evil.example"),
     ('{"tool": "exec_shell_command", "params": {"command": "touch /tmp/mlxcel-pwned"}}',
      {**JSON, "Origin": "null"}, 403, "CORS"),
+    ('{"tool": "exec_shell_command", "params": {"command": "touch /tmp/mlxcel-pwned"}}',
+     {**JSON, "Host": "rebound.example"}, 403, "rebound.example"),
 ])
 def test_malformed_and_cross_site_calls_are_refused_before_anything_runs(client, body, headers, status, needle):
     answer = client.post("/tools", content=body, headers=headers)
