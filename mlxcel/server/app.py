@@ -68,6 +68,17 @@ from mlxcel.turn.rerank_host import RerankHost, rerank_host_for
 log = logging.getLogger("mlxcel.server")
 
 
+def _warn_of_machine_access(config: ServerConfig) -> None:
+    """One warning line at start, as llama-server logs one, naming what lets a caller act
+    on this machine (run commands, read files, reach other servers from here)."""
+    features = [name for name, on in (("server tools (POST /tools)", bool(config.server_tools)),
+                                      ("MCP servers", bool(config.mcp_servers)),
+                                      ("the MCP proxy (/cors-proxy)", config.cors_proxy)) if on]
+    if features:
+        log.warning("security: %s on: callers act on this machine through them; do not expose this server to "
+                    "untrusted networks", ", ".join(features))
+
+
 def served_worker(host: ModelHost | None, embedding: EmbeddingHost | None,
                   reranker: RerankHost | None) -> EmbeddingHost | RerankHost | None:
     """The model a server started with --embedding or --reranking serves; None where a chat
@@ -128,6 +139,7 @@ def create_app(
     tts_host = SpeechHost(config, config.tts_model) if config.tts_model else None
     monitor = ServerMonitor(config, host, fleet)
     server_tools = build_tools(config.server_tools)  # --tools (none, and no MCP tools: /tools answers 403)
+    _warn_of_machine_access(config)
     mcp_hub = McpHub(config.mcp_servers) if config.mcp_servers else None
     served = served_worker(host, embedding_host, reranker)
     sleepers = idle_sleepers(config, host, served, embedding_host, reranker, stt_host, tts_host, responses_state)

@@ -144,8 +144,10 @@ def test_without_the_flag_the_proxy_is_disabled(http):
     assert http.get("/props").json()["cors_proxy_enabled"] is False
 
 
-def test_agent_serves_every_tool_and_the_proxy_for_local_pages_only(client):
+def test_agent_serves_every_tool_and_the_proxy_for_local_pages_only(client, agent):
     assert client.get("/props").json()["cors_proxy_enabled"] is True
+    warning = "security: server tools (POST /tools), the MCP proxy (/cors-proxy) on: callers act on this machine"
+    assert agent.log().count(warning) == 1  # as llama-server warns, once
     assert len(client.get("/tools").json()) == 7
     preflight = client.options("/cors-proxy", headers={"Origin": "https://evil.example",
                                                        "Access-Control-Request-Method": "POST"})
