@@ -13,6 +13,11 @@ _TOOL = {"type": "function", "function": {"name": f"{MARK}_tool", "description":
                                           "parameters": {"type": "object", "properties": {}}}}
 
 
+CAP_NAMES = ("supports_string_content", "supports_typed_content", "supports_tools", "supports_tool_calls",
+             "supports_parallel_tool_calls", "supports_system_role", "supports_preserve_reasoning",
+             "supports_reasoning_effort", "supports_object_arguments")
+
+
 def _call(name: str, arguments: Any) -> dict:
     return {"id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments}}
 
@@ -36,7 +41,7 @@ def probe_caps(template: ChatTemplate) -> dict[str, bool]:
     try:
         return _probe_caps(template)
     except TemplateTimeout:
-        return dict.fromkeys(_CAP_NAMES, False)
+        return dict.fromkeys(CAP_NAMES, False)
 
 
 def _probe_caps(template: ChatTemplate) -> dict[str, bool]:
@@ -60,4 +65,3 @@ def _probe_caps(template: ChatTemplate) -> dict[str, bool]:
     }
 
 
-_CAP_NAMES = tuple(_probe_caps(ChatTemplate("")))

@@ -5,11 +5,10 @@ itself still goes out, so these routes refuse it before doing anything."""
 
 from __future__ import annotations
 
-import ipaddress
-
 from starlette.requests import Request
 
 from mlxcel.http.errors import APIError
+from mlxcel.media.addresses import parse_address
 
 
 def check_page_origin(request: Request, what: str) -> None:
@@ -43,7 +42,9 @@ def check_local_host(request: Request, what: str) -> None:
     if not all(_is_loopback(host) for host in hosts):
         return
     name = _host_name(request.headers.get("host"))
-    if name is None or name in hosts or name == "localhost" or name.endswith(".localhost") or _is_address(name):
+    if name is None or name in hosts or name == "localhost" or name.endswith(".localhost"):
+        return
+    if parse_address(name) is not None:
         return
     raise APIError(403, f"{what} answers only requests sent to this machine by a local name, not to {name[:100]!r} "
                         "(a page whose site name was pointed at this machine)", "permission_error")
@@ -52,10 +53,8 @@ def check_local_host(request: Request, what: str) -> None:
 def _is_loopback(host: str) -> bool:
     if host.endswith(".sock") or host == "localhost":
         return True  # a UNIX socket: no browser reaches it
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    address = parse_address(host)
+    return address is not None and address.is_loopback
 
 
 def _host_name(header: str | None) -> str | None:
@@ -66,14 +65,6 @@ def _host_name(header: str | None) -> str | None:
     if header.startswith("["):
         return header[1:header.find("]")] if "]" in header else header
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
-
-
-def _is_address(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 class RunningCap:
