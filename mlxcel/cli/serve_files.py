@@ -167,7 +167,7 @@ def read_api_keys(args: argparse.Namespace) -> list[str]:
             raise UsageError("--api-key: the key is empty (omit --api-key to serve without keys)")
     if args.api_key_file:
         try:
-            lines = Path(args.api_key_file).read_text().splitlines()
+            lines = Path(args.api_key_file).read_text(encoding="utf-8-sig").splitlines()  # a BOM is not a key's
         except (OSError, UnicodeDecodeError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"--api-key-file: cannot read {args.api_key_file}: {reason}") from None

@@ -275,6 +275,12 @@ def test_key_file_and_flag_keys_combine(tmp_path):
     assert parse_serve_args([]).api_keys == []
 
 
+def test_a_key_file_saved_with_a_byte_order_mark_gives_the_key_without_it(tmp_path):
+    path = tmp_path / "keys"
+    path.write_bytes("k1\r\nk2\r\n".encode("utf-8-sig"))  # as Windows' Notepad saves it
+    assert parse_serve_args(["--api-key-file", str(path)]).api_keys == ["k1", "k2"]
+
+
 def test_request_caps_are_flags():
     limits = parse_serve_args(["--max-messages", "10", "--max-tools", "2", "--max-stop", "3", "--max-stop-chars", "9",
                                "--max-logit-bias", "5", "--max-prompts", "4", "--max-chars", "1000"]).limits
