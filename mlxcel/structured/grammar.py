@@ -98,36 +98,36 @@ class ResponseFormat:
     strict: bool | None = None
 
     @classmethod
-    def parse(cls, value: Mapping[str, Any] | None) -> ResponseFormat:
+    def parse(cls, value: Mapping[str, Any] | None, field: str = "response_format") -> ResponseFormat:
         """Validate the wire object (and the schema's limits); raise ResponseFormatError
-        or SchemaLimitError."""
+        or SchemaLimitError, naming the parts as the client sent them under `field`."""
         if value is None:
             return cls()
         if not isinstance(value, Mapping):
-            raise ResponseFormatError("response_format must be an object")
+            raise ResponseFormatError(f"{field} must be an object")
         kind = value.get("type", "text")
         if kind in ("text", None):
             return cls()
         if kind == "json_object":  # llama-server's form may carry a schema
             if value.get("schema") is None:
                 return cls(type="json_object")
-            return cls(type="json_schema", schema=_checked_schema(value["schema"], "response_format.schema"))
+            return cls(type="json_schema", schema=_checked_schema(value["schema"], f"{field}.schema"))
         if kind != "json_schema":
-            raise ResponseFormatError(
-                "response_format.type must be one of 'text', 'json_object', 'json_schema'"
-            )
-        wrapper = value.get("json_schema", value)
+            raise ResponseFormatError(f"{field}.type must be one of 'text', 'json_object', 'json_schema'")
+        wrapped = "json_schema" in value  # chat's shape; the flattened one holds the schema itself
+        where = f"{field}.json_schema" if wrapped else field
+        wrapper = value["json_schema"] if wrapped else value
         if not isinstance(wrapper, Mapping):
-            raise ResponseFormatError("response_format.json_schema must be an object")
+            raise ResponseFormatError(f"{where} must be an object")
         schema = wrapper.get("schema")
         if schema is None:  # llama-server: an absent schema means any object
             return cls(type="json_object")
-        schema = _checked_schema(schema, "response_format.json_schema.schema")
+        schema = _checked_schema(schema, f"{where}.schema")
         name, strict = wrapper.get("name"), wrapper.get("strict")
         if name is not None and not isinstance(name, str):
-            raise ResponseFormatError("response_format.json_schema.name must be a string")
+            raise ResponseFormatError(f"{where}.name must be a string")
         if strict is not None and not isinstance(strict, bool):
-            raise ResponseFormatError("response_format.json_schema.strict must be a boolean")
+            raise ResponseFormatError(f"{where}.strict must be a boolean")
         return cls(type="json_schema", schema=schema, name=name, strict=strict)
 
     @classmethod

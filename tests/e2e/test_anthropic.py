@@ -321,7 +321,9 @@ def test_malformed_json(http, path):
     ({"messages": [], "max_tokens": 4}, "messages"),
     ({"messages": [{"role": "system", "content": "x"}], "max_tokens": 4}, "role"),
     ({"messages": HELLO, "max_tokens": 4, "temperature": -1}, "temperature"),
-    ({"messages": HELLO, "max_tokens": 4, "output_config": {"format": {"type": "xml"}}}, "response_format"),
+    ({"messages": HELLO, "max_tokens": 4, "output_config": {"format": {"type": "xml"}}}, "output_config.format.type"),
+    ({"messages": HELLO, "max_tokens": 4, "output_config": {"format": {"type": "json_schema", "schema": 5}}},
+     "output_config.format.schema must be an object"),
 ])
 def test_invalid_requests(http, body, needle):
     assert needle in _error(http.post("/v1/messages", json=body), 400, "invalid_request_error")

@@ -26,6 +26,7 @@ from mlxcel.chat.output import FinalChat
 from mlxcel.engine.request import FinishEvent, FinishReason, Timings
 from mlxcel.fleet.errors import ModelLoadDeferred
 from mlxcel.http.errors import APIError, as_api_error, server_busy
+from mlxcel.structured.errors import ResponseFormatError
 from mlxcel.turn.chat_turn import ChatOutcome
 
 WEATHER = {"name": "get_weather", "description": "Weather in a city",
@@ -205,6 +206,20 @@ def test_turn_spec_fields():
     disabled = {**data, "thinking": {"type": "disabled"}}
     spec = turn_spec(disabled, MessagesRequest.model_validate(disabled), {})
     assert spec.template_kwargs == {"enable_thinking": False} and spec.thinking_budget is None
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"output_config": {"format": "json"}}, "output_config.format must be an object"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": []}}}, "output_config.format.schema must be"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {}, "name": 3}}}, "output_config.format.name"),
+    ({"output_format": {"type": "xml"}}, "output_format.type must be one of"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": 1}}},
+     "response_format.json_schema.schema must be"),
+])
+def test_a_malformed_output_format_is_named_as_sent(fields, words):
+    data = {"max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}], **fields}
+    with pytest.raises(ResponseFormatError, match=words):
+        turn_spec(data, MessagesRequest.model_validate(data), {})
 
 
 def test_count_tokens_body_needs_no_max_tokens():

@@ -17,6 +17,7 @@ from mlxcel.chat.media_parts import sent_at
 from mlxcel.chat.output import FinalChat
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.engine.request import FinishReason
+from mlxcel.structured.grammar import ResponseFormat
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurnSpec
 
 log = logging.getLogger("mlxcel.anthropic")
@@ -218,9 +219,14 @@ def thinking_budget(body: CountTokensRequest) -> int | None:
 
 def response_format(body: MessagesRequest) -> dict | None:
     """output_config.format (or the beta's output_format) is a flattened json_schema
-    response_format; an OpenAI-style response_format is honoured too."""
-    config_format = (body.output_config or {}).get("format")
-    return config_format or body.output_format or body.response_format
+    response_format; an OpenAI-style response_format is honoured too. Its shape is checked
+    here, so that an error names the field the client sent."""
+    for field, fmt in (("output_config.format", (body.output_config or {}).get("format")),
+                       ("output_format", body.output_format), ("response_format", body.response_format)):
+        if fmt:
+            ResponseFormat.parse(fmt, field)
+            return fmt
+    return None
 
 
 def turn_spec(data: dict, body: CountTokensRequest, server_template_kwargs: dict,
