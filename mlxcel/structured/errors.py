@@ -26,10 +26,18 @@ SCHEMA_VOCABULARY = frozenset({
 REDACTED = "…"
 
 
+# llguidance's names for conditions, as a client reads them
+_ENGINE_TERMS = {
+    "NoExtensionBias": "nothing can be generated: it allows no finite value (a rule or $ref that only "
+                       "refers back to itself, for example)",
+}
+
+
 def one_line_reason(message: str) -> str:
-    """llguidance's message as one line, without its debug marker, short enough not to
-    carry the schema."""
+    """llguidance's message as one line, without its debug marker, its internal names
+    put in words, short enough not to carry the schema."""
     text = " ".join(message.replace("<non-verbose/>", " ").split())
+    text = _ENGINE_TERMS.get(text, text)
     if len(text) > MAX_REASON_CHARS:
         text = text[: MAX_REASON_CHARS - 3] + "..."
     return text or "rejected by the grammar compiler"

@@ -18,7 +18,8 @@ from mlxcel.structured import (
     mask_words,
 )
 from mlxcel.structured import grammar as grammar_module
-from mlxcel.structured.errors import MAX_REASON_CHARS, schema_free_reason
+from mlxcel.structured.errors import MAX_REASON_CHARS, GrammarError, schema_free_reason
+from mlxcel.structured.grammar import gbnf_grammar
 from mlxcel.structured.tool_call_grammar import tool_call_grammar
 
 from .walk import lowest_allowed, random_logits, walk
@@ -38,6 +39,10 @@ def spec_for(schema: dict):
         ({"type": "integer", "minimum": 5, "maximum": 1}, "nsatisfiable"),
         ({"type": "array", "uniqueItems": True}, "Unimplemented"),
         ({"type": "string", "format": "no-such-format"}, "format"),
+        # a schema no value satisfies because its $refs only loop: llguidance's "NoExtensionBias", put in words
+        ({"$ref": "#"}, "allows no finite value"),
+        ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, "no finite value"),
+        ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}, "no finite value"),
     ],
 )
 def test_invalid_schema_is_a_schema_error_with_reason(lltokenizer, schema, reason):
@@ -203,3 +208,8 @@ def test_forced_tool_call_grammar_resolves_refs_in_each_tools_parameters(tokeniz
         "$defs": {"City": {**city, "$anchor": "city"}}, "type": "object", "properties": {"city": {"$ref": "#city"}},
         "required": ["city"]}}}
     assert accepts([tools[0], anchored], good) and not accepts([anchored], good.replace(', "country": "France"', ""))
+
+
+def test_a_grammar_whose_rule_only_refers_to_itself_says_nothing_can_be_generated(lltokenizer):
+    with pytest.raises(GrammarError, match="nothing can be generated"):
+        compile_constraint(gbnf_grammar("root ::= root"), lltokenizer)
