@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import llama_cpp
 import numpy as np
-import pytest
 
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig, logits_row
-from mlxcel.models.catalog import CATALOG
-from mlxcel.models.store import model_path
+from mlxcel.models.pull import pull
 
 PROMPT = list(range(300, 340))
 
 
 def smollm2_logits(**settings) -> tuple[np.ndarray, int]:
     """(logits, the trained context llama.cpp reports) with these RuntimeConfig fields."""
-    path = model_path(CATALOG["smollm2-135m-instruct"])
-    if not path.is_file():
-        pytest.skip("smollm2-135m-instruct is not pulled")
+    path = pull("smollm2-135m-instruct", progress=False, log=lambda _msg: None)  # at once when stored
     runtime = LlamaRuntime(RuntimeConfig(model_path=path, n_ctx=256, n_parallel=1, **settings))
     try:
         array = (llama_cpp.llama_token * len(PROMPT))(*PROMPT)

@@ -220,11 +220,12 @@ def test_a_model_name_that_is_not_a_string(config: FleetConfig) -> None:
 def test_family_of_reads_the_gguf_header_once(tmp_path: Path) -> None:
     from mlxcel.fleet import model_files
     from mlxcel.models.catalog import CATALOG
+    from mlxcel.models.pull import pull
     from mlxcel.models.store import model_path
 
     for name in (SMOL, QWEN, "gemma-3-270m"):
         if not model_path(CATALOG[name]).is_file():
-            pytest.skip(f"{name} is not pulled")
+            pull(name, progress=False, log=lambda _msg: None)
     config = _config(tmp_path, f"""
         models:
           smol: {{path: {SMOL}}}

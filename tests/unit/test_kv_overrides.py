@@ -10,8 +10,7 @@ from mlxcel.cli.serve_args import parse_serve_args
 from mlxcel.cli.usage import UsageError
 from mlxcel.engine.kv_overrides import KvOverride, parse_kv_override
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
-from mlxcel.models.catalog import CATALOG
-from mlxcel.models.store import model_path
+from mlxcel.models.pull import pull
 
 
 def test_each_type_and_the_list_forms(monkeypatch):
@@ -36,9 +35,7 @@ def test_malformed_overrides_fail_the_start_in_one_line(text, message):
 
 
 def _runtime(*overrides: str) -> LlamaRuntime:
-    path = model_path(CATALOG["smollm2-135m-instruct"])
-    if not path.is_file():
-        pytest.skip("smollm2-135m-instruct is not pulled")
+    path = pull("smollm2-135m-instruct", progress=False, log=lambda _msg: None)  # at once when stored
     return LlamaRuntime(RuntimeConfig(model_path=path, n_ctx=0, n_parallel=1,
                                       kv_overrides=tuple(parse_kv_override(o) for o in overrides)))
 

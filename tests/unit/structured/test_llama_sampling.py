@@ -13,6 +13,7 @@ from mlxcel.engine.batch import TokenBatch
 from mlxcel.engine.llama_runtime import LlamaRuntime, RuntimeConfig
 from mlxcel.engine.sampling import SamplerChain, SamplingParams
 from mlxcel.engine.tokenizer import Tokenizer
+from mlxcel.models.pull import pull
 from mlxcel.structured import BatchMasker, ResponseFormat, apply_mask, compile_constraint, grammar_tokenizer, logits_row
 
 from .conftest import MODEL
@@ -33,7 +34,7 @@ PROMPT = "<|im_start|>user\nName one animal, its habitat and its number of legs,
 @pytest.fixture(scope="module")
 def runtime():
     if not MODEL.exists():
-        pytest.skip(f"{MODEL.name} is not downloaded")
+        pull("smollm2-135m-instruct", progress=False, log=lambda _msg: None)
     rt = LlamaRuntime(RuntimeConfig(MODEL, n_ctx=1024, n_parallel=2, n_batch=512))
     yield rt
     rt.close()
