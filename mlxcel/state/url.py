@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from mlxcel.models.store import mlxcel_home
 from mlxcel.state.store import StateBackend
@@ -32,16 +32,21 @@ class StateLocation:
 
     @property
     def redacted(self) -> str:
-        """The URL without its password, for logs and errors."""
+        """The URL without its password (in the address, or as redis-py's `?password=`
+        query parameter), for logs and errors."""
         if self.path is not None:
             return f"sqlite://{self.path}"
         parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return parts._replace(netloc=f"{user}:***@{host}{port}").geturl()
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.hostname or ""
+            port = f":{parts.port}" if parts.port else ""
+            parts = parts._replace(netloc=f"{user}:***@{host}{port}")
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        if any(name.lower() == "password" for name, _ in query):
+            masked = [(name, "***" if name.lower() == "password" else value) for name, value in query]
+            parts = parts._replace(query=urlencode(masked, safe="*"))
+        return parts.geturl()
 
 
 def parse_state_url(url: str | None) -> StateLocation:

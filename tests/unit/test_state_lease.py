@@ -35,8 +35,14 @@ def test_a_redis_password_is_never_shown():
     location = parse_state_url("redis://user:s3cret@cache.local:6380/2")
     assert location.redacted == "redis://user:***@cache.local:6380/2"
     assert parse_state_url("redis://127.0.0.1:6379/0").redacted == "redis://127.0.0.1:6379/0"
+    # redis-py's from_url also takes the password as a query parameter
+    assert (parse_state_url("redis://cache.local:6379/0?password=s3cret&socket_timeout=5").redacted
+            == "redis://cache.local:6379/0?password=***&socket_timeout=5")
     with pytest.raises(StateUnavailable) as exc:
         open_state("redis://:s3cret@127.0.0.1:1/0")
+    assert "127.0.0.1:1" in str(exc.value) and "s3cret" not in str(exc.value)
+    with pytest.raises(StateUnavailable) as exc:
+        open_state("redis://127.0.0.1:1/0?password=s3cret")
     assert "127.0.0.1:1" in str(exc.value) and "s3cret" not in str(exc.value)
 
 
