@@ -32,7 +32,27 @@ class JsonLinesFormatter(logging.Formatter):
                           ensure_ascii=False)
 
 
-class ColoredFormatter(logging.Formatter):
+# control characters (C0 but tab, DEL, C1) and the Unicode line separators, as escapes
+_ESCAPES = {code: repr(chr(code))[1:-1] for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+            if chr(code) != "\t"} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters written as escapes (a newline as \\n, ESC as
+    \\x1b): what a client sent (a field's name, a path) cannot start a forged line or
+    drive the terminal."""
+    return text.translate(_ESCAPES)
+
+
+class LineFormatter(logging.Formatter):
+    """A text line: the message on one line (a traceback after it stays as Python wrote it)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
+class ColoredFormatter(LineFormatter):
     def format(self, record: logging.LogRecord) -> str:
         color = _COLORS.get(record.levelname)
         if color is None:
@@ -61,7 +81,7 @@ def wants_colors(settings: LogSettings, stream) -> bool:
 def _formatter(settings: LogSettings, colored: bool) -> logging.Formatter:
     if settings.jsonl:
         return JsonLinesFormatter()
-    return (ColoredFormatter if colored else logging.Formatter)(line_format(settings))
+    return (ColoredFormatter if colored else LineFormatter)(line_format(settings))
 
 
 def log_level(verbosity: int | None, verbose: bool) -> int:
