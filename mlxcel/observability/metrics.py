@@ -145,13 +145,24 @@ def _family(lines: list[str], name: str, kind: str, help_text: str, value: float
     lines.append(f"{name} {floatToGoString(value)}")
 
 
+def _snapshot(host: ModelHost) -> EngineSnapshot | None:
+    """The engine's snapshot; asleep, its last one. While the model loads (or after it
+    failed) there is none: llama-server's 503 "Loading model" (or the failure), not an
+    empty exposition a scraper would take for a healthy target."""
+    if host.engine is not None:
+        return host.engine.snapshot
+    snapshot = host.asleep.get("snapshot")
+    if snapshot is None and not host.absent:
+        host.require_ready()
+    return snapshot
+
+
 def render(host: ModelHost, window: ScrapeWindow) -> str:
     """Prometheus text format, series named exactly as the spec and llama-server name
     them (the spec's two counters without a `_total` suffix and llama-server's colons
     rule out prometheus_client's own renderer)."""
-    engine = host.engine
-    snapshot = engine.snapshot if engine is not None else host.asleep.get("snapshot")  # asleep: its last one
-    if snapshot is None:
+    snapshot = _snapshot(host)
+    if snapshot is None:  # --embedding / --reranking: no generation engine
         return ""
     lines: list[str] = []
     for name, kind, help_text, read in _SERIES:
