@@ -78,12 +78,18 @@ class Timings:
             "prompt_per_second": per_second(self.prompt_ms, self.prompt_n),
             "predicted_n": self.predicted_n,
             "predicted_ms": self.predicted_ms,
-            "predicted_per_token_ms": per_token(self.predicted_ms, self.predicted_n),
-            "predicted_per_second": per_second(self.predicted_ms, self.predicted_n),
+            # as llama-server's: over the decode steps, the first token (from the prompt's
+            # logits, at the start of predicted_ms) costing none
+            "predicted_per_token_ms": per_token(self.predicted_ms, self.predicted_steps),
+            "predicted_per_second": per_second(self.predicted_ms, self.predicted_steps),
             "wait_ms": self.wait_ms,
             "restore_ms": self.restore_ms,
             **self.draft_fields(),
         }
+
+    @property
+    def predicted_steps(self) -> int:
+        return max(self.predicted_n - 1, 0)
 
     def draft_fields(self) -> dict:
         """The speculative-decoding counters, present only when a drafter verified at
