@@ -520,7 +520,6 @@ class Engine(EngineControl):
                 costs.observe(ubatches, decoded)
             if n_decode:
                 self.stats.decode_steps += 1
-                self.stats.decode_tokens += n_decode
             self._collect_masks()
             for span in spans:
                 if span.prefill and span.slot.request is not None and span.slot.request.report_progress:
@@ -697,6 +696,8 @@ class Engine(EngineControl):
             slot.first_token_at = now
             self.stats.count_first_token(slot.wait_s, slot.restore_s, now - slot.admitted_at,
                                          len(request.prompt_tokens) - slot.n_reused)
+        else:  # a token of a decode step (a verified draft's too); the first came from the prompt
+            self.stats.decode_tokens += 1
         slot.n_generated += 1
         if slot.acceptance is not None:
             slot.acceptance.emitted(token)

@@ -72,3 +72,20 @@ def test_metrics_exposes_the_spec_series(http):
     after = http.get("/metrics").text
     assert value(after, "mlxcel_requests_total") == value(before, "mlxcel_requests_total") + 1
     assert value(after, "mlxcel_completion_tokens_total") >= value(before, "mlxcel_completion_tokens_total") + 1
+
+
+def test_decode_tokens_count_verified_drafts(http):
+    """With prompt lookup (on by default) a decode step can verify several drafted tokens:
+    mlxcel_batch_decode_tokens_total (and /health's total_decode_tokens) count every
+    token decode steps generated, each request's but the first, not the steps."""
+    def value(name):
+        match = re.search(rf"^{name} ([0-9.e+]+)$", http.get("/metrics").text, re.M)
+        return float(match.group(1))
+
+    before, health_before = value("mlxcel_batch_decode_tokens_total"), http.get("/health").json()["observability"]
+    answer = http.post("/completion", json={"prompt": "1 2 3 4 5 6 7 8 9 10 " * 4, "n_predict": 40,
+                                            "temperature": 0, "ignore_eos": True}).json()
+    assert answer["timings"]["predicted_n"] == 40 and answer["timings"].get("draft_n_accepted", 0) > 0
+    assert value("mlxcel_batch_decode_tokens_total") == before + 39
+    health_after = http.get("/health").json()["observability"]
+    assert health_after["total_decode_tokens"] == health_before["total_decode_tokens"] + 39
