@@ -78,20 +78,24 @@ class ServerMonitor:
         n_vocab = host.tokenizer.n_vocab if host.tokenizer is not None else 0
         return host.runtime.model_size() + compute_bytes(n_vocab, host.config.ubatch_size)
 
-    async def _learn_served(self) -> None:
+    async def learn_served(self) -> None:
         """Each newly served model's KV bytes per token, read off the event loop: its
-        GGUF header's vocabulary alone is ~0.2 s of Python parsing."""
+        GGUF header's vocabulary alone is ~0.2 s of Python parsing. The tick does it, and
+        each route that reports from them first (a model loaded since the last tick)."""
         for s in self.served():
             if s.host not in self._kv_per_token:
                 self._kv_per_token[s.host] = await asyncio.to_thread(_kv_per_token, s.host)
 
     def kv_bytes_per_token(self, host: ModelHost) -> int | None:
-        if host not in self._kv_per_token:
-            self._kv_per_token[host] = _kv_per_token(host)
-        return self._kv_per_token[host]
+        """None also until `learn_served` has read it (never read here: this runs on the
+        event loop)."""
+        return self._kv_per_token.get(host)
 
     def table(self, host: ModelHost) -> CapacityTable | None:
-        """The model's capacity table, built once from its geometry and the memory at hand."""
+        """The model's capacity table, built once from its geometry and the memory at hand
+        (once its geometry is read: none before)."""
+        if host not in self._kv_per_token:
+            return None
         if host not in self._tables:
             self._tables[host] = self._build_table(host)
         return self._tables[host]
@@ -139,7 +143,7 @@ class ServerMonitor:
         while True:
             await asyncio.sleep(TICK_S)
             try:
-                await self._learn_served()
+                await self.learn_served()
                 self.tick()
             except Exception:
                 log.exception("memory governor tick failed")

@@ -189,9 +189,9 @@ def _wants_json(request: Request) -> bool:
 async def metrics(request: Request) -> Response:
     host: ModelHost | None = request.app.state.host
     if _wants_json(request):
-        return snapshot_response(request, "json")
+        return await snapshot_response(request, "json")
     if host is None:  # many models: the snapshot's gauges, per model
-        return snapshot_response(request, "prometheus")
+        return await snapshot_response(request, "prometheus")
     if not host.config.metrics:
         raise APIError(501, DISABLED, "not_supported_error", 501)
     window = getattr(request.app.state, "metrics_window", None)

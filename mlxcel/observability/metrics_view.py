@@ -26,11 +26,13 @@ def snapshot_view(monitor: ServerMonitor) -> SnapshotView:
     return SnapshotView(models=models, queue=monitor.queue, governor=monitor.governor, read_memory=read_host_memory)
 
 
-def snapshot_response(request: Request, form: str | None) -> Response:
+async def snapshot_response(request: Request, form: str | None) -> Response:
     """The snapshot as JSON, or (`form` prometheus) as its gauges."""
     if form not in (None, "", "json", "prometheus"):
         raise invalid_request("`format` must be json or prometheus")
-    data = build_snapshot(snapshot_view(request.app.state.monitor))
+    monitor = request.app.state.monitor
+    await monitor.learn_served()
+    data = build_snapshot(snapshot_view(monitor))
     if form == "prometheus":
         return Response(render_prometheus(data), media_type=PROMETHEUS)
     return JSONResponse(data)

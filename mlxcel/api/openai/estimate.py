@@ -53,6 +53,7 @@ async def estimate_for(request: Request, data: dict, body: ChatCompletionRequest
     from mlxcel.api.openai.chat_routes import turn_spec
 
     monitor = request.app.state.monitor
+    await monitor.learn_served()
     max_tokens = next((v for v in (body.max_completion_tokens, body.max_tokens) if v is not None), None)
     if host is None or not host.ready:
         fleet = request.app.state.fleet

@@ -21,7 +21,7 @@ router = APIRouter()
 
 @router.get("/v1/metrics")
 async def metrics_snapshot(request: Request):
-    return snapshot_response(request, request.query_params.get("format"))
+    return await snapshot_response(request, request.query_params.get("format"))
 
 
 def _positive(request: Request, name: str) -> int:
@@ -35,6 +35,7 @@ def _positive(request: Request, name: str) -> int:
 async def capacity_plan(request: Request):
     width, depth = _positive(request, "width"), _positive(request, "depth")
     monitor = request.app.state.monitor
+    await monitor.learn_served()
     fleet = request.app.state.fleet
     name = request.query_params.get("model")
     if fleet is not None:

@@ -207,6 +207,7 @@ async def list_models(request: Request):
     fleet = request.app.state.fleet
     if fleet is not None and request.query_params.get("reload"):  # llama-server's router: read the list again
         await reread(fleet)
+    await request.app.state.monitor.learn_served()  # what max_context_at_width_1 is built from
     if fleet is not None:
         # off the event loop: a header not read yet (a folder's new file) costs a vocabulary walk
         models, data = [], await asyncio.to_thread(fleet_listing, fleet, request.app.state.monitor)
