@@ -11,6 +11,7 @@ from mlxcel.engine.line_limits import LineLimits
 from mlxcel.engine.prompt_lookup import PromptLookup
 from mlxcel.engine.request import GenerationRequest
 from mlxcel.engine.sampling import SamplerChain
+from mlxcel.engine.slot_task import SlotTask, prompt_processed
 from mlxcel.engine.stop_strings import StopStringMatcher
 from mlxcel.engine.text_decoder import IncrementalTextDecoder
 
@@ -61,6 +62,7 @@ class Slot:
     last_used: float = 0.0
     # the running request, if any
     request: GenerationRequest | None = None
+    task: SlotTask | None = None  # what /slots shows of it, kept once it ends (llama-server's last task)
     sampler: SamplerChain | None = None
     text_decoder: IncrementalTextDecoder | None = None
     stop_matcher: StopStringMatcher | None = None
@@ -104,6 +106,7 @@ class Slot:
 
     def begin(self, request: GenerationRequest, n_reused: int, sampler: SamplerChain, loop_detector=None) -> None:
         self.request = request
+        self.task = SlotTask.of(request)
         request.taken_by = self.id
         self.sampler = sampler
         self.text_decoder = IncrementalTextDecoder()
@@ -136,6 +139,9 @@ class Slot:
     def release(self) -> None:
         # a request that opted out of prompt caching leaves nothing for the host cache
         opted_in = self.request is None or self.request.cache_prompt
+        if self.request is not None and self.task is not None:
+            processed = prompt_processed(self.n_past, len(self.request.prompt_tokens), self.n_reused)
+            self.task = self.task.ended(processed, self.n_generated)
         if self.sampler is not None:
             self.sampler.free()
         self.request = None

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from mlxcel.engine.prefill_queue import PrefillQueue
+from mlxcel.engine.slot_task import SlotTask, prompt_processed
 from mlxcel.engine.slots import SlotState, SlotTable
 from mlxcel.engine.stats import EngineStats
 
@@ -38,6 +39,8 @@ class SlotView:
     draft_n: int = 0
     draft_accepted: int = 0
     lora: tuple[float, ...] = ()  # the LoRA scales its sequence holds (a scale per adapter)
+    task: SlotTask | None = None  # the request it runs, or last ran
+    n_prompt_processed: int = 0  # the running request's prompt tokens prefilled so far
 
     @property
     def busy(self) -> bool:
@@ -81,7 +84,7 @@ class EngineSnapshot:
 def _slot_view(slot) -> SlotView:
     request = slot.request
     if request is None:
-        return SlotView(slot.id, slot.state, -1, 0, 0, len(slot.cached_tokens), lora=slot.lora)
+        return SlotView(slot.id, slot.state, -1, 0, 0, len(slot.cached_tokens), lora=slot.lora, task=slot.task)
     return SlotView(
         id=slot.id,
         state=slot.state,
@@ -99,6 +102,8 @@ def _slot_view(slot) -> SlotView:
         draft_n=slot.draft_n,
         draft_accepted=slot.draft_accepted,
         lora=slot.lora,
+        task=slot.task,
+        n_prompt_processed=prompt_processed(len(slot.cached_tokens), len(request.prompt_tokens), slot.n_reused),
     )
 
 

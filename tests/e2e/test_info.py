@@ -58,6 +58,32 @@ def test_slots_lists_every_slot(http):
     assert all(s["context_size"] == 1024 and s["model"] == "smollm2-135m-instruct" for s in slots)
 
 
+def test_slots_show_llama_servers_task_fields_while_running_and_after(http, server):
+    """What llama-server's /slots shows of a slot's task: its id, the prompt's counts,
+    the sampling params and next_token; for an idle slot, those of the task it last ran."""
+    body = {"prompt": "Count slowly: one, two,", "n_predict": 200, "ignore_eos": True, "id_slot": 3,
+            "temperature": 0.3, "top_k": 7, "seed": 42, "cache_prompt": False, "stream": True}
+    with server.client() as client, client.stream("POST", "/completion", json=body) as stream:
+        lines = stream.iter_lines()
+        while not next(lines).startswith("data:"):
+            pass
+        running = http.get("/slots").json()[3]
+        assert running["is_processing"] and running["id_task"] >= 0
+        progress = running["next_token"][0]
+        assert progress["has_next_token"] and progress["n_decoded"] + progress["n_remain"] == 200
+    done = http.post("/completion", json={**body, "stream": False, "n_predict": 5}).json()
+    idle = http.get("/slots").json()[3]
+    assert not idle["is_processing"] and idle["id_task"] > running["id_task"]
+    assert idle["n_prompt_tokens"] == done["tokens_evaluated"]
+    assert idle["n_prompt_tokens_processed"] + idle["n_prompt_tokens_cache"] == idle["n_prompt_tokens"]
+    assert idle["next_token"] == [{"has_next_token": False, "n_remain": 0, "n_decoded": 5}]
+    params = idle["params"]
+    assert params["temperature"] == pytest.approx(0.3) and (params["top_k"], params["seed"]) == (7, 42)
+    assert params["n_predict"] == 5 and params["ignore_eos"] is True and "top_p" in params
+    assert "prompt" not in idle and "generated" not in idle  # as llama-server without --slots-debug
+    assert "speculative" in idle
+
+
 def test_metrics_exposes_the_spec_series(http):
     def value(text, name):
         match = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)

@@ -20,6 +20,7 @@ from mlxcel.http.errors import APIError, not_supported
 from mlxcel.server.routes.fleet_listing import fleet_listing, max_context_at_width_1
 from mlxcel.server.routes.readiness import readiness
 from mlxcel.server.routes.residency import reread
+from mlxcel.server.routes.slot_rows import slot_rows
 from mlxcel.turn.embedding_host import EmbeddingHost
 from mlxcel.turn.generation_settings import generation_settings
 from mlxcel.turn.model_host import ModelHost
@@ -352,18 +353,4 @@ async def slots(request: Request):
     if request.query_params.get("fail_on_no_slot") and snapshot.n_idle == 0:  # llama-server's probe
         raise APIError(503, "no slot available", "unavailable_error")
 
-    def row(id: int, state: str, processing: bool, task: int, n_prompt: int, n_decoded: int, n_cached: int,
-            lora: tuple[float, ...]) -> dict:
-        return {"id": id, "state": state, "model": host.model_id, "context_size": host.slot_context,
-                "is_processing": processing, "n_ctx": host.slot_context, "id_task": task,
-                "n_prompt_tokens": n_prompt, "n_decoded": n_decoded, "n_cached": n_cached,
-                # the LoRA scales the slot runs (or last ran) with, as llama-server's slot params list them
-                "lora": [{"id": i, "scale": scale} for i, scale in enumerate(lora)]}
-
-    rows = [row(s.id, s.state.value, s.busy, s.request_id, s.n_prompt_tokens, s.n_decoded, s.n_cached, s.lora)
-            for s in snapshot.slots]
-    # then each request waiting for a slot, in the order it would be served (the spec's
-    # queued rows: numbered on from the slots, never processing)
-    rows += [row(place, "queued", False, q.request_id, q.n_prompt_tokens, 0, 0, ())
-             for place, q in enumerate(snapshot.queued, start=len(snapshot.slots))]
-    return rows
+    return slot_rows(host, snapshot)
