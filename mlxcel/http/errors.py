@@ -26,6 +26,7 @@ from mlxcel.fleet.errors import (
 )
 from mlxcel.media.types import MediaError
 from mlxcel.speech.errors import AudioModelMissing, AudioTimedOut
+from mlxcel.state.store import StateUnavailable
 from mlxcel.structured.errors import GrammarError, StructuredOutputError
 from mlxcel.turn.errors import (
     ContextOverflow,
@@ -167,6 +168,8 @@ def as_api_error(exc: Exception) -> APIError:
         return invalid_request(str(exc), code="template_error")
     if isinstance(exc, ChatInputError):
         return invalid_request(exc.message, code=exc.code)
+    if isinstance(exc, StateUnavailable):  # Redis down or slow, SQLite locked: retry later
+        return APIError(503, str(exc), "unavailable_error", exc.code, retry_after=1)
     if isinstance(exc, MediaError):
         kind = "server_busy" if exc.status == 503 else "invalid_request_error"
         return APIError(exc.status, exc.message, kind, exc.code, **({"retry_after": 1} if exc.status == 503 else {}))
@@ -201,7 +204,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return response
 
     for kind in (APIError, TurnError, StructuredOutputError, TemplateError, ChatInputError, MediaError,
-                 RequestValidationError, StarletteHTTPException):
+                 StateUnavailable, RequestValidationError, StarletteHTTPException):
         app.add_exception_handler(kind, _known)
 
     @app.exception_handler(ClientDisconnect)

@@ -13,7 +13,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from mlxcel.state.store import UNBOUNDED, StateBackend
+from mlxcel.state.store import UNBOUNDED, StateBackend, StateUnavailable
 
 LEASE_SECS = 15.0
 RENEW_SECS = 3.0
@@ -75,7 +75,9 @@ class InstanceLease:
         while not self._stop.wait(self.renew_secs):
             try:
                 self.renew()
-            except Exception:  # noqa: BLE001 - the store may be down a while; the lease retries
+            except StateUnavailable as exc:  # down a while: the lease retries
+                log.warning("renewing this server's lease failed: %s", exc)
+            except Exception:  # noqa: BLE001
                 log.exception("renewing this server's lease in the state store failed")
 
     def stop(self) -> None:

@@ -15,7 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlxcel.state.store import BoundedStore, StateBackend, encode
+import redis
+
+from mlxcel.state.store import BoundedStore, StateBackend, StateUnavailable, encode
 
 REDIS_TTL_SLACK_MS = 5_000
 
@@ -89,6 +91,9 @@ class RedisBackend(StateBackend):
     def store(self, name: str, max_entries: int, max_bytes: int, ttl_secs: float) -> RedisStore:
         return RedisStore(self, name, max_entries, max_bytes, ttl_secs)
 
+    def unavailable(self, exc: Exception) -> StateUnavailable:
+        return StateUnavailable(f"the state store ({self.description}) failed: {type(exc).__name__}: {exc}")
+
     def close(self) -> None:
         self.client.close()
 
@@ -100,7 +105,10 @@ class RedisStore(BoundedStore):
         self._prefix = f"{backend.namespace}:{name}:"
 
     def _call(self, script: str, *args: Any) -> Any:
-        return self._backend.scripts[script](args=[self._prefix, repr(self._backend.clock()), *args])
+        try:
+            return self._backend.scripts[script](args=[self._prefix, repr(self._backend.clock()), *args])
+        except redis.RedisError as exc:
+            raise self._backend.unavailable(exc) from None
 
     def put(self, key: str, value: Any, size: int, ttl_secs: float | None = None) -> bool:
         if not self._accepts(size):
@@ -122,7 +130,10 @@ class RedisStore(BoundedStore):
 
     @property
     def bytes(self) -> int:
-        return int(self._backend.client.get(self._prefix + "bytes") or 0)
+        try:
+            return int(self._backend.client.get(self._prefix + "bytes") or 0)
+        except redis.RedisError as exc:
+            raise self._backend.unavailable(exc) from None
 
 
 def _decoded(text: str | None) -> Any | None:

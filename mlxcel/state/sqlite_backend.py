@@ -13,11 +13,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from mlxcel.state.store import BoundedStore, StateBackend, encode
+from mlxcel.state.store import BoundedStore, StateBackend, StateUnavailable, encode
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -71,19 +71,31 @@ class SqliteBackend(StateBackend):
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One IMMEDIATE transaction: other processes wait (busy timeout) until it commits."""
-        with self._lock:
+        with self._lock, self._failing_as_unavailable():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # a failed COMMIT (a full disk) leaves it open
+                    with suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, self._failing_as_unavailable():
             yield self._db
+
+    @contextmanager
+    def _failing_as_unavailable(self) -> Iterator[None]:
+        """The file locked past the busy timeout, a full disk, a file made read-only:
+        StateUnavailable, as for any backend."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StateUnavailable(f"the state store ({self.description}) failed: {type(exc).__name__}: "
+                                   f"{exc}") from None
 
     def store(self, name: str, max_entries: int, max_bytes: int, ttl_secs: float) -> SqliteStore:
         return SqliteStore(self, name, max_entries, max_bytes, ttl_secs)

@@ -4,7 +4,10 @@ byte budget and a time to live, evicting the least recently used entry first.
 A cap of 0 entries disables a store (put answers False, nothing is kept); a byte
 budget of 0 keeps it answering but evicts every entry at once. `get` marks an entry
 most recently used, `peek` does not. Values are JSON (dicts, lists, strings,
-numbers); the memory backend hands back the very object it was given."""
+numbers); the memory backend hands back the very object it was given. A backend that
+cannot be reached or written (Redis gone, slow or refusing its password; a SQLite file
+locked past the busy timeout or on a full disk) raises StateUnavailable, whatever the
+operation, so the HTTP edge answers 503 rather than a 500 with a traceback."""
 
 from __future__ import annotations
 
@@ -13,6 +16,13 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 UNBOUNDED = 1 << 62  # an entry cap or byte budget that never evicts
+
+
+class StateUnavailable(RuntimeError):
+    """The backend cannot be reached, opened or written now (the message names it, never
+    a password): at start the server stops with it in one line; on a request it is a 503."""
+
+    code = "state_store_unavailable"
 
 
 def json_size(*values: Any) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from mlxcel.models.store import mlxcel_home
-from mlxcel.state.store import StateBackend
+from mlxcel.state.store import StateBackend, StateUnavailable
 
 SCHEMES = ("sqlite", "redis", "rediss")
 DEFAULT_FILE = Path("state") / "mlxcel.sqlite3"
@@ -18,10 +18,6 @@ DEFAULT_FILE = Path("state") / "mlxcel.sqlite3"
 
 class StateUrlError(ValueError):
     """A --state-url that names no backend we have (said at start, in one line)."""
-
-
-class StateUnavailable(RuntimeError):
-    """The backend cannot be reached or opened (said at start, in one line)."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mlxcel.state.instances import InstanceLease
-from mlxcel.state.store import UNBOUNDED, StateBackend, json_size
+from mlxcel.state.store import UNBOUNDED, StateBackend, StateUnavailable, json_size
 
 if TYPE_CHECKING:
     from mlxcel.api.responses.background import Job
@@ -55,6 +55,8 @@ class JobBoard:
             else:
                 value = {"status": job.status.value, "body": job.body, "owner": job.owner, "instance": self.lease.id}
                 self._jobs.put(job.id, value, json_size(job.body))
+        except StateUnavailable as exc:
+            log.warning("background response %s: its record could not be written: %s", job.id, exc)
         except Exception:  # noqa: BLE001
             log.exception("background response %s: its record in the state store could not be written", job.id)
 

@@ -26,7 +26,7 @@ from mlxcel.api.responses.wire import ContextManagement, ResponsesRequest, respo
 from mlxcel.chat.deltas import ParsedDelta
 from mlxcel.chat.errors import ChatInputError
 from mlxcel.engine.request import Failure, FinishEvent, FinishReason
-from mlxcel.state.store import json_size
+from mlxcel.state.store import StateUnavailable, json_size
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatProgress, ChatTurn, ChatTurnSpec, RenderedTurn, count_prompt_tokens
 from mlxcel.turn.context import RequestContext
@@ -239,12 +239,14 @@ class ResponseRun:
                                completed_at=int(time.time()), conversation_id=self.conversation)
         return self.record(body)
 
-    def failure_error(self) -> TurnError:
+    def failure_error(self) -> TurnError | StateUnavailable:
         """A failed final object as the HTTP error a whole (not streamed) request answers:
         a failed generation as the other APIs answer it (503 when the engine failed)."""
         if self.failed_generation is not None:
             return generation_error(self.failed_generation)
         error = self.final["error"]
+        if error["code"] == StateUnavailable.code:
+            return StateUnavailable(error["message"])
         kind = CLIENT_FAILURES.get(error["code"])
         if kind is None:
             return GenerationFailed(error["message"])
@@ -254,7 +256,16 @@ class ResponseRun:
         """Store the finished object (the store, or for a background store: false
         request the ephemeral store); continue the conversation and remember the
         reasoning of a finished generation. Returns the object polling will see: a
-        failed one when the output cannot be encoded or the conversation refuses it."""
+        failed one when the output cannot be encoded, the conversation refuses it or
+        the state store cannot be written (code state_store_unavailable: a whole
+        request's 503, a stream's response.failed)."""
+        try:
+            return self._record(body)
+        except StateUnavailable as exc:
+            log.warning("response %s could not be stored: %s", self.id, exc)
+            return json_safe(self._failure(StateUnavailable.code, f"the response could not be stored: {exc}"))
+
+    def _record(self, body: dict) -> dict:
         if not is_json_safe(body):
             body = json_safe(self._failure("server_error", UNENCODABLE))
         output = body["output"]

@@ -21,7 +21,7 @@ from mlxcel.api.responses.records import ResponseRecord, ResponseRecords
 from mlxcel.config import ResponsesLimits
 from mlxcel.state.instances import RENEW_SECS
 from mlxcel.state.memory_backend import MemoryBackend
-from mlxcel.state.store import StateBackend
+from mlxcel.state.store import StateBackend, StateUnavailable
 from mlxcel.turn.errors import InvalidRequest, TimedOut
 
 if TYPE_CHECKING:
@@ -134,7 +134,9 @@ class ResponsesState:
                 if time.monotonic() - last_sweep >= RENEW_SECS:
                     last_sweep = time.monotonic()
                     await asyncio.to_thread(self.fail_orphans)
-            except Exception:  # noqa: BLE001 - the store may be down a while
+            except StateUnavailable as exc:  # down a while: the next round retries
+                log.warning("watching background jobs failed: %s", exc)
+            except Exception:  # noqa: BLE001
                 log.exception("watching background jobs in the state store failed")
 
     def stop(self) -> None:

@@ -1,0 +1,66 @@
+"""A server whose Redis state store fails while it runs: every Responses request
+that needs the store answers 503 unavailable_error / state_store_unavailable in the
+spec's format (a stream ends with response.failed), never a 500 or the password, the
+rest of the server keeps answering, and the store is used again once Redis is back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.server_process import ServerProcess
+
+ASK = {"input": "Hi", "max_output_tokens": 4, "temperature": 0}
+PASSWORD = "hunter2-now"
+
+
+@pytest.fixture(scope="module")
+def redis_url(redis_server) -> str:
+    return f"{redis_server.url}/9"
+
+
+@pytest.fixture(scope="module")
+def server(redis_url):
+    proc = ServerProcess("-c", "1024", "-np", "1", "-t", "1", "--state-url", redis_url)
+    try:
+        yield proc.wait_ready()
+    finally:
+        proc.stop()
+
+
+def _unavailable(answer) -> None:
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["type"] == "unavailable_error", answer.text
+    assert answer.json()["error"]["code"] == "state_store_unavailable"
+    assert PASSWORD not in answer.text
+
+
+def test_a_redis_refusing_the_server_is_a_503_and_the_server_recovers(server, redis_server):
+    import redis
+
+    admin = redis.Redis.from_url(redis_server.url)
+    with server.client() as client:
+        stored = client.post("/v1/responses", json=ASK).json()
+        admin.config_set("requirepass", PASSWORD)
+        admin.client_kill_filter(_type="normal", skipme=True)  # the server's connections must log in again
+        try:
+            _unavailable(client.get(f"/v1/responses/{stored['id']}"))
+            _unavailable(client.delete(f"/v1/responses/{stored['id']}"))
+            _unavailable(client.post("/v1/responses", json={**ASK, "previous_response_id": stored["id"]}))
+            _unavailable(client.post("/v1/responses", json=ASK))  # generated, then not stored
+            streamed = client.post("/v1/responses", json={**ASK, "stream": True})
+            assert streamed.status_code == 200
+            events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+            assert events[-1]["type"] == "response.failed", events[-1]
+            assert events[-1]["response"]["error"]["code"] == "state_store_unavailable"
+            chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                             "max_tokens": 2})
+            assert chat.status_code == 200 and client.get("/health").status_code == 200
+        finally:
+            admin.config_set("requirepass", "")
+            admin.close()
+        assert client.get(f"/v1/responses/{stored['id']}").json()["id"] == stored["id"]
+        again = client.post("/v1/responses", json={**ASK, "previous_response_id": stored["id"]})
+        assert again.status_code == 200, again.text
+    assert PASSWORD not in server.log() and "Traceback" not in server.log()
