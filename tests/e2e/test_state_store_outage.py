@@ -1,11 +1,17 @@
 """A server whose Redis state store fails while it runs: every Responses request
 that needs the store answers 503 unavailable_error / state_store_unavailable in the
 spec's format (a stream ends with response.failed), never a 500 or the password, the
-rest of the server keeps answering, and the store is used again once Redis is back."""
+rest of the server keeps answering, and the store is used again once Redis is back.
+A Redis that stops answering (stopped, not gone: each call waits for its socket
+timeout) does not stall the event loop: /health answers while reads wait on it."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
+import signal
+import time
 
 import pytest
 
@@ -64,3 +70,21 @@ def test_a_redis_refusing_the_server_is_a_503_and_the_server_recovers(server, re
         again = client.post("/v1/responses", json={**ASK, "previous_response_id": stored["id"]})
         assert again.status_code == 200, again.text
     assert PASSWORD not in server.log() and "Traceback" not in server.log()
+
+
+def test_a_redis_that_stops_answering_does_not_stall_the_server(server, redis_server):
+    with server.client() as client:
+        stored = client.post("/v1/responses", json=ASK).json()
+        os.kill(redis_server.process.pid, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                reads = [pool.submit(client.get, f"/v1/responses/{stored['id']}") for _ in range(2)]
+                for _ in range(5):  # a window in which both reads wait on Redis (its socket timeout is 10 s)
+                    assert client.get("/health", timeout=2).status_code == 200
+                    time.sleep(0.2)
+                assert not any(read.done() for read in reads)
+                os.kill(redis_server.process.pid, signal.SIGCONT)
+                assert {read.result().status_code for read in reads} <= {200, 503}
+        finally:
+            os.kill(redis_server.process.pid, signal.SIGCONT)
+        assert client.get(f"/v1/responses/{stored['id']}").status_code == 200

@@ -74,6 +74,9 @@ class JobBoard:
     def cancel_requested(self, job_id: str) -> bool:
         return self._cancels.peek(job_id) is not None
 
+    def cancels_requested(self, job_ids: list[str]) -> list[str]:
+        return [job_id for job_id in job_ids if self.cancel_requested(job_id)]
+
     def orphans(self) -> list[JobRecord]:
         """Records of jobs whose server is gone."""
         found = []

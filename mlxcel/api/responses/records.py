@@ -13,6 +13,7 @@ replicas share state; a record is kept there as a JSON object."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from mlxcel.api.responses.input_items import collapse
@@ -81,6 +82,7 @@ class ResponseRecords:
         self.conversations = backend.store("conversations", limits.conversation_max_entries,
                                            limits.conversation_max_bytes, limits.conversation_ttl_secs)
         self.reasoning_echo = ReasoningEcho(limits.reasoning_echo_max_bytes, enabled=prompt_cache)
+        self._saving_conversations = threading.Lock()
 
     @property
     def storing(self) -> bool:
@@ -151,10 +153,11 @@ class ResponseRecords:
         id was meanwhile taken by another key. `base`: the transcript `history` continues
         (its first len(base) items); when another turn was saved since it was read, this
         turn's items are appended to that transcript rather than replacing it."""
-        current = _conversation(self.conversations.peek(conversation_id))
-        if current is not None and current.owner != owner:
-            raise conversation_not_found(conversation_id)
-        if base is not None and current is not None and current.history != base:
-            history = current.history + history[len(base):]
-        history, size = self.check_conversation_size(conversation_id, history)
-        self.conversations.put(conversation_id, {"owner": owner, "history": history}, size)
+        with self._saving_conversations:  # turns recorded on worker threads at once: read, then write
+            current = _conversation(self.conversations.peek(conversation_id))
+            if current is not None and current.owner != owner:
+                raise conversation_not_found(conversation_id)
+            if base is not None and current is not None and current.history != base:
+                history = current.history + history[len(base):]
+            history, size = self.check_conversation_size(conversation_id, history)
+            self.conversations.put(conversation_id, {"owner": owner, "history": history}, size)

@@ -217,7 +217,7 @@ class ResponseRun:
         body = response_object(self.id, self.created_at, self.host.model_id, self.body, status,
                                prefix + builder.output, usage, error=error, incomplete_details=details,
                                completed_at=int(time.time()), conversation_id=self.conversation)
-        self.final = self.record(body)
+        self.final = await asyncio.to_thread(self.record, body)
         self.finished.set()
         terminal = event(TERMINAL_EVENTS[self.final["status"]], response=self.final)
         if outcome.finish.reason is not FinishReason.ERROR:

@@ -3,7 +3,8 @@ GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
 POST /v1/responses/compact and POST /v1/responses/input_tokens; each also without /v1.
 
 Work that grows with the history (parsing, validation, translation, rendering,
-tokenizing, compaction planning) runs on worker threads; stored objects are looked up for the
+tokenizing, compaction planning) and every call of the state store (a Redis that is slow
+answers in seconds) run on worker threads; stored objects are looked up for the
 API key the request came with (`request_key_id`)."""
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ async def _create_background(run: ResponseRun):
 async def get_response(response_id: str, request: Request):
     state, owner = _state(request), _owner(request)
     state.records.require_storing()
-    job = state.job(response_id, owner)
+    job = await asyncio.to_thread(state.job, response_id, owner)
     if job is not None:
         return JSONResponse(job.body)
     if (run := state.unfinished(response_id, owner)) is not None:
@@ -129,14 +130,14 @@ async def get_response(response_id: str, request: Request):
 async def delete_response(response_id: str, request: Request):
     state, owner = _state(request), _owner(request)
     state.records.require_storing()
-    job = state.job(response_id, owner)
+    job = await asyncio.to_thread(state.job, response_id, owner)
     if job is not None:
         raise invalid_request(f"response '{response_id}' has not finished (status: {job.status.value}): "
                               "cancel it before deleting it")
     if state.unfinished(response_id, owner) is not None:
         raise invalid_request(f"response '{response_id}' has not finished (status: in_progress): "
                               "cancel it before deleting it")
-    if not state.records.drop(response_id, owner):
+    if not await asyncio.to_thread(state.records.drop, response_id, owner):
         raise not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
 
@@ -147,7 +148,7 @@ async def cancel_response(response_id: str, request: Request):
     state, owner = _state(request), _owner(request)
     state.records.require_storing()
     run = state.run(response_id, owner)
-    job = state.job(response_id, owner)
+    job = await asyncio.to_thread(state.job, response_id, owner)
     if run is not None and job is not None:
         state.cancel_local(response_id)
         return JSONResponse(job.body)
@@ -161,7 +162,7 @@ async def cancel_response(response_id: str, request: Request):
     if job is not None:  # a background job another server sharing the store runs
         record = await state.cancel_elsewhere(response_id, owner)
     else:
-        record = state.records.find(response_id, owner)
+        record = await asyncio.to_thread(state.records.find, response_id, owner)
     if record is None:
         raise not_found(response_id)
     status = record.body["status"]

@@ -4,8 +4,8 @@ state store, shared with every server on it), and the responses being generated 
 (its API key's digest): another key's finds nothing.
 
 `start` (before serving) takes this server's lease and fails the jobs of servers that
-are gone; `watch` then runs on the event loop: it honours cancels asked on other
-replicas and fails orphaned jobs every few seconds; `stop` fails what this server
+are gone; `watch` then runs on the event loop (its store calls on worker threads): it
+honours cancels asked on other replicas and fails orphaned jobs every few seconds; `stop` fails what this server
 still runs and gives the lease back."""
 
 from __future__ import annotations
@@ -95,12 +95,12 @@ class ResponsesState:
 
     async def cancel_elsewhere(self, response_id: str, owner: str | None) -> ResponseRecord | None:
         """Ask the server running a job to cancel it, and wait for its final object."""
-        self.board.request_cancel(response_id)
+        await asyncio.to_thread(self.board.request_cancel, response_id)
         deadline = time.monotonic() + REMOTE_CANCEL_WAIT_SECS
         while time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-            if self.job(response_id, owner) is None:
-                return self.records.find(response_id, owner)
+            if await asyncio.to_thread(self.job, response_id, owner) is None:
+                return await asyncio.to_thread(self.records.find, response_id, owner)
         raise TimedOut(f"the server running response '{response_id}' did not confirm the cancel within "
                        f"{REMOTE_CANCEL_WAIT_SECS:g} s; it stays asked: poll GET /v1/responses/{response_id}",
                        "cancel_timeout")
@@ -128,9 +128,9 @@ class ResponsesState:
         while True:
             await asyncio.sleep(CANCEL_POLL_SECS)
             try:
-                for job in self.jobs.active():
-                    if self.board.cancel_requested(job.id):
-                        self.cancel_local(job.id)
+                active = [job.id for job in self.jobs.active()]
+                for job_id in await asyncio.to_thread(self.board.cancels_requested, active) if active else ():
+                    self.cancel_local(job_id)
                 if time.monotonic() - last_sweep >= RENEW_SECS:
                     last_sweep = time.monotonic()
                     await asyncio.to_thread(self.fail_orphans)
