@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 
 from mlxcel.models.store import mlxcel_home
 from mlxcel.state.store import StateBackend, StateUnavailable
@@ -33,11 +33,8 @@ class StateLocation:
         if self.path is not None:
             return f"sqlite://{self.path}"
         parts = urlsplit(self.url)
-        if parts.password is not None:
-            user = parts.username or ""
-            host = parts.hostname or ""
-            port = f":{parts.port}" if parts.port else ""
-            parts = parts._replace(netloc=f"{user}:***@{host}{port}")
+        if parts.password is not None:  # the host part as written: a bad port must not raise here
+            parts = parts._replace(netloc=f"{parts.username or ''}:***@{parts.netloc.rsplit('@', 1)[1]}")
         query = parse_qsl(parts.query, keep_blank_values=True)
         if any(name.lower() == "password" for name, _ in query):
             masked = [(name, "***" if name.lower() == "password" else value) for name, value in query]
@@ -56,7 +53,19 @@ def parse_state_url(url: str | None) -> StateLocation:
         if parts.netloc or not parts.path.startswith("/"):
             raise StateUrlError("a SQLite URL names an absolute path: sqlite:///ABSOLUTE/PATH")
         return StateLocation("sqlite", url, Path("/" + parts.path.lstrip("/")))
+    _check_redis(parts)
     return StateLocation(parts.scheme, url.strip())
+
+
+def _check_redis(parts: SplitResult) -> None:
+    """What Redis's client would refuse with a bare ValueError (a traceback at start)."""
+    try:
+        _ = parts.port  # parsing it is the check
+    except ValueError:
+        raise StateUrlError("a Redis URL's port is a number: redis://HOST:PORT/DB") from None
+    database = parts.path.strip("/")
+    if database and not database.isdigit():
+        raise StateUrlError(f"a Redis URL's database is a number: redis://HOST:PORT/DB, not {database!r}")
 
 
 def open_state(url: str | None, namespace: str = "mlxcel") -> StateBackend:

@@ -46,6 +46,18 @@ def test_a_redis_password_is_never_shown():
     assert "127.0.0.1:1" in str(exc.value) and "s3cret" not in str(exc.value)
 
 
+def test_a_redis_password_beside_an_ipv6_host_is_not_shown():
+    assert parse_state_url("redis://:s3cret@[::1]:6380/1").redacted == "redis://:***@[::1]:6380/1"
+    assert parse_state_url("redis://:s3cret@cache.local/1?PASSWORD=x").redacted == \
+        "redis://:***@cache.local/1?PASSWORD=***"
+
+
+@pytest.mark.parametrize("url", ["redis://h:port/0", "redis://:pw@h:99999/0", "rediss://h:6379/zero"])
+def test_a_redis_url_with_a_bad_port_or_database_is_refused(url):
+    with pytest.raises(StateUrlError):
+        parse_state_url(url)
+
+
 def test_pid_alive_sees_reaped_and_zombie_children_as_gone():
     assert pid_alive(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", "pass"])
