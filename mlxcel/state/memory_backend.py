@@ -51,6 +51,11 @@ class MemoryStore(BoundedStore):
             self._evict()
             return key in self._entries
 
+    def update(self, key: str, change: Callable[[Any | None], tuple[Any, int] | None]) -> bool:
+        with self._lock:
+            new = change(self.peek(key))
+            return new is not None and self.put(key, *new)
+
     def get(self, key: str) -> Any | None:
         with self._lock:
             entry = self._live(key)

@@ -116,6 +116,28 @@ class RedisStore(BoundedStore):
         return bool(self._call("put", key, encode(value), size, repr(float(self._ttl(ttl_secs))),
                                self.max_entries, self.max_bytes, REDIS_TTL_SLACK_MS))
 
+    def update(self, key: str, change: Callable[[Any | None], tuple[Any, int] | None]) -> bool:
+        """Optimistic: the entry's value key is watched from the read to the write, and a
+        write of another process between them makes the whole update start again."""
+        scripts, now = self._backend.scripts, repr(self._backend.clock())
+        try:
+            with self._backend.client.pipeline() as pipe:
+                while True:
+                    try:
+                        pipe.watch(f"{self._prefix}v:{key}")
+                        new = change(_decoded(scripts["peek"](args=[self._prefix, now, key], client=pipe)))
+                        if new is None or not self._accepts(new[1]):
+                            return False
+                        pipe.multi()
+                        scripts["put"](args=[self._prefix, now, key, encode(new[0]), new[1],
+                                             repr(float(self.ttl_secs)), self.max_entries, self.max_bytes,
+                                             REDIS_TTL_SLACK_MS], client=pipe)
+                        return bool(pipe.execute()[-1])
+                    except redis.WatchError:
+                        continue
+        except redis.RedisError as exc:
+            raise self._backend.unavailable(exc) from None
+
     def get(self, key: str) -> Any | None:
         return _decoded(self._call("get", key))
 

@@ -113,16 +113,17 @@ class SqliteStore(BoundedStore):
     def put(self, key: str, value: Any, size: int, ttl_secs: float | None = None) -> bool:
         if not self._accepts(size):
             return False
-        ttl = self._ttl(ttl_secs)
-        now = self._backend.clock()
         text = encode(value)
         with self._backend.write() as db:
-            db.execute("DELETE FROM entries WHERE store = ? AND key = ?", (self.name, key))
-            db.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)",
-                       (self.name, key, text, size, now + ttl if ttl > 0 else None, self._next_use(db)))
-            self._expire(db, now)
-            self._evict(db)
-            return self._has(db, key)
+            return self._put(db, key, text, size, self._ttl(ttl_secs))
+
+    def update(self, key: str, change: Callable[[Any | None], tuple[Any, int] | None]) -> bool:
+        with self._backend.write() as db:  # other processes wait until it commits
+            text = self._live(db, key)
+            new = change(None if text is None else json.loads(text))
+            if new is None or not self._accepts(new[1]):
+                return False
+            return self._put(db, key, encode(new[0]), new[1], self.ttl_secs)
 
     def get(self, key: str) -> Any | None:
         with self._backend.write() as db:
@@ -167,6 +168,15 @@ class SqliteStore(BoundedStore):
             return self._totals(db)[1]
 
     # -- inside a transaction --------------------------------------------------------
+
+    def _put(self, db: sqlite3.Connection, key: str, text: str, size: int, ttl: float) -> bool:
+        now = self._backend.clock()
+        db.execute("DELETE FROM entries WHERE store = ? AND key = ?", (self.name, key))
+        db.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+                   (self.name, key, text, size, now + ttl if ttl > 0 else None, self._next_use(db)))
+        self._expire(db, now)
+        self._evict(db)
+        return self._has(db, key)
 
     def _totals(self, db: sqlite3.Connection) -> tuple[int, int]:
         row = db.execute("SELECT entries, bytes FROM totals WHERE store = ?", (self.name,)).fetchone()

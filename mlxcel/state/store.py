@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 UNBOUNDED = 1 << 62  # an entry cap or byte budget that never evicts
@@ -55,6 +56,14 @@ class BoundedStore(ABC):
     def put(self, key: str, value: Any, size: int, ttl_secs: float | None = None) -> bool:
         """Store (or replace) an entry as the most recently used; False, and the store
         unchanged, when it is off or the entry alone exceeds the byte budget."""
+
+    @abstractmethod
+    def update(self, key: str, change: Callable[[Any | None], tuple[Any, int] | None]) -> bool:
+        """Read the entry (as peek does; None when absent) and store `change`'s (value,
+        size) in its place, as put does, with no other process's write between: a
+        read-then-write that two servers may do at once. `change` may be called again
+        (a write of another process came between); it returns None to write nothing,
+        or raises, which leaves the entry as it was."""
 
     @abstractmethod
     def get(self, key: str) -> Any | None:

@@ -226,3 +226,49 @@ def test_two_processes_writing_at_once_keep_the_budgets(kind, request, tmp_path)
     held = sum(10 + int(key.split("-")[1]) % 7 for key in keys)
     assert 0 < len(keys) <= 25 and store.bytes == held <= 600
     backend.close()
+
+
+TURNS = """
+import pathlib, sys, time
+from mlxcel.api.responses.records import ResponseRecords
+from mlxcel.config import ResponsesLimits
+from mlxcel.state.url import open_state
+records = ResponseRecords(ResponsesLimits(), False, open_state(sys.argv[1], namespace=sys.argv[2]))
+ready = pathlib.Path(sys.argv[4])
+(ready / sys.argv[3]).touch()
+while len(list(ready.iterdir())) < 2:  # both started: their turns interleave
+    time.sleep(0.001)
+for i in range(80):
+    base = records.conversation_history("conv")
+    records.save_conversation("conv", [*base, {"role": "user", "content": f"{sys.argv[3]}-{i}"}], None, base)
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_two_servers_recording_turns_of_one_conversation_at_once_keep_every_turn(kind, request, tmp_path):
+    import subprocess
+    import sys
+
+    from mlxcel.state.url import open_state
+
+    url = f"sqlite://{tmp_path}/state.sqlite3" if kind == "sqlite" else request.getfixturevalue("redis_server").url
+    namespace = f"turns{next(_namespaces)}"
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    servers = [subprocess.Popen([sys.executable, "-c", TURNS, url, namespace, name, str(ready)]) for name in "ab"]
+    assert [s.wait(120) for s in servers] == [0, 0]
+    backend = open_state(url, namespace=namespace)
+    history = ResponseRecords(ResponsesLimits(), False, backend).conversation_history("conv")
+    assert sorted(item["content"] for item in history) == sorted(f"{n}-{i}" for n in "ab" for i in range(80))
+    backend.close()
+
+
+def test_an_update_that_raises_or_declines_leaves_the_entry(open_backend):
+    store = open_backend().store("u", 10, 1000, 0)
+    store.put("k", {"n": 1}, 5)
+    with pytest.raises(KeyError):
+        store.update("k", lambda value: {}["missing"])
+    assert not store.update("k", lambda value: None)
+    assert not store.update("k", lambda value: ({"n": 2}, 5000))  # over the byte budget
+    assert store.update("k", lambda value: ({"n": value["n"] + 1}, 5)) and store.peek("k") == {"n": 2}
+    assert store.update("new", lambda value: ({"was": value}, 5)) and store.peek("new") == {"was": None}

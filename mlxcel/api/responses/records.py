@@ -13,7 +13,6 @@ replicas share state; a record is kept there as a JSON object."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from mlxcel.api.responses.input_items import collapse
@@ -82,7 +81,6 @@ class ResponseRecords:
         self.conversations = backend.store("conversations", limits.conversation_max_entries,
                                            limits.conversation_max_bytes, limits.conversation_ttl_secs)
         self.reasoning_echo = ReasoningEcho(limits.reasoning_echo_max_bytes, enabled=prompt_cache)
-        self._saving_conversations = threading.Lock()
 
     @property
     def storing(self) -> bool:
@@ -153,11 +151,15 @@ class ResponseRecords:
         id was meanwhile taken by another key. `base`: the transcript `history` continues
         (its first len(base) items); when another turn was saved since it was read, this
         turn's items are appended to that transcript rather than replacing it."""
-        with self._saving_conversations:  # turns recorded on worker threads at once: read, then write
-            current = _conversation(self.conversations.peek(conversation_id))
+        def appended(value: dict | None) -> tuple[dict, int]:
+            current = _conversation(value)
             if current is not None and current.owner != owner:
                 raise conversation_not_found(conversation_id)
+            transcript = history
             if base is not None and current is not None and current.history != base:
-                history = current.history + history[len(base):]
-            history, size = self.check_conversation_size(conversation_id, history)
-            self.conversations.put(conversation_id, {"owner": owner, "history": history}, size)
+                transcript = current.history + history[len(base):]
+            transcript, size = self.check_conversation_size(conversation_id, transcript)
+            return {"owner": owner, "history": transcript}, size
+
+        # one read-then-write, whichever thread or server records another turn meanwhile
+        self.conversations.update(conversation_id, appended)
