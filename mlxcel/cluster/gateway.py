@@ -7,7 +7,8 @@ Every request is read whole (bounded by --max-body-bytes), asked its prompt's bl
 digests by one replica when it has a prompt, and sent to the replica the router
 picks, its answer streamed back as the replica sends it: status, headers, body, SSE
 events included. A replica that dies before answering costs a retry on another; one
-that dies mid-stream ends the stream with an error event. /health, /metrics and
+that dies mid-stream ends the stream with an error event. A failure of the gateway
+itself is a 500 in the API's error format. /health, /metrics and
 /v1/metrics answer for every replica: ready while one is; samples labelled by
 replica. A Responses cancel goes to every replica, since only the one running a
 response can stop it. A change of the server's state (POST /lora-adapters, POST
@@ -32,6 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 from ray.serve import context as serve_context
+from starlette.requests import ClientDisconnect
 
 from mlxcel.cluster import conversations
 from mlxcel.cluster import router as routing
@@ -41,7 +43,13 @@ from mlxcel.cluster.slot_ids import locate, merged_rows
 from mlxcel.config import TlsFiles
 from mlxcel.http.connection_guard import DEFAULT_TIMEOUT_S, guarded_protocol
 from mlxcel.http.envelope import HttpEnvelope, ResponseStart
-from mlxcel.http.errors import APIError, anthropic_error_body, is_anthropic_path, is_responses_path
+from mlxcel.http.errors import (
+    CLIENT_CLOSED_REQUEST,
+    APIError,
+    anthropic_error_body,
+    is_anthropic_path,
+    is_responses_path,
+)
 from mlxcel.server.listeners import open_listeners
 
 log = logging.getLogger("mlxcel.cluster")
@@ -136,13 +144,27 @@ class Gateway:
         return {replica: self.slots_per_replica for replica in self.replica_ids()}
 
     async def forward(self, request: Request) -> Response:
+        """The answer to `request`; a failure of the gateway itself is a 500 in the API's
+        error format."""
         path = request.url.path
-        body = await self._body(request)
-        if isinstance(body, Response):
-            return body
-        envelope = HttpEnvelope(request.method, path, request.url.query.encode(), list(request.headers.raw), body,
-                                (request.client.host, request.client.port) if request.client else None)
-        bare = path.removeprefix(self.api_prefix)
+        try:
+            body = await self._body(request)
+            if isinstance(body, Response):
+                return body
+            envelope = HttpEnvelope(request.method, path, request.url.query.encode(), list(request.headers.raw),
+                                    body, (request.client.host, request.client.port) if request.client else None)
+            return await self._dispatch(request, envelope)
+        except ClientDisconnect:  # nobody is there to read an answer
+            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        except Exception as exc:  # noqa: BLE001 - answered in the format the client reads
+            request_id = f"req_{uuid.uuid4().hex[:16]}"
+            log.exception("the gateway failed on %s %s [%s]", request.method, path, request_id)
+            response = _error(path, 500, f"internal server error ({type(exc).__name__}); request id {request_id}")
+            response.headers["x-request-id"] = request_id
+            return response
+
+    async def _dispatch(self, request: Request, envelope: HttpEnvelope) -> Response:
+        bare = envelope.path.removeprefix(self.api_prefix)
         if request.method == "GET" and bare in HEALTH_PATHS:
             return await self._health(envelope)
         if request.method == "GET" and bare in METRICS_PATHS:
@@ -175,7 +197,7 @@ class Gateway:
             return envelope, None
         try:
             data = json.loads(envelope.body)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deep for Python's parser too
             return envelope, None  # a replica answers the malformed body
         slot_id = data.get("id_slot") if isinstance(data, dict) else None
         if type(slot_id) is not int:

@@ -145,6 +145,12 @@ def test_errors_keep_the_spec_format(client):
     assert lone.status_code == 400
 
 
+def test_a_slot_pinned_body_nested_too_deep_for_python_is_refused_in_the_spec_format(client):
+    deep = b'{"id_slot": 0, "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    answer = client.post("/v1/chat/completions", content=deep, headers={"content-type": "application/json"})
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error", answer.text
+
+
 def test_oversized_body_is_refused_at_the_gateway(cluster):
     with cluster.client() as c:
         answer = c.post("/v1/chat/completions", content=b"x" * (33 * 1024 * 1024),
