@@ -6,11 +6,12 @@ proxy is not started).
 Every request is read whole (bounded by --max-body-bytes), asked its prompt's block
 digests by one replica when it has a prompt, and sent to the replica the router
 picks, its answer streamed back as the replica sends it: status, headers, body, SSE
-events included. A replica that dies before answering costs a retry on another; one
-that dies mid-stream ends the stream with an error event. A failure of the gateway
-itself is a 500 in the API's error format. /health, /metrics and
-/v1/metrics answer for every replica: ready while one is; samples labelled by
-replica. A Responses cancel goes to every replica, since only the one running a
+events included. A client that leaves before the answer starts (a whole answer starts
+once generated) cancels the replica's call, freeing its slot. A replica that dies
+before answering costs a retry on another; one that dies mid-stream ends the stream
+with an error event. A failure of the gateway itself is a 500 in the API's error
+format. /health, /metrics and /v1/metrics answer for every replica: ready while one
+is; samples labelled by replica. A Responses cancel goes to every replica, since only the one running a
 response can stop it. A change of the server's state (POST /lora-adapters, POST
 /v1/cache/reset) goes to every replica, and succeeds once every one applied it.
 A chat completion's control and a resumable stream (GET and DELETE /v1/stream) reach the
@@ -50,6 +51,7 @@ from mlxcel.http.errors import (
     is_anthropic_path,
     is_responses_path,
 )
+from mlxcel.http.request_context import run_while_connected
 from mlxcel.server.listeners import open_listeners
 
 log = logging.getLogger("mlxcel.cluster")
@@ -183,11 +185,13 @@ class Gateway:
             return await self._stream_session(envelope, request.query_params.get("conv_id", ""))
         if request.method == "POST" and (numbered := SLOT_ACTION_PATH.fullmatch(bare)):
             return await self._slot_action(envelope, int(numbered.group(1)))
+        # a request one replica answers: a client that leaves before the answer starts cancels
+        # the call, so a whole (not streamed) answer's slot is freed as on one server
         if request.method == "POST" and bare in ROUTED:
             envelope, pinned = self._pin_to_slot(envelope)
             digests = await self._digests(envelope) if pinned is None else None
-            return await self._forward(envelope, digests, pinned)
-        return await self._forward(envelope, None)
+            return await run_while_connected(request, self._forward(envelope, digests, pinned))
+        return await run_while_connected(request, self._forward(envelope, None))
 
     def _pin_to_slot(self, envelope: HttpEnvelope) -> tuple[HttpEnvelope, str | None]:
         """A request naming a slot (`id_slot`, numbered as GET /slots numbers them) goes to

@@ -323,6 +323,21 @@ def test_client_disconnect_frees_the_slot(client, cluster):
     chat(client, [{"role": "user", "content": "Still there?"}])
 
 
+def test_a_client_gone_before_a_whole_answer_starts_frees_the_slot(client, cluster):
+    """Not streamed, the answer starts only once generated: the client leaves before."""
+    for _ in range(4):  # 4 requests on 2 replicas of 2 slots, each long enough to run for many seconds
+        with cluster.client(timeout=httpx.Timeout(60, read=1.5)) as gone, pytest.raises(httpx.ReadTimeout):
+            gone.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Count to 1000."}],
+                                                    "max_tokens": 3000, "ignore_eos": True})
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        busy = [r["server"]["concurrency"]["in_flight"] for r in client.get("/v1/metrics").json()["replicas"]]
+        if sum(busy) == 0:
+            break
+        time.sleep(0.2)
+    assert sum(busy) == 0, busy
+
+
 def test_zz_killed_replica_ends_its_stream_and_comes_back(client, cluster):
     """Runs last in the module: it kills a replica; what was stored stays."""
     stored = client.post("/v1/responses", json={"input": "Name a sea.", "max_output_tokens": 4}).json()["id"]
