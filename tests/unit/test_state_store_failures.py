@@ -2,7 +2,8 @@
 timeout, a Redis that refuses its clients' password) raises StateUnavailable naming
 the store and never its password, which the HTTP edge answers as 503
 unavailable_error / state_store_unavailable; the store works again once the backend
-does."""
+does. A background job that ends while the store is down leaves the job board once it
+is back, rather than reading in_progress on every other server."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import sqlite3
 
 import pytest
 
+from mlxcel.api.responses.background import JobStatus
+from mlxcel.api.responses.state import ResponsesState
+from mlxcel.config import ResponsesLimits
 from mlxcel.http.errors import as_api_error
 from mlxcel.state import sqlite_backend
+from mlxcel.state.memory_backend import MemoryBackend
 from mlxcel.state.store import StateUnavailable
 from mlxcel.state.url import open_state
 
@@ -61,3 +66,24 @@ def test_an_unavailable_store_is_a_503_in_the_error_format():
     assert error.body() == {"error": {"message": "the state store (redis redis://127.0.0.1:1/0) failed: "
                                                  "ConnectionError", "type": "unavailable_error",
                                       "code": "state_store_unavailable"}}
+
+
+def test_a_job_that_ends_while_the_store_is_down_leaves_the_board_once_it_is_back(monkeypatch):
+    backend = MemoryBackend()
+    running = ResponsesState(ResponsesLimits(), prompt_cache=True, backend=backend)
+    other = ResponsesState(ResponsesLimits(), prompt_cache=True, backend=backend)
+    running.board.lease.renew()
+    job = running.jobs.admit("resp_1", 10, {"id": "resp_1", "status": "queued"}, owner=None)
+    job.move(JobStatus.IN_PROGRESS)
+
+    def down(*args):
+        raise StateUnavailable("the state store (memory) failed")
+
+    monkeypatch.setattr(running.board._jobs, "pop", down)
+    job.move(JobStatus.COMPLETED, {"id": "resp_1", "status": "completed", "output": []})
+    assert other.job("resp_1", None).status is JobStatus.IN_PROGRESS  # what the store still holds
+    with pytest.raises(StateUnavailable):
+        running.board.flush()
+    monkeypatch.undo()
+    running.board.flush()
+    assert other.job("resp_1", None) is None and not running.board.unwritten

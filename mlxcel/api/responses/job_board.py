@@ -44,21 +44,40 @@ class JobBoard:
         self.lease = InstanceLease(backend)
         self._jobs = backend.store("jobs", UNBOUNDED, UNBOUNDED, 0)
         self._cancels = backend.store("cancels", UNBOUNDED, UNBOUNDED, CANCEL_REQUEST_TTL_SECS)
+        self._unwritten: dict[str, Job] = {}  # jobs whose last change the store did not take
 
     def publish(self, job: Job) -> None:
         """The job's record as it is now; a finished job's record is removed (its final
-        object is already in the response store). A failure is logged: the job goes on."""
+        object is already in the response store). A failure is logged: the job goes on,
+        and a store that was down gets the record at its next `flush`."""
         try:
-            if job.finished:
-                self._jobs.pop(job.id)
-                self._cancels.pop(job.id)
-            else:
-                value = {"status": job.status.value, "body": job.body, "owner": job.owner, "instance": self.lease.id}
-                self._jobs.put(job.id, value, json_size(job.body))
+            self._write(job)
+            self._unwritten.pop(job.id, None)
         except StateUnavailable as exc:
+            self._unwritten[job.id] = job
             log.warning("background response %s: its record could not be written: %s", job.id, exc)
         except Exception:  # noqa: BLE001
             log.exception("background response %s: its record in the state store could not be written", job.id)
+
+    @property
+    def unwritten(self) -> bool:
+        return bool(self._unwritten)
+
+    def flush(self) -> None:
+        """Write the records `publish` could not (the store was down), as their jobs are
+        now: a job that ended meanwhile must not read in_progress on every other server
+        for as long as this one runs. Raises StateUnavailable while the store is down."""
+        for job in list(self._unwritten.values()):
+            self._write(job)
+            self._unwritten.pop(job.id, None)
+
+    def _write(self, job: Job) -> None:
+        if job.finished:
+            self._jobs.pop(job.id)
+            self._cancels.pop(job.id)
+        else:
+            value = {"status": job.status.value, "body": job.body, "owner": job.owner, "instance": self.lease.id}
+            self._jobs.put(job.id, value, json_size(job.body))
 
     def find(self, job_id: str) -> JobRecord | None:
         value = self._jobs.peek(job_id)

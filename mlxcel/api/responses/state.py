@@ -5,7 +5,8 @@ state store, shared with every server on it), and the responses being generated 
 
 `start` (before serving) takes this server's lease and fails the jobs of servers that
 are gone; `watch` then runs on the event loop (its store calls on worker threads): it
-honours cancels asked on other replicas and fails orphaned jobs every few seconds; `stop` fails what this server
+writes the job records a store that was down missed, honours cancels asked on other
+replicas and fails orphaned jobs every few seconds; `stop` fails what this server
 still runs and gives the lease back."""
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ class ResponsesState:
         while True:
             await asyncio.sleep(CANCEL_POLL_SECS)
             try:
+                if self.board.unwritten:
+                    await asyncio.to_thread(self.board.flush)
                 active = [job.id for job in self.jobs.active()]
                 for job_id in await asyncio.to_thread(self.board.cancels_requested, active) if active else ():
                     self.cancel_local(job_id)
