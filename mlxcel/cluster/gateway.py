@@ -261,7 +261,9 @@ class Gateway:
             if not isinstance(start, ResponseStart):
                 return _error(envelope.path, 502, "the replica answered out of order")
             response = StreamingResponse(self._rest(stream, envelope.path, start), status_code=start.status)
-            response.raw_headers = [(k, v) for k, v in start.headers if k.lower() != b"content-length"]
+            # the replica's own headers, Content-Length included: its body is passed on byte for
+            # byte (HEAD's too), and a body cut short by a replica's death then reads as cut
+            response.raw_headers = list(start.headers)
             return response
         return _error(envelope.path, 503, f"no replica could answer: {failure}", "unavailable_error")
 

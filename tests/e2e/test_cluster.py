@@ -151,6 +151,15 @@ def test_a_slot_pinned_body_nested_too_deep_for_python_is_refused_in_the_spec_fo
     assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error", answer.text
 
 
+def test_whole_answers_and_head_keep_the_replica_s_content_length(client):
+    for answer in (client.get("/v1/models"), client.get("/v1/responses/resp_unknown"),
+                   chat(client, [{"role": "user", "content": "Hi"}])):
+        assert int(answer.headers["content-length"]) == len(answer.content), answer.headers
+        assert "transfer-encoding" not in answer.headers
+    head = client.head("/v1/models")
+    assert head.status_code == 200 and int(head.headers["content-length"]) == len(client.get("/v1/models").content)
+
+
 def test_oversized_body_is_refused_at_the_gateway(cluster):
     with cluster.client() as c:
         answer = c.post("/v1/chat/completions", content=b"x" * (33 * 1024 * 1024),
