@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -89,6 +90,8 @@ class ResponseRun:
         self.finished = asyncio.Event()  # set once `final` is recorded
         self.failed_generation: FinishEvent | None = None  # the engine's error, when generation failed
         self.conversation_base: list[dict] | None = None  # the transcript read at the start (conversation)
+        self._recording = threading.RLock()  # the final object is recorded once, on whichever thread
+        self._recorded: dict | None = None
 
     # -- before generation ----------------------------------------------------------
 
@@ -234,10 +237,13 @@ class ResponseRun:
     def failed(self, code: str, message: str) -> dict:
         return self.record(self._failure(code, message))
 
-    def cancelled(self) -> dict:
+    def cancelled(self) -> dict | None:
+        """The cancelled object, recorded; None when the response already recorded how it
+        ended (on a worker thread, just before the cancel): it stays as it ended."""
         body = response_object(self.id, self.created_at, self.host.model_id, self.body, "cancelled",
                                completed_at=int(time.time()), conversation_id=self.conversation)
-        return self.record(body)
+        with self._recording:
+            return None if self._recorded is not None else self.record(body)
 
     def failure_error(self) -> TurnError | StateUnavailable:
         """A failed final object as the HTTP error a whole (not streamed) request answers:
@@ -258,12 +264,17 @@ class ResponseRun:
         reasoning of a finished generation. Returns the object polling will see: a
         failed one when the output cannot be encoded, the conversation refuses it or
         the state store cannot be written (code state_store_unavailable: a whole
-        request's 503, a stream's response.failed)."""
-        try:
-            return self._record(body)
-        except StateUnavailable as exc:
-            log.warning("response %s could not be stored: %s", self.id, exc)
-            return json_safe(self._failure(StateUnavailable.code, f"the response could not be stored: {exc}"))
+        request's 503, a stream's response.failed). The first object recorded stays: a
+        cancel and the end of the generation may both record, on two threads."""
+        with self._recording:
+            if self._recorded is None:
+                try:
+                    self._recorded = self._record(body)
+                except StateUnavailable as exc:
+                    log.warning("response %s could not be stored: %s", self.id, exc)
+                    self._recorded = json_safe(self._failure(StateUnavailable.code,
+                                                             f"the response could not be stored: {exc}"))
+            return self._recorded
 
     def _record(self, body: dict) -> dict:
         if not is_json_safe(body):

@@ -87,11 +87,14 @@ class ResponsesState:
     # -- cancelling ---------------------------------------------------------------
 
     def cancel_local(self, response_id: str) -> Job | None:
-        """Cancel a job this server runs: its cancelled object is stored, the task stops."""
+        """Cancel a job this server runs: its cancelled object is stored, the task stops;
+        a job whose end was recorded just before moves there by itself."""
         run, job = self.running.get(response_id), self.jobs.get(response_id)
         if run is None or job is None:
             return None
-        self.jobs.cancel(job, run.cancelled())
+        body = run.cancelled()
+        if body is not None:
+            self.jobs.cancel(job, body)
         return job
 
     async def cancel_elsewhere(self, response_id: str, owner: str | None) -> ResponseRecord | None:
