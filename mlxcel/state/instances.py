@@ -10,7 +10,9 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from mlxcel.state.store import UNBOUNDED, StateBackend, StateUnavailable
@@ -47,23 +49,37 @@ def pid_alive(pid: int) -> bool:
 
 
 class InstanceLease:
-    def __init__(self, backend: StateBackend, lease_secs: float = LEASE_SECS, renew_secs: float = RENEW_SECS) -> None:
+    def __init__(self, backend: StateBackend, lease_secs: float = LEASE_SECS, renew_secs: float = RENEW_SECS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.id = uuid.uuid4().hex
         self.machine = machine_id()
         self.renew_secs = renew_secs
+        self._clock = clock
         self._store = backend.store("instances", UNBOUNDED, UNBOUNDED, lease_secs)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # when a lapsed lease means its server is gone again (None: ours cannot be renewed now)
+        self._trusted_from: float | None = 0.0
 
     def renew(self) -> None:
-        self._store.put(self.id, {"pid": os.getpid(), "machine": self.machine}, 1)
+        try:
+            self._store.put(self.id, {"pid": os.getpid(), "machine": self.machine}, 1)
+        except StateUnavailable:
+            self._trusted_from = None
+            raise
+        if self._trusted_from is None:  # back: the other servers renew theirs within two periods
+            self._trusted_from = self._clock() + 2 * self.renew_secs
 
     def alive(self, instance_id: str) -> bool:
+        """Whether the server holding `instance_id` runs. A store that was unreachable
+        longer than a lease let every lease lapse: until the others had time to renew
+        theirs, a lapsed lease is not taken for a gone server (its jobs are not failed
+        while it still runs them)."""
         if instance_id == self.id:
             return True
         record = self._store.peek(instance_id)
         if record is None:
-            return False
+            return self._trusted_from is None or self._clock() < self._trusted_from
         return record["machine"] != self.machine or pid_alive(record["pid"])
 
     def start(self) -> None:

@@ -78,3 +78,25 @@ def test_a_lease_on_this_machine_ends_with_its_process():
     assert not mine.alive(other.id)  # its lease has not run out, but its process is gone
     other._store.put(other.id, {"pid": child.pid, "machine": "another host"}, 1)
     assert mine.alive(other.id)  # elsewhere only the lease tells
+
+
+def test_leases_that_lapsed_while_the_store_was_away_are_not_taken_for_gone_servers(monkeypatch):
+    now = [100.0]
+    backend = MemoryBackend()
+    ours, theirs = InstanceLease(backend, renew_secs=3, clock=lambda: now[0]), InstanceLease(backend)
+    ours.renew()
+    theirs.renew()
+
+    def down(*args):
+        raise StateUnavailable("the state store (memory) failed")
+
+    monkeypatch.setattr(ours._store, "put", down)
+    with pytest.raises(StateUnavailable):
+        ours.renew()
+    monkeypatch.undo()
+    theirs._store.pop(theirs.id)  # its lease ran out while the store was away
+    assert ours.alive(theirs.id)  # it may still run: not renewed yet
+    ours.renew()  # the store is back
+    assert ours.alive(theirs.id)
+    now[0] += 6  # two periods: a running server has renewed its lease by now
+    assert not ours.alive(theirs.id)
