@@ -416,10 +416,11 @@ class Gateway:
 
     async def _metrics(self, envelope: HttpEnvelope) -> Response:
         answers = await self._answers(envelope)
+        if not answers:
+            return _error(envelope.path, 503, "no replica answered", "unavailable_error")
         failed = next(((s, b) for s, b in answers.values() if s != 200), None)
-        if failed is not None or not answers:
-            status, body = failed or (503, b'{"error": {"code": 503, "message": "no replica answered"}}')
-            return Response(body, status_code=status, media_type="application/json")
+        if failed is not None:
+            return Response(failed[1], status_code=failed[0], media_type="application/json")
         bodies = {r: b for r, (_, b) in answers.items()}
         try:
             snapshots = {r: json.loads(b) for r, b in bodies.items()}

@@ -49,3 +49,16 @@ def test_an_error_of_the_gateway_is_a_500_in_the_api_s_format():
         body = json.loads(answer.body)
         assert answer.status_code == 500 and answer.headers["x-request-id"].startswith("req_")
         assert (body["error"]["type"] == shape) and "RuntimeError" in body["error"]["message"]
+
+
+def test_metrics_with_no_replica_answering_is_a_503_in_the_error_format():
+    gateway = _gateway()
+
+    async def none(envelope):
+        return {}
+
+    gateway._answers = none
+    answer = asyncio.run(gateway._metrics(HttpEnvelope("GET", "/metrics")))
+    assert answer.status_code == 503
+    assert json.loads(answer.body)["error"] == {"message": "no replica answered", "type": "unavailable_error",
+                                                "code": None}
