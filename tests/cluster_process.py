@@ -54,7 +54,9 @@ class ClusterProcess(ServerProcess):
             return {}
         if answer.status_code != 200:
             return {}
-        return {r: info for r, info in answer.json().get("replicas", {}).items() if info.get("status") == 200}
+        # ready, and known to the router by its first report (its pid, node and load)
+        return {r: info for r, info in answer.json().get("replicas", {}).items()
+                if info.get("status") == 200 and info.get("pid")}
 
     def stop(self) -> None:
         if self.process.poll() is None:
