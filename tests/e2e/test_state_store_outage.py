@@ -3,7 +3,8 @@ that needs the store answers 503 unavailable_error / state_store_unavailable in 
 spec's format (a stream ends with response.failed), never a 500 or the password, the
 rest of the server keeps answering, and the store is used again once Redis is back.
 A Redis that stops answering (stopped, not gone: each call waits for its socket
-timeout) does not stall the event loop: /health answers while reads wait on it."""
+timeout) does not stall the event loop or the other APIs: /health and chat answer
+while reads wait on it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.server_process import ServerProcess
 
 ASK = {"input": "Hi", "max_output_tokens": 4, "temperature": 0}
 PASSWORD = "hunter2-now"
+READS = min(32, (os.cpu_count() or 1) + 4) + 2
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +79,15 @@ def test_a_redis_that_stops_answering_does_not_stall_the_server(server, redis_se
         stored = client.post("/v1/responses", json=ASK).json()
         os.kill(redis_server.process.pid, signal.SIGSTOP)
         try:
-            with concurrent.futures.ThreadPoolExecutor(2) as pool:
-                reads = [pool.submit(client.get, f"/v1/responses/{stored['id']}") for _ in range(2)]
-                for _ in range(5):  # a window in which both reads wait on Redis (its socket timeout is 10 s)
+            # more reads than asyncio's default pool has threads (cores + 4), which renders chat templates
+            with concurrent.futures.ThreadPoolExecutor(READS) as pool:
+                reads = [pool.submit(client.get, f"/v1/responses/{stored['id']}") for _ in range(READS)]
+                for _ in range(5):  # a window in which the reads wait on Redis (its socket timeout is 10 s)
                     assert client.get("/health", timeout=2).status_code == 200
                     time.sleep(0.2)
+                chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}],
+                                                                 "max_tokens": 2}, timeout=8)
+                assert chat.status_code == 200, chat.text
                 assert not any(read.done() for read in reads)
                 os.kill(redis_server.process.pid, signal.SIGCONT)
                 assert {read.result().status_code for read in reads} <= {200, 503}

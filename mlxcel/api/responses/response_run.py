@@ -3,9 +3,9 @@ input), compacted when its context_management says so, generated as a ChatTurn, 
 output built as typed events, and the result recorded (store, conversation,
 reasoning echo).
 
-Histories are read from the state store, translated, rendered and tokenized on a
-worker thread (`asyncio.to_thread`), so a long history never
-stalls other requests. Everything it stores belongs to `owner`, the API key's digest."""
+Histories are read from the state store on its own threads (`store_calls`), and
+translated, rendered and tokenized on a worker thread (`asyncio.to_thread`), so
+neither a long history nor a slow store stalls other requests. Everything it stores belongs to `owner`, the API key's digest."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from mlxcel.api.responses.events import EventSequence, OutputBuilder
 from mlxcel.api.responses.input_items import as_items
 from mlxcel.api.responses.json_safe import is_json_safe, json_safe
 from mlxcel.api.responses.records import ResponseRecord
+from mlxcel.api.responses.store_calls import in_store_thread
 from mlxcel.api.responses.translate import check_request, conversation_id, turn_spec
 from mlxcel.api.responses.wire import ContextManagement, ResponsesRequest, response_object, usage_body
 from mlxcel.chat.deltas import ParsedDelta
@@ -100,9 +101,9 @@ class ResponseRun:
         check_request(self.body)
         prior: list[dict] = []
         if self.body.previous_response_id:  # read (and decoded) from the state store off the event loop
-            prior = await asyncio.to_thread(self.state.previous_history, self.body.previous_response_id, self.owner)
+            prior = await in_store_thread(self.state.previous_history, self.body.previous_response_id, self.owner)
         elif self.conversation:
-            prior = await asyncio.to_thread(self.state.records.conversation_history, self.conversation, self.owner)
+            prior = await in_store_thread(self.state.records.conversation_history, self.conversation, self.owner)
             self.conversation_base = prior
         await asyncio.to_thread(self._prepare, prior)
 
@@ -134,7 +135,7 @@ class ResponseRun:
             if room >= 1:
                 self.spec.max_tokens = min(self.spec.max_tokens or room, room)
         if self.conversation is not None:
-            await asyncio.to_thread(self.state.records.check_conversation_size, self.conversation, self.history)
+            await in_store_thread(self.state.records.check_conversation_size, self.conversation, self.history)
         self.turn = await turn.build(self.context)
 
     def cancel(self) -> None:
@@ -220,7 +221,7 @@ class ResponseRun:
         body = response_object(self.id, self.created_at, self.host.model_id, self.body, status,
                                prefix + builder.output, usage, error=error, incomplete_details=details,
                                completed_at=int(time.time()), conversation_id=self.conversation)
-        self.final = await asyncio.to_thread(self.record, body)
+        self.final = await in_store_thread(self.record, body)
         self.finished.set()
         terminal = event(TERMINAL_EVENTS[self.final["status"]], response=self.final)
         if outcome.finish.reason is not FinishReason.ERROR:

@@ -24,6 +24,7 @@ from mlxcel.api.responses.json_safe import is_json_safe
 from mlxcel.api.responses.records import not_found
 from mlxcel.api.responses.response_run import ResponseRun
 from mlxcel.api.responses.state import ResponsesState
+from mlxcel.api.responses.store_calls import in_store_thread
 from mlxcel.api.responses.translate import check_request, turn_spec
 from mlxcel.api.responses.wire import COMPACT_MAX_OUTPUT_TOKENS, CompactRequest, ResponsesRequest, usage_body
 from mlxcel.chat.errors import ChatInputError
@@ -114,12 +115,12 @@ async def _create_background(run: ResponseRun):
 async def get_response(response_id: str, request: Request):
     state, owner = _state(request), _owner(request)
     state.records.require_storing()
-    job = await asyncio.to_thread(state.job, response_id, owner)
+    job = await in_store_thread(state.job, response_id, owner)
     if job is not None:
         return JSONResponse(job.body)
     if (run := state.unfinished(response_id, owner)) is not None:
         return JSONResponse(run.snapshot("in_progress"))
-    record = await asyncio.to_thread(state.records.find, response_id, owner)  # decodes its history too
+    record = await in_store_thread(state.records.find, response_id, owner)  # decodes its history too
     if record is None:
         raise not_found(response_id)
     return JSONResponse(record.body)
@@ -130,14 +131,14 @@ async def get_response(response_id: str, request: Request):
 async def delete_response(response_id: str, request: Request):
     state, owner = _state(request), _owner(request)
     state.records.require_storing()
-    job = await asyncio.to_thread(state.job, response_id, owner)
+    job = await in_store_thread(state.job, response_id, owner)
     if job is not None:
         raise invalid_request(f"response '{response_id}' has not finished (status: {job.status.value}): "
                               "cancel it before deleting it")
     if state.unfinished(response_id, owner) is not None:
         raise invalid_request(f"response '{response_id}' has not finished (status: in_progress): "
                               "cancel it before deleting it")
-    if not await asyncio.to_thread(state.records.drop, response_id, owner):
+    if not await in_store_thread(state.records.drop, response_id, owner):
         raise not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response.deleted", "deleted": True})
 
@@ -148,7 +149,7 @@ async def cancel_response(response_id: str, request: Request):
     state, owner = _state(request), _owner(request)
     state.records.require_storing()
     run = state.run(response_id, owner)
-    job = await asyncio.to_thread(state.job, response_id, owner)
+    job = await in_store_thread(state.job, response_id, owner)
     if run is not None and job is not None:
         state.cancel_local(response_id)
         return JSONResponse(job.body)
@@ -162,7 +163,7 @@ async def cancel_response(response_id: str, request: Request):
     if job is not None:  # a background job another server sharing the store runs
         record = await state.cancel_elsewhere(response_id, owner)
     else:
-        record = await asyncio.to_thread(state.records.find, response_id, owner)
+        record = await in_store_thread(state.records.find, response_id, owner)
     if record is None:
         raise not_found(response_id)
     status = record.body["status"]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from mlxcel.api.responses.background import BackgroundJobs, Job, JobStatus
 from mlxcel.api.responses.job_board import JobBoard, JobRecord
 from mlxcel.api.responses.records import ResponseRecord, ResponseRecords
+from mlxcel.api.responses.store_calls import in_store_thread
 from mlxcel.config import ResponsesLimits
 from mlxcel.state.instances import RENEW_SECS
 from mlxcel.state.memory_backend import MemoryBackend
@@ -99,12 +100,12 @@ class ResponsesState:
 
     async def cancel_elsewhere(self, response_id: str, owner: str | None) -> ResponseRecord | None:
         """Ask the server running a job to cancel it, and wait for its final object."""
-        await asyncio.to_thread(self.board.request_cancel, response_id)
+        await in_store_thread(self.board.request_cancel, response_id)
         deadline = time.monotonic() + REMOTE_CANCEL_WAIT_SECS
         while time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-            if await asyncio.to_thread(self.job, response_id, owner) is None:
-                return await asyncio.to_thread(self.records.find, response_id, owner)
+            if await in_store_thread(self.job, response_id, owner) is None:
+                return await in_store_thread(self.records.find, response_id, owner)
         raise TimedOut(f"the server running response '{response_id}' did not confirm the cancel within "
                        f"{REMOTE_CANCEL_WAIT_SECS:g} s; it stays asked: poll GET /v1/responses/{response_id}",
                        "cancel_timeout")
@@ -133,13 +134,13 @@ class ResponsesState:
             await asyncio.sleep(CANCEL_POLL_SECS)
             try:
                 if self.board.unwritten:
-                    await asyncio.to_thread(self.board.flush)
+                    await in_store_thread(self.board.flush)
                 active = [job.id for job in self.jobs.active()]
-                for job_id in await asyncio.to_thread(self.board.cancels_requested, active) if active else ():
+                for job_id in await in_store_thread(self.board.cancels_requested, active) if active else ():
                     self.cancel_local(job_id)
                 if time.monotonic() - last_sweep >= RENEW_SECS:
                     last_sweep = time.monotonic()
-                    await asyncio.to_thread(self.fail_orphans)
+                    await in_store_thread(self.fail_orphans)
             except StateUnavailable as exc:  # down a while: the next round retries
                 log.warning("watching background jobs failed: %s", exc)
             except Exception:  # noqa: BLE001
