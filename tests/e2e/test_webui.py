@@ -473,6 +473,34 @@ def test_saved_settings_go_with_the_next_message_and_escape_discards_edits(serve
     assert [(body["max_tokens"], body["temperature"]) for body in sent] == [(7, 0), (7, 0)]
 
 
+def test_a_malformed_store_still_loads_the_page(server, page):
+    """What localStorage holds is read as an imported file is, field by field: parts that
+    another version of the page or a hand edit left malformed are dropped, the rest shows,
+    and the page's script runs to the end (it loads the models)."""
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    page.evaluate("""() => {
+        localStorage.setItem('mlxcel.settings', 'null');
+        localStorage.setItem('mlxcel.current', '"kept"');
+        localStorage.setItem('mlxcel.conversations', JSON.stringify([
+            null, 'not a conversation', {id: 'no messages', title: 'x'},
+            {id: 'kept', title: 'Kept', updated: 2, messages: [
+                {role: 'user', content: 'Hello'}, {role: 'assistant', content: 7}, null,
+                {role: 'assistant', content: 'Hi there', tool_calls: [{name: 1}], stats: {tokens: 'x'}},
+            ]},
+        ]));
+    }""")
+    page.reload()
+    expect(page.locator("#model option")).to_have_count(1)
+    expect(page.locator(".conversation .open")).to_have_text(["Kept"])
+    expect(page.locator(".message .bubble")).to_have_text(["Hello", "Hi there"])
+    page.evaluate("localStorage.setItem('mlxcel.conversations', '{\"not\": \"a list\"}')")
+    page.reload()
+    expect(page.locator("#model option")).to_have_count(1)
+    expect(page.locator(".conversation")).to_have_count(0)
+    expect(page.locator("#messages .hint")).to_be_visible()
+
+
 def test_conversations_export_and_import_as_data_only(server, page, tmp_path):
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)

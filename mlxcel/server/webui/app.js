@@ -35,10 +35,70 @@
     },
   };
 
+  // --- conversations as data -------------------------------------------------
+  // What localStorage or an imported file holds is taken field by field: only the fields
+  // this page writes, each of its type. A corrupted store (another version of the page, a
+  // hand edit) or a hostile file can neither break the page nor carry markup.
+
+  const ROLES = new Set(["user", "assistant", "tool"]);
+  const isText = (v) => typeof v === "string";
+  const isNumber = (v) => typeof v === "number" && Number.isFinite(v);
+  const isRecord = (v) => Boolean(v) && typeof v === "object" && !Array.isArray(v);
+  const newId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
+
+  function keptStats(s) {
+    if (!isRecord(s) || !isNumber(s.tokens) || !isNumber(s.perSecond)) return null;
+    return {tokens: s.tokens, prompt: isNumber(s.prompt) ? s.prompt : 0, perSecond: s.perSecond,
+            firstMs: isNumber(s.firstMs) ? s.firstMs : null};
+  }
+
+  function keptMessage(m) {
+    if (!isRecord(m) || !ROLES.has(m.role) || !isText(m.content)) return null;
+    const out = {role: m.role, content: m.content};
+    if (m.role === "assistant") {
+      out.reasoning = isText(m.reasoning) ? m.reasoning : "";
+      if (Array.isArray(m.tool_calls)) {
+        out.tool_calls = m.tool_calls.filter((t) => t && isText(t.id) && isText(t.name) && isText(t.arguments))
+          .map(({id, name, arguments: args}) => ({id, name, arguments: args}));
+      }
+      if (m.finish === "length") out.finish = "length";
+      if (m.stopped === true) out.stopped = true;
+      if (typeof m.showReasoning === "boolean") out.showReasoning = m.showReasoning;
+      for (const key of ["error", "halted"]) if (isText(m[key]) && m[key]) out[key] = m[key];
+      const stats = keptStats(m.stats);
+      if (stats) out.stats = stats;
+    }
+    if (m.role === "tool") {
+      if (!isText(m.tool_call_id) || !isText(m.name)) return null;
+      Object.assign(out, {tool_call_id: m.tool_call_id, name: m.name});
+    }
+    if (m.role === "user" && Array.isArray(m.files)) {
+      out.files = m.files.filter((f) => f && isText(f.name) && isText(f.text)).map(({name, text}) => ({name, text}));
+    }
+    if (m.role === "user" && Array.isArray(m.images)) {
+      out.images = m.images.filter((u) => isText(u) && u.startsWith("data:image/"));
+    }
+    return out;
+  }
+
+  // the conversations in `given`, each message kept as above; an id already in `known` gets a new one
+  function keptConversations(given, known = new Set(), untitled = "New chat") {
+    const out = [];
+    for (const c of Array.isArray(given) ? given : []) {
+      if (!isRecord(c) || !Array.isArray(c.messages)) continue;
+      const id = isText(c.id) && c.id && !known.has(c.id) ? c.id : newId();
+      known.add(id);
+      out.push({id, title: isText(c.title) && c.title.trim() ? c.title.slice(0, 200) : untitled,
+                messages: c.messages.map(keptMessage).filter(Boolean),
+                updated: isNumber(c.updated) ? c.updated : Date.now(), model: isText(c.model) ? c.model : ""});
+    }
+    return out;
+  }
+
   const state = {
-    conversations: store.load("conversations", []),
+    conversations: keptConversations(store.load("conversations", [])),
     current: store.load("current", null),
-    settings: store.load("settings", {}),
+    settings: ((given) => isRecord(given) ? given : {})(store.load("settings", {})),
     serverSettings: {},  // defaults the server gives the UI; the user's own settings win
     propsLoaded: Promise.resolve(),  // the latest /props read (loadProps)
     // the model's tools: the server's (GET /tools, --tools) and remote MCP servers' (Settings:
@@ -52,7 +112,6 @@
     attachments: [],  // the next message's files: {name, url} images and {name, text} text files
   };
 
-  const newId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
   const conversation = () => state.conversations.find((c) => c.id === state.current) || null;
   const saveConversations = () => {
     store.save("conversations", state.conversations);
@@ -798,34 +857,6 @@
     setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
   }
 
-  const ROLES = new Set(["user", "assistant", "tool"]);
-  const isText = (v) => typeof v === "string";
-
-  // only the fields this page writes, each of its type: a file is data, never markup
-  function importedMessage(m) {
-    if (!m || typeof m !== "object" || !ROLES.has(m.role) || !isText(m.content)) return null;
-    const out = {role: m.role, content: m.content};
-    if (m.role === "assistant") {
-      out.reasoning = isText(m.reasoning) ? m.reasoning : "";
-      if (Array.isArray(m.tool_calls)) {
-        out.tool_calls = m.tool_calls.filter((t) => t && isText(t.id) && isText(t.name) && isText(t.arguments))
-          .map(({id, name, arguments: args}) => ({id, name, arguments: args}));
-      }
-      if (m.finish === "length") out.finish = "length";
-    }
-    if (m.role === "tool") {
-      if (!isText(m.tool_call_id) || !isText(m.name)) return null;
-      Object.assign(out, {tool_call_id: m.tool_call_id, name: m.name});
-    }
-    if (m.role === "user" && Array.isArray(m.files)) {
-      out.files = m.files.filter((f) => f && isText(f.name) && isText(f.text)).map(({name, text}) => ({name, text}));
-    }
-    if (m.role === "user" && Array.isArray(m.images)) {
-      out.images = m.images.filter((u) => isText(u) && u.startsWith("data:image/"));
-    }
-    return out;
-  }
-
   async function importConversations(file) {
     let data;
     try {
@@ -835,22 +866,12 @@
     }
     const given = Array.isArray(data) ? data : data?.conversations;
     if (!Array.isArray(given)) return notice(file.name + " holds no conversations.");
-    const known = new Set(state.conversations.map((c) => c.id));
-    let added = 0;
-    for (const c of given) {
-      if (!c || typeof c !== "object" || !Array.isArray(c.messages)) continue;
-      const messages = c.messages.map(importedMessage).filter(Boolean);
-      const id = isText(c.id) && c.id && !known.has(c.id) ? c.id : newId();
-      known.add(id);
-      state.conversations.push({id, title: isText(c.title) && c.title.trim() ? c.title.slice(0, 200) : "Imported chat",
-                                messages, updated: Number.isFinite(c.updated) ? c.updated : Date.now(),
-                                model: isText(c.model) ? c.model : ""});
-      added += 1;
-    }
+    const added = keptConversations(given, new Set(state.conversations.map((c) => c.id)), "Imported chat");
+    state.conversations.push(...added);
     state.conversations.sort((a, b) => b.updated - a.updated);
     saveConversations();
     renderAll();
-    notice(added + " conversation" + (added === 1 ? "" : "s") + " imported.");
+    notice(added.length + " conversation" + (added.length === 1 ? "" : "s") + " imported.");
   }
 
   // --- settings --------------------------------------------------------------------
@@ -947,7 +968,7 @@
   });
   window.addEventListener("storage", (event) => {  // another tab changed the conversations
     if (event.key === "mlxcel.conversations" && !state.controller) {
-      state.conversations = store.load("conversations", []);
+      state.conversations = keptConversations(store.load("conversations", []));
       renderAll();
     }
   });
