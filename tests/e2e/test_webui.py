@@ -156,6 +156,21 @@ def test_markdown_is_built_as_elements_and_model_markup_stays_text(server, page)
     assert rendered["pwned"] is None
 
 
+def test_deeply_nested_quotes_render_without_exhausting_the_stack(server, page):
+    """Quotes in quotes nest as elements up to a depth; deeper '>' stay text (thousands
+    of them from a model once overflowed the stack, and a stored reply so made broke
+    every later load of the page)."""
+    page.goto(server.base_url + "/")
+    nested = page.evaluate("""() => {
+        const box = document.createElement('div');
+        box.append(window.mlxcel.renderMarkdown('>'.repeat(20000) + ' deep'));
+        let depth = 0;
+        for (let q = box.querySelector('blockquote'); q; q = q.querySelector(':scope > blockquote')) depth += 1;
+        return {depth, text: box.textContent};
+    }""")
+    assert nested["depth"] == 17 and nested["text"].endswith(">" * 100 + " deep")
+
+
 MATH_CASES = {
     "inline": ("Euler: $e^{i\\pi} + 1 = 0$.", "math:not([display]) msup"),
     "display": ("$$\\frac{a}{b}$$", "div.math-block math[display=block] mfrac"),

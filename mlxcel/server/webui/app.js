@@ -209,7 +209,9 @@
     return el("tr", {}, ...cells.map((c) => el(cell, {}, ...inline(c.trim()))));
   }
 
-  function renderMarkdown(text) {
+  const MAX_QUOTE_DEPTH = 16;  // quotes in quotes; deeper '>' are shown as text
+
+  function renderMarkdown(text, depth = 0) {
     const root = document.createDocumentFragment();
     const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
     let i = 0;
@@ -252,7 +254,8 @@
       if (/^\s{0,3}>/.test(line)) {
         const quoted = [];
         while (i < lines.length && /^\s{0,3}>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s{0,3}>\s?/, ""));
-        root.append(el("blockquote", {}, renderMarkdown(quoted.join("\n"))));
+        root.append(el("blockquote", {}, depth < MAX_QUOTE_DEPTH ? renderMarkdown(quoted.join("\n"), depth + 1)
+          : el("p", {}, ...withBreaks(quoted))));
         continue;
       }
       if (line.includes("|") && i + 1 < lines.length && TABLE_RULE.test(lines[i + 1])) {
