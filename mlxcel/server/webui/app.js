@@ -747,12 +747,18 @@
     return view;
   }
 
+  // only the views that changed are put in: the others stay where they are, so a text
+  // selected in an earlier message survives a reply streaming below it
   function renderConversation() {
     const box = $("messages");
     const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
     const c = conversation();
-    box.replaceChildren(...(c ? c.messages.map((m, i) => cachedView(c, m, i)) : []));
-    if (!c || !c.messages.length) box.append(el("p", {class: "hint"}, "Send a message to start."));
+    const wanted = c ? c.messages.map((m, i) => cachedView(c, m, i)) : [];
+    if (!wanted.length) wanted.push(el("p", {class: "hint"}, "Send a message to start."));
+    wanted.forEach((view, i) => {
+      if (box.children[i] !== view) box.insertBefore(view, box.children[i] ?? null);
+    });
+    while (box.children.length > wanted.length) box.lastElementChild.remove();
     if (atBottom) box.scrollTop = box.scrollHeight;
   }
 
