@@ -53,7 +53,7 @@ from mlxcel.server.routes import (
 from mlxcel.server.routes.vertex import add_vertex_routes
 from mlxcel.server.startup_gc import settle_startup_objects
 from mlxcel.server.webui import ASSET_PATHS as WEBUI_ASSETS
-from mlxcel.server.webui import WebUIMiddleware
+from mlxcel.server.webui import WORKER_PATH, WebUIMiddleware
 from mlxcel.speech.stt_host import SttHost
 from mlxcel.speech.tts_host import SpeechHost
 from mlxcel.state.store import StateBackend
@@ -245,14 +245,14 @@ def create_app(
         app.add_middleware(IdleSleepMiddleware, plan=sleepers, routes=lambda: app.router.routes,
                            describing=vertex_health, modelless=modelless)
     app.add_middleware(HeadAsGetMiddleware)  # inside static files and the web UI, which answer HEAD themselves
-    if config.webui:  # --path's own index.html, added after it, is served first
-        app.add_middleware(WebUIMiddleware, prefix=config.api_prefix or "")
+    # the page (not with --no-webui) and /sw.js; --path's own files, added after it, are served first
+    app.add_middleware(WebUIMiddleware, prefix=config.api_prefix or "", page=config.webui)
     if config.static_path:
         app.add_middleware(StaticFilesMiddleware, folder=config.static_path)
     if vertex is not None:  # Google Cloud Vertex AI's container contract (AIP_MODE=PREDICTION)
         add_vertex_routes(app, vertex, config.api_prefix)
     if config.api_keys:
-        webui_assets = WEBUI_ASSETS if config.webui else frozenset()
+        webui_assets = (WEBUI_ASSETS if config.webui else frozenset()) | {WORKER_PATH}
         app.add_middleware(APIKeyMiddleware, keys=config.api_keys, open_paths=OPEN_PATHS | vertex_health | webui_assets)
     if config.api_prefix:
         app.add_middleware(ApiPrefixMiddleware, prefix=config.api_prefix)

@@ -72,6 +72,7 @@ def test_browsers_get_the_page_and_api_clients_the_health_answer(http):
     assert http.get("/webui/app.css").headers["content-type"].startswith("text/css")
     assert http.get("/webui/math.js").headers["content-type"].startswith("text/javascript")
     assert http.get("/webui/other.js").status_code == 404
+    assert http.get("/index.html").content == page.content  # llama-server's other path to its page
     assert http.post("/", headers={"Accept": BROWSER_ACCEPT}).status_code in (404, 405)
 
 
@@ -249,6 +250,7 @@ def test_behind_an_api_key_and_a_prefix_the_page_asks_for_the_key(secured, page)
     with httpx.Client(base_url=secured.base_url) as client:
         assert client.get("/llm/webui/app.js").status_code == 200  # the page's own files need no key
         assert client.get("/llm/webui/math.js").status_code == 200
+        assert client.get("/llm/sw.js").status_code == 200  # a worker's update check carries no key
         assert client.get("/llm/v1/models").status_code == 401
         props = client.get("/llm/props", headers={"Authorization": "Bearer sesame"}).json()
         assert props["ui"] is True and props["ui_settings"] == UI_SETTINGS
@@ -295,8 +297,25 @@ def test_no_webui_serves_the_health_answer_to_browsers_too():
             answer = client.get("/", headers={"Accept": BROWSER_ACCEPT})
             assert answer.json()["status"] == "ok"
             assert client.get("/webui/app.js").status_code == 404
+            worker = client.get("/sw.js")  # a service worker left at this address still finds its end
+            assert worker.status_code == 200 and "unregister()" in worker.text
     finally:
         proc.stop()
+
+
+def test_a_service_worker_left_at_this_address_removes_itself(server, page):
+    """llama-server's UI registers a service worker at /sw.js that goes on showing that UI
+    from its cache; here its update check gets a worker that unregisters itself at once
+    (there was no /sw.js: the update failed and the old worker stayed)."""
+    page.goto(server.base_url + "/")
+    left = page.evaluate("""async () => {
+        await navigator.serviceWorker.register('/sw.js');
+        for (let i = 0; i < 200 && (await navigator.serviceWorker.getRegistrations()).length; i += 1) {
+            await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        return (await navigator.serviceWorker.getRegistrations()).length;
+    }""")
+    assert left == 0
 
 
 def test_thoughts_are_shown_apart_from_the_answer(think, page):  # noqa: F811 - the imported fixture

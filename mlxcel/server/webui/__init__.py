@@ -3,7 +3,8 @@ clients there still get the health answer the spec gives `/`), and its script an
 style under `/webui/`. The page only talks to the server's own API, so it works
 behind an API key (it asks for one) and under --api-prefix. The script renders model
 output as text or escaped markdown, and the Content-Security-Policy allows no inline
-or foreign script, so nothing a model writes can run in the page."""
+or foreign script, so nothing a model writes can run in the page. `/sw.js`, served with the
+page on or off, retires a service worker another UI (llama-server's) left at this address."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from importlib.resources import files
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 ASSET_PREFIX = "/webui/"
-ASSET_PATHS = frozenset({"/webui/app.js", "/webui/math.js", "/webui/mcp.js", "/webui/app.css"})
+ASSET_PATHS = frozenset({"/index.html", "/webui/app.js", "/webui/math.js", "/webui/mcp.js", "/webui/app.css"})
+WORKER_PATH = "/sw.js"  # a service worker that removes itself (sw.js)
 _TYPES = {"html": b"text/html; charset=utf-8", "js": b"text/javascript; charset=utf-8",
           "css": b"text/css; charset=utf-8"}
 _POLICY = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
@@ -35,15 +37,20 @@ def wants_html(scope: Scope) -> bool:
 
 
 class WebUIMiddleware:
-    def __init__(self, app: ASGIApp, prefix: str = "") -> None:
+    """The page and its files (`page`: not with --no-webui), and /sw.js either way."""
+
+    def __init__(self, app: ASGIApp, prefix: str = "", page: bool = True) -> None:
         self.app = app
-        self.assets = {
-            "/": (_asset("index.html", prefix), _TYPES["html"]),
-            "/webui/app.js": (_asset("app.js", prefix), _TYPES["js"]),
-            "/webui/math.js": (_asset("math.js", prefix), _TYPES["js"]),
-            "/webui/mcp.js": (_asset("mcp.js", prefix), _TYPES["js"]),
-            "/webui/app.css": (_asset("app.css", prefix), _TYPES["css"]),
-        }
+        self.assets = {WORKER_PATH: (_asset("sw.js", prefix), _TYPES["js"])}
+        if page:
+            self.assets.update({
+                "/": (_asset("index.html", prefix), _TYPES["html"]),
+                "/index.html": (_asset("index.html", prefix), _TYPES["html"]),  # as llama-server serves it
+                "/webui/app.js": (_asset("app.js", prefix), _TYPES["js"]),
+                "/webui/math.js": (_asset("math.js", prefix), _TYPES["js"]),
+                "/webui/mcp.js": (_asset("mcp.js", prefix), _TYPES["js"]),
+                "/webui/app.css": (_asset("app.css", prefix), _TYPES["css"]),
+            })
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
