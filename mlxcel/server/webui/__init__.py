@@ -8,6 +8,8 @@ page on or off, retires a service worker another UI (llama-server's) left at thi
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from importlib.resources import files
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -21,9 +23,22 @@ _POLICY = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
            b"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
-def _asset(name: str, prefix: str) -> bytes:
+@dataclass(frozen=True)
+class Asset:
+    body: bytes
+    content_type: bytes
+    etag: bytes  # the body's hash: a browser revalidates (no-cache) and gets a 304 while it holds this
+
+    def matches(self, if_none_match: bytes) -> bool:
+        tags = [tag.strip().removeprefix(b"W/") for tag in if_none_match.split(b",")]
+        return self.etag in tags or b"*" in tags
+
+
+def _asset(name: str, prefix: str) -> Asset:
     text = files(__package__).joinpath(name).read_text(encoding="utf-8")
-    return text.replace("{{PREFIX}}", prefix).encode()
+    body = text.replace("{{PREFIX}}", prefix).encode()
+    etag = b'"' + hashlib.sha256(body).hexdigest()[:24].encode() + b'"'
+    return Asset(body, _TYPES[name.rsplit(".", 1)[1]], etag)
 
 
 def wants_html(scope: Scope) -> bool:
@@ -41,15 +56,15 @@ class WebUIMiddleware:
 
     def __init__(self, app: ASGIApp, prefix: str = "", page: bool = True) -> None:
         self.app = app
-        self.assets = {WORKER_PATH: (_asset("sw.js", prefix), _TYPES["js"])}
+        self.assets = {WORKER_PATH: _asset("sw.js", prefix)}
         if page:
             self.assets.update({
-                "/": (_asset("index.html", prefix), _TYPES["html"]),
-                "/index.html": (_asset("index.html", prefix), _TYPES["html"]),  # as llama-server serves it
-                "/webui/app.js": (_asset("app.js", prefix), _TYPES["js"]),
-                "/webui/math.js": (_asset("math.js", prefix), _TYPES["js"]),
-                "/webui/mcp.js": (_asset("mcp.js", prefix), _TYPES["js"]),
-                "/webui/app.css": (_asset("app.css", prefix), _TYPES["css"]),
+                "/": _asset("index.html", prefix),
+                "/index.html": _asset("index.html", prefix),  # as llama-server serves it
+                "/webui/app.js": _asset("app.js", prefix),
+                "/webui/math.js": _asset("math.js", prefix),
+                "/webui/mcp.js": _asset("mcp.js", prefix),
+                "/webui/app.css": _asset("app.css", prefix),
             })
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -57,18 +72,28 @@ class WebUIMiddleware:
             path = scope["path"]
             found = self.assets.get(path)
             if found is not None and (path != "/" or wants_html(scope)):
-                await self._send(scope, send, *found)
+                await self._send(scope, send, found, vary=path == "/")
                 return
         await self.app(scope, receive, send)
 
     @staticmethod
-    async def _send(scope: Scope, send: Send, body: bytes, content_type: bytes) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", content_type),
-            (b"content-length", str(len(body)).encode()),
+    async def _send(scope: Scope, send: Send, asset: Asset, vary: bool) -> None:
+        cached = asset.matches(_header(scope, b"if-none-match"))
+        headers = [
+            (b"etag", asset.etag),
             (b"cache-control", b"no-cache"),
             (b"x-content-type-options", b"nosniff"),
             (b"content-security-policy", _POLICY),
             (b"referrer-policy", b"no-referrer"),
-        ]})
-        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+        ]
+        if vary:  # / is the page for browsers and the health answer for API clients
+            headers.append((b"vary", b"Accept"))
+        if not cached:
+            headers += [(b"content-type", asset.content_type), (b"content-length", str(len(asset.body)).encode())]
+        await send({"type": "http.response.start", "status": 304 if cached else 200, "headers": headers})
+        body = b"" if cached or scope["method"] == "HEAD" else asset.body
+        await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, wanted: bytes) -> bytes:
+    return b",".join(value for name, value in scope.get("headers") or () if name == wanted)
