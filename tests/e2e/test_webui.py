@@ -225,6 +225,10 @@ def test_tex_math_becomes_mathml_and_the_rest_stays_text(server, page):
     for name, (text, selector) in MATH_CASES.items():
         page.evaluate(render, text)
         assert page.locator("#math-case " + selector).count() >= 1, name
+    page.evaluate(render, "$\\mathbf{v} + w$ and $\\textbf{T}$")  # bold by a class: the CSP refuses style attributes
+    weights = page.evaluate("""() => [...document.querySelectorAll('#math-case mi, #math-case mtext')]
+        .map((n) => n.textContent + ':' + getComputedStyle(n).fontWeight)""")
+    assert weights == ["v:700", "w:400", "T:700"]
     plain = page.evaluate(render, "It costs $5 and $10, and `$x$` is code.")
     assert plain["maths"] == 0 and "$5 and $10" in plain["text"] and "code" in plain["tags"]
     broken = page.evaluate(render, "$\\frac{a}$ and $" + "{" * 100 + "x$")

@@ -178,11 +178,13 @@
           return node("msqrt", {}, this.group());
         }
         case "text": case "textrm": case "textit": case "textbf": case "mbox": case "operatorname":
-          return node(name === "operatorname" ? "mi" : "mtext", {mathvariant: "normal"}, this.text());
+          return node(name === "operatorname" ? "mi" : "mtext",
+                      {mathvariant: "normal", ...(name === "textbf" ? {class: "bold"} : {})}, this.text());
         case "mathrm": case "mathit": case "mathbf": case "mathsf": case "mathtt": case "mathcal": case "boldsymbol": {
           const inner = this.group();
-          if (name === "mathrm") inner.setAttribute("mathvariant", "normal");
-          if (name === "mathbf" || name === "boldsymbol") inner.setAttribute("style", "font-weight: bold");
+          if (name === "mathrm" || name === "mathbf") inner.setAttribute("mathvariant", "normal");  // upright
+          // a class, not a style attribute: the page's Content-Security-Policy refuses inline styles
+          if (name === "mathbf" || name === "boldsymbol") inner.classList.add("bold");
           return inner;
         }
         case "mathbb": {
