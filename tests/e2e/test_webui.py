@@ -128,26 +128,27 @@ def test_stop_ends_the_generation_and_frees_its_slot(server, http, page):
 
 
 def test_a_reply_streaming_leaves_the_messages_above_it_in_place(server, page):
-    """Each frame of a stream puts in only the streaming message's view: the messages
-    above keep their elements, so a text selected in one (to copy it) stays selected
-    (all of them were taken out and put back every frame)."""
+    """A new turn and each frame of its stream put in only the views that changed: the
+    messages above keep their elements, so a text selected in one (to copy it) stays
+    selected (all of them were taken out and put back every frame), and a long
+    conversation is not rendered again whole for each message sent."""
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)
     _settings(page, max_tokens=200, temperature=0)
     page.fill("#prompt", "Say hi")
     page.press("#prompt", "Enter")
     expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
-    page.fill("#prompt", "Write a long poem about the sea.")
-    page.press("#prompt", "Enter")
-    expect(page.locator(".message.assistant.pending .bubble")).not_to_have_text("", timeout=60_000)
     page.evaluate("""() => {
         const first = document.querySelector('.message.user');
-        getSelection().selectAllChildren(first.querySelector('.bubble'));
         window.taken = 0;
         new MutationObserver((records) => {
             for (const r of records) window.taken += [...r.removedNodes].filter((n) => n === first).length;
         }).observe(document.getElementById('messages'), {childList: true});
     }""")
+    page.fill("#prompt", "Write a long poem about the sea.")
+    page.press("#prompt", "Enter")
+    expect(page.locator(".message.assistant.pending .bubble")).not_to_have_text("", timeout=60_000)
+    page.evaluate("getSelection().selectAllChildren(document.querySelector('.message.user .bubble'))")
     expect(page.locator(REPLY_DONE)).to_have_count(2, timeout=60_000)
     assert page.evaluate("window.taken") == 0
     assert page.evaluate("getSelection().toString()") == "Say hi"

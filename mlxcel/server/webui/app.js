@@ -737,8 +737,9 @@
   // every frame; finished messages keep their elements)
   const views = new WeakMap();
   function cachedView(c, m, index) {
-    const running = index === c.messages.length - 1 && state.controller !== null;
-    const key = [c.id, index, c.messages.length, running, m.content.length, m.reasoning?.length, m.error, m.stopped,
+    const last = index === c.messages.length - 1;  // only the last has Regenerate: a message added below
+    const running = last && state.controller !== null;  // rebuilds the one before it, not all of them
+    const key = [c.id, index, last, running, m.content.length, m.reasoning?.length, m.error, m.stopped,
                  m.finish, Boolean(m.stats), m.halted, (m.tool_calls || []).map((t) => t.name + t.arguments.length)].join("|");
     const cached = views.get(m);
     if (cached && cached.key === key) return cached.view;
