@@ -59,7 +59,7 @@ def _settings(page, **fields):
 def test_browsers_get_the_page_and_api_clients_the_health_answer(http):
     page = http.get("/", headers={"Accept": BROWSER_ACCEPT})
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert 'src="/webui/app.js"' in page.text
+    assert 'src="./webui/app.js"' in page.text  # relative: the page works behind a proxy's path
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split("script-src")[1].split(";")[0]
     assert http.get("/").json()["status"] == "ok"  # */* (curl, SDKs): the spec's health alias
@@ -292,6 +292,27 @@ def test_behind_an_api_key_and_a_prefix_the_page_asks_for_the_key(secured, page)
     assert (sent.value.post_data_json["max_tokens"], sent.value.post_data_json["temperature"]) == (8, 0)
     expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
     assert "8 tokens" in page.locator(".stats").inner_text()
+
+
+def test_behind_a_reverse_proxy_under_a_path_of_its_own_the_page_works(server, page):
+    """A reverse proxy serving this server under /chat/ (it strips the path; no
+    --api-prefix): the page's files and its API calls are relative to the page, so they
+    go through the proxy too (they were absolute, /webui/app.js: a blank page)."""
+    def proxy(route):
+        path = route.request.url[len(server.base_url):]
+        if not path.startswith("/chat/"):
+            route.fulfill(status=404, body="not behind the proxy: " + path)
+            return
+        route.fulfill(response=route.fetch(url=server.base_url + path[len("/chat"):]))
+
+    page.route(server.base_url + "/**", proxy)
+    page.goto(server.base_url + "/chat/")
+    expect(page.locator("#model option")).to_have_count(1)
+    _settings(page, max_tokens=4, temperature=0)
+    page.fill("#prompt", "Hi")
+    page.press("#prompt", "Enter")
+    expect(page.locator(REPLY_DONE)).to_have_count(1, timeout=60_000)
+    assert "4 tokens" in page.locator(".stats").inner_text()
 
 
 def test_no_webui_serves_the_health_answer_to_browsers_too():

@@ -35,8 +35,11 @@ class Asset:
 
 
 def _asset(name: str, prefix: str) -> Asset:
+    """A file of the page, its URLs under --api-prefix, else relative to the page (./webui/app.js,
+    ./v1/...): behind a reverse proxy that serves this server under a path of its own, the page
+    still finds its files and the API, as llama-server's relative one does."""
     text = files(__package__).joinpath(name).read_text(encoding="utf-8")
-    body = text.replace("{{PREFIX}}", prefix).encode()
+    body = text.replace("{{PREFIX}}", prefix or ".").encode()
     etag = b'"' + hashlib.sha256(body).hexdigest()[:24].encode() + b'"'
     return Asset(body, _TYPES[name.rsplit(".", 1)[1]], etag)
 
