@@ -199,6 +199,22 @@ def test_deeply_nested_quotes_render_without_exhausting_the_stack(server, page):
     assert nested["depth"] == 17 and nested["text"].endswith(">" * 100 + " deep")
 
 
+def test_a_long_line_of_unclosed_marks_renders_in_time_linear_in_its_length(server, page):
+    """An opening mark (_, **, ~~, \\(, [) with no close is given up a bounded way on, not
+    at the end of the line: a 400 KB line full of them (a degenerate reply) renders in
+    about a second here, where it took some 25 s (every mark scanned the rest of the line,
+    and a streaming reply is rendered again every frame)."""
+    page.goto(server.base_url + "/")
+    rendered = page.evaluate("""() => {
+        const line = 'a_b **c ~~d \\\\(e [f '.repeat(22000);
+        const started = performance.now();
+        const text = window.mlxcel.renderMarkdown(line).textContent;
+        return {ms: performance.now() - started, kept: text === line, length: line.length};
+    }""")
+    assert rendered["kept"] and rendered["length"] > 400_000
+    assert rendered["ms"] < 5000, rendered
+
+
 MATH_CASES = {
     "inline": ("Euler: $e^{i\\pi} + 1 = 0$.", "math:not([display]) msup"),
     "display": ("$$\\frac{a}{b}$$", "div.math-block math[display=block] mfrac"),

@@ -127,7 +127,10 @@
     return node;
   };
 
-  const INLINE = /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([\s\S]*?\S)\*\*|__(?=\S)([\s\S]*?\S)__|\*(?=[^\s*])([\s\S]*?[^\s*])\*|_(?=[^\s_])([\s\S]*?[^\s_])_(?![A-Za-z0-9])|~~(?=\S)([\s\S]*?\S)~~|\[([^\]\n]+)\]\(([^)\s]+)\)|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])|\$\$([^$]+?)\$\$|\\\(([\s\S]+?)\\\)|\\\[([\s\S]+?)\\\]|\$(?=[^\s$])([^$\n`]*?[^\s$\\`])\$(?![0-9])/;
+  // Each span is bounded (1,000 characters; math 4,000, as math.js takes): an opening mark
+  // with no close is given up after that many, not at the end of the line, so a long line
+  // full of unclosed marks ("a_b a_b ...") costs time in its length, not its square.
+  const INLINE = /(`+)([^`]|[^`][\s\S]{0,1000}?[^`])\1(?!`)|\*\*(?=\S)([\s\S]{0,1000}?\S)\*\*|__(?=\S)([\s\S]{0,1000}?\S)__|\*(?=[^\s*])([\s\S]{0,1000}?[^\s*])\*|_(?=[^\s_])([\s\S]{0,1000}?[^\s_])_(?![A-Za-z0-9])|~~(?=\S)([\s\S]{0,1000}?\S)~~|\[([^\]\n]{1,1000})\]\(([^)\s]{1,4000})\)|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])|\$\$([^$]{1,4000}?)\$\$|\\\(([\s\S]{1,4000}?)\\\)|\\\[([\s\S]{1,4000}?)\\\]|\$(?=[^\s$])([^$\n`]*?[^\s$\\`])\$(?![0-9])/;
 
   // TeX math (math.js) as MathML; its source as text if math.js is missing
   const mathView = (source, display) => window.mlxcelMath?.render(source, display)
