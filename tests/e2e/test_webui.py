@@ -603,6 +603,32 @@ def test_a_malformed_store_still_loads_the_page(server, page):
     expect(page.locator("#messages .hint")).to_be_visible()
 
 
+def test_a_change_made_in_another_tab_survives_a_reply_ending_here(server, page, tmp_path):
+    """Tabs share the conversations: one imported in a tab while another streams a reply
+    shows there at once and is still kept after that reply ends (the streaming tab ignored
+    the change, then saved its older list over it, and the other tab took that list)."""
+    other = page.context.new_page()
+    for tab in (page, other):
+        tab.goto(server.base_url + "/")
+        expect(tab.locator("#model option")).to_have_count(1)
+    _settings(page, max_tokens=400, temperature=0)
+    page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
+    page.press("#prompt", "Enter")
+    expect(page.locator(".message.assistant.pending .bubble")).not_to_have_text("", timeout=60_000)
+    archive = tmp_path / "chats.json"
+    archive.write_text(json.dumps([{"title": "From the other tab", "messages": [{"role": "user", "content": "Hi"}]}]))
+    other.set_input_files("#import", str(archive))
+    expect(other.locator("#notice")).to_have_text("1 conversation imported.")
+    expect(page.locator(".conversation")).to_have_count(2)
+    page.click("#stop")
+    expect(page.locator(".message.assistant .tools")).to_contain_text("stopped")
+    expect(other.locator(".conversation")).to_have_count(2)
+    stored = {c["title"]: c for c in page.evaluate("JSON.parse(localStorage.getItem('mlxcel.conversations'))")}
+    assert sorted(stored) == ["From the other tab", "Write a very long story about a lighthouse keeper."]
+    assert [m["role"] for m in stored["Write a very long story about a lighthouse keeper."]["messages"]] == [
+        "user", "assistant"]
+
+
 def test_conversations_export_and_import_as_data_only(server, page, tmp_path):
     page.goto(server.base_url + "/")
     expect(page.locator("#model option")).to_have_count(1)

@@ -979,11 +979,16 @@
     for (const file of event.target.files) addAttachment(file);
     event.target.value = "";
   });
-  window.addEventListener("storage", (event) => {  // another tab changed the conversations
-    if (event.key === "mlxcel.conversations" && !state.controller) {
-      state.conversations = keptConversations(store.load("conversations", []));
-      renderAll();
-    }
+  // Another tab changed the conversations: its list is taken, even while this tab generates
+  // (it saves its whole list when the reply ends, and a list not taken would then undo the
+  // other tab's changes); the conversation generating here stays this tab's own object.
+  window.addEventListener("storage", (event) => {
+    if (event.key !== "mlxcel.conversations") return;
+    const mine = state.controller ? conversation() : null;
+    const stored = keptConversations(store.load("conversations", []));
+    state.conversations = stored.map((c) => (mine && c.id === mine.id ? mine : c));
+    if (mine && !stored.some((c) => c.id === mine.id)) state.conversations.unshift(mine);
+    renderAll();
   });
 
   window.mlxcel = {renderMarkdown};  // for tests and the console
