@@ -394,6 +394,7 @@ def test_a_text_file_goes_with_the_message_and_esc_stops(server, http, page, tmp
     expect(page.locator("#notice")).to_contain_text("no images")
     page.set_input_files("#attach", [str(notes)])
     expect(page.locator("#attachments .file")).to_have_text(["notes.md"])
+    expect(page.get_by_role("button", name="Remove notes.md")).to_have_count(1)  # its × says what it does
     with page.expect_request("**/v1/chat/completions") as sent:
         page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
         page.press("#prompt", "Enter")

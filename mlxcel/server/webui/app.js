@@ -822,6 +822,7 @@
       state.attachments = state.attachments.filter((a) => a !== attachment);
       item.remove();
     });
+    remove.setAttribute("aria-label", "Remove " + attachment.name);  // read aloud as its name, not "times"
     const item = el("div", {class: "attachment", title: attachment.name}, preview, remove);
     $("attachments").append(item);
   }
