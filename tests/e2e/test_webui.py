@@ -199,6 +199,32 @@ def test_deeply_nested_quotes_render_without_exhausting_the_stack(server, page):
     assert nested["depth"] == 17 and nested["text"].endswith(">" * 100 + " deep")
 
 
+def test_a_stream_read_no_further_is_cancelled(server, page):
+    """However the page stops reading a reply's events (a payload that is not JSON, the
+    reader leaving the loop at an error event), the response is cancelled, so the server
+    stops generating for it instead of streaming to the end to no one."""
+    page.goto(server.base_url + "/")
+    cancelled = page.evaluate("""async () => {
+        const cancelledAfter = async (payload, read) => {
+            let cancelled = false;
+            const body = new ReadableStream({
+                start(controller) { controller.enqueue(new TextEncoder().encode(payload)); },  // and no end
+                cancel() { cancelled = true; },
+            });
+            try { await read(window.mlxcel.events(new Response(body))); } catch (error) { /* the bad payload */ }
+            for (let i = 0; i < 50 && !cancelled; i++) await new Promise((r) => setTimeout(r, 10));
+            return cancelled;
+        };
+        return [
+            await cancelledAfter('data: {not json\\n\\n', (events) => events.next()),
+            await cancelledAfter('data: {"error": {"message": "x"}}\\n\\n', async (events) => {
+                for await (const event of events) if (event.error) break;
+            }),
+        ];
+    }""")
+    assert cancelled == [True, True]
+
+
 def test_a_long_line_of_unclosed_marks_renders_in_time_linear_in_its_length(server, page):
     """An opening mark (_, **, ~~, \\(, [) with no close is given up a bounded way on, not
     at the end of the line: a 400 KB line full of them (a degenerate reply) renders in

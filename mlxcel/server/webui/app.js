@@ -323,23 +323,29 @@
   }
 
   // Server-sent events of a fetch response: each `data:` payload, parsed, until [DONE].
+  // However the reading ends (a payload that is not JSON, the caller leaving the loop),
+  // the response is cancelled, so the server stops generating for a reader that is gone.
   async function* events(response) {
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
-    for (;;) {
-      const {value, done} = await reader.read();
-      if (done) return;
-      buffer = (buffer + value).replace(/\r\n?/g, "\n");
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""))
-          .join("\n");
-        if (!data) continue;
-        if (data === "[DONE]") return;
-        yield JSON.parse(data);
+    try {
+      for (;;) {
+        const {value, done} = await reader.read();
+        if (done) return;
+        buffer = (buffer + value).replace(/\r\n?/g, "\n");
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""))
+            .join("\n");
+          if (!data) continue;
+          if (data === "[DONE]") return;
+          yield JSON.parse(data);
+        }
       }
+    } finally {
+      reader.cancel().catch(() => {});
     }
   }
 
@@ -992,7 +998,7 @@
     renderAll();
   });
 
-  window.mlxcel = {renderMarkdown};  // for tests and the console
+  window.mlxcel = {renderMarkdown, events};  // for tests and the console
   renderAll();
   loadModels();
 })();
