@@ -77,6 +77,10 @@ class EmbeddingStats:
     tokens_done: int = 0
     decodes: int = 0
 
+    def __add__(self, other: EmbeddingStats) -> EmbeddingStats:
+        return EmbeddingStats(self.jobs_done + other.jobs_done, self.inputs_done + other.inputs_done,
+                              self.tokens_done + other.tokens_done, self.decodes + other.decodes)
+
 
 class _Stop:
     pass

@@ -18,6 +18,7 @@ from mlxcel.http.errors import APIError
 from mlxcel.http.header_case import cased
 from mlxcel.observability.metrics_view import snapshot_response
 from mlxcel.turn.model_host import ModelHost
+from mlxcel.turn.worker_sleep import SleepingWorker
 
 router = APIRouter()
 
@@ -157,26 +158,42 @@ def _snapshot(host: ModelHost) -> EngineSnapshot | None:
     return snapshot
 
 
-def render(host: ModelHost, window: ScrapeWindow) -> str:
+# an encoder model's counters (the embedding model, the reranker): (name, help, EmbeddingStats field)
+_ENCODER_COUNTERS = (
+    ("requests_total", "requests answered", "jobs_done"),
+    ("inputs_total", "inputs encoded (texts; for the reranker, query-document pairs)", "inputs_done"),
+    ("tokens_total", "input tokens encoded", "tokens_done"),
+    ("decodes_total", "llama_decode calls", "decodes"),
+)
+
+
+def render(host: ModelHost, window: ScrapeWindow, encoders: tuple[tuple[str, SleepingWorker], ...] = ()) -> str:
     """Prometheus text format, series named exactly as the spec and llama-server name
     them (the spec's two counters without a `_total` suffix and llama-server's colons
-    rule out prometheus_client's own renderer)."""
-    snapshot = _snapshot(host)
-    if snapshot is None:  # --embedding / --reranking: no generation engine
-        return ""
+    rule out prometheus_client's own renderer), then each encoder model's (`encoders`:
+    its kind, embedding or rerank, and its host)."""
     lines: list[str] = []
-    for name, kind, help_text, read in _SERIES:
-        _family(lines, name, kind, help_text, read(snapshot))
-    for name, help_text, read in _LLAMACPP_COUNTERS:
-        _family(lines, f"llamacpp:{name}", "counter", help_text, read(snapshot))
-    for name, help_text, value in _llamacpp_gauges(snapshot, window):
-        _family(lines, f"llamacpp:{name}", "gauge", help_text, value)
+    snapshot = _snapshot(host)
+    if snapshot is not None:  # none with --embedding / --reranking: no generation engine
+        for name, kind, help_text, read in _SERIES:
+            _family(lines, name, kind, help_text, read(snapshot))
+        for name, help_text, read in _LLAMACPP_COUNTERS:
+            _family(lines, f"llamacpp:{name}", "counter", help_text, read(snapshot))
+        for name, help_text, value in _llamacpp_gauges(snapshot, window):
+            _family(lines, f"llamacpp:{name}", "gauge", help_text, value)
     projector = host.projector
     if projector is not None:
         _family(lines, "mlxcel_media_chunks_encoded_total", "counter",
                 "Media chunks (images, audio windows, video frames) the projector encoded", projector.encoded)
         _family(lines, "mlxcel_media_chunks_reused_total", "counter",
                 "Media chunks taken from the projector's embedding cache instead of encoded again", projector.reused)
+    for kind, worker in encoders:
+        stats = worker.stats
+        for suffix, help_text, field in _ENCODER_COUNTERS:
+            _family(lines, f"mlxcel_{kind}_{suffix}", "counter", f"The {kind} model's {help_text}",
+                    getattr(stats, field))
+        _family(lines, f"mlxcel_{kind}_queue_depth", "gauge", f"The {kind} model's requests waiting or running",
+                worker.outstanding)
     return "\n".join(lines) + "\n"
 
 
@@ -197,6 +214,10 @@ async def metrics(request: Request) -> Response:
     window = getattr(request.app.state, "metrics_window", None)
     if window is None:
         window = request.app.state.metrics_window = ScrapeWindow()
-    response = Response(render(host, window), media_type=CONTENT_TYPE)
+    state = request.app.state
+    encoders = tuple((kind, worker) for kind, worker in (("embedding", getattr(state, "embedding_host", None)),
+                                                         ("rerank", getattr(state, "rerank", None)))
+                     if worker is not None)
+    response = Response(render(host, window, encoders), media_type=CONTENT_TYPE)
     response.raw_headers.append((START_TIME_HEADER, str(host.created).encode()))
     return response

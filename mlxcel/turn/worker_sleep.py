@@ -9,6 +9,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from mlxcel.engine.embedding_engine import EmbeddingStats
 from mlxcel.turn.errors import EngineUnavailable, ServerBusy
 
 log = logging.getLogger("mlxcel.server")
@@ -88,12 +89,23 @@ class SleepingWorker(SleepingModel):
     """An encoder host (EmbeddingHost, RerankHost): `engine`, `runtime` and `tokenizer`,
     loaded again on the calling thread."""
 
+    def _init_sleep(self) -> None:
+        super()._init_sleep()
+        self._slept_stats = EmbeddingStats()  # the counters of the engines sleeps released
+
     @property
     def outstanding(self) -> int:
         return self.engine.queue_depth if self.engine is not None else 0
 
+    @property
+    def stats(self) -> EmbeddingStats:
+        """The counters of every engine it has run (a sleep releases one; /metrics' series go on)."""
+        return self._slept_stats + self.engine.stats if self.engine is not None else self._slept_stats
+
     def _release(self) -> None:
         engine, runtime = self.engine, self.runtime
+        if engine is not None:
+            self._slept_stats = self.stats
         self.engine = self.runtime = None
         self.tokenizer = None  # its vocabulary was the model's
         if engine is not None:

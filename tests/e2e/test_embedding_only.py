@@ -18,7 +18,7 @@ from tests.server_process import ServerProcess
 
 @pytest.fixture(scope="module")
 def only():
-    proc = ServerProcess("--embedding", "--pooling", "none", "--queue-cap", "0", model=EMBEDDING_MODEL)
+    proc = ServerProcess("--embedding", "--pooling", "none", "--queue-cap", "0", "--metrics", model=EMBEDDING_MODEL)
     try:
         yield proc.wait_ready()
     finally:
@@ -88,6 +88,30 @@ def test_tokenize_and_detokenize_use_the_served_model_s_vocabulary(client):
     assert client.post("/detokenize", json={"tokens": tokens}).json()["content"].strip() == "hello world"
     bad = client.post("/detokenize", json={"tokens": [30522]})
     assert bad.status_code == 500 and "out of vocabulary range (vocab_size 30522)" in bad.json()["error"]["message"]
+
+
+def test_metrics_count_what_the_embedding_model_encoded(client):
+    """--metrics on an --embedding server: the embedding model's counters, a valid
+    exposition (it was a 200 with an empty body, which a scraper takes for a healthy
+    target with no series), and /props says the route is on."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def read() -> dict[str, float]:
+        text = client.get("/metrics").text
+        return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+
+    before = read()
+    texts = ["one two three", "four"]
+    tokens = sum(len(client.post("/tokenize", json={"content": t}).json()["tokens"]) for t in texts)
+    assert client.post("/v1/embeddings", json={"input": texts, "encoding_format": "float"}).status_code == 400
+    assert client.post("/embedding", json={"content": texts}).status_code == 200
+    after = read()
+    assert after["mlxcel_embedding_requests_total"] == before["mlxcel_embedding_requests_total"] + 1
+    assert after["mlxcel_embedding_inputs_total"] == before["mlxcel_embedding_inputs_total"] + 2
+    assert after["mlxcel_embedding_tokens_total"] - before["mlxcel_embedding_tokens_total"] >= tokens
+    assert after["mlxcel_embedding_decodes_total"] > before["mlxcel_embedding_decodes_total"]
+    assert after["mlxcel_embedding_queue_depth"] == 0
+    assert client.get("/props").json()["endpoint_metrics"] is True
 
 
 def test_health_models_and_props_describe_the_embedding_model(client):

@@ -5,6 +5,7 @@ describe the reranker."""
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -20,7 +21,7 @@ DOCS = ["a dog in the park", "the sun in the sky", "dogs ran"]
 @pytest.fixture(scope="module")
 def only(tmp_path_factory):
     path = write_rerank_model(tmp_path_factory.mktemp("xenc") / "xenc.gguf")
-    proc = ServerProcess("--reranking", "--queue-cap", "0", "-a", "my-reranker",
+    proc = ServerProcess("--reranking", "--queue-cap", "0", "-a", "my-reranker", "--metrics",
                          "--slot-save-path", str(tmp_path_factory.mktemp("slots")), model=str(path))
     try:
         yield proc.wait_ready()
@@ -32,6 +33,17 @@ def only(tmp_path_factory):
 def client(only):
     with only.client() as c:
         yield c
+
+
+def test_metrics_count_what_the_reranker_scored(client):
+    def requests() -> float:
+        text = client.get("/metrics").text
+        return float(re.search(r"^mlxcel_rerank_requests_total (\S+)$", text, re.M).group(1))
+
+    before = requests()
+    assert client.post("/v1/rerank", json={"query": QUERY, "documents": DOCS}).status_code == 200
+    assert requests() == before + 1
+    assert client.get("/props").json()["endpoint_metrics"] is True
 
 
 def test_reranks_with_the_served_model(client):

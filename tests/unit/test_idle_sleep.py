@@ -217,3 +217,26 @@ def test_a_plan_without_a_main_model_counts_only_the_routes_beside():
 
     assert sleeper("/v1/chat/completions") is None and sleeper("/v1/embeddings") is embedding
     assert plan.sleepers == [embedding]
+
+
+def test_an_encoder_models_counters_go_on_across_a_sleep():
+    """/metrics' mlxcel_embedding_* counters: a sleep releases the engine that held them."""
+    from mlxcel.engine.embedding_engine import EmbeddingStats
+    from mlxcel.turn.embedding_host import EmbeddingHost
+
+    class _StoppedEngine:
+        alive = False
+        queue_depth = 0
+
+        def __init__(self, stats: EmbeddingStats) -> None:
+            self.stats = stats
+
+        def stop(self) -> None:
+            pass
+
+    host = EmbeddingHost(None, "m", "m")  # type: ignore[arg-type]
+    host.engine = _StoppedEngine(EmbeddingStats(1, 2, 30, 4))  # type: ignore[assignment]
+    host._release()
+    assert host.engine is None and host.stats == EmbeddingStats(1, 2, 30, 4)
+    host.engine = _StoppedEngine(EmbeddingStats(1, 1, 10, 1))  # type: ignore[assignment]
+    assert host.stats == EmbeddingStats(2, 3, 40, 5)

@@ -58,5 +58,6 @@ def rerank_only_props(host: RerankHost, version: str) -> dict:
     """/props of a server started with --reranking: the reranker's figures."""
     return {"model_alias": host.model_id, "model_path": str(host.model_path), "n_ctx": host.runtime.max_input_tokens,
             "total_slots": host.runtime.n_seq_max, "rerank": props_entry(host), "build_info": f"mlxcel {version}",
-            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": False, "is_sleeping": False,
+            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": host.config.metrics,
+            "is_sleeping": False,
             "modalities": {"vision": False, "video": False, "audio": False}}

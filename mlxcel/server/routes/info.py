@@ -293,8 +293,8 @@ def _embedding_only_props(embedding: EmbeddingHost) -> dict:
     return {"model_alias": embedding.model_id, "model_path": str(embedding.model_path),
             "n_ctx": embedding.runtime.max_input_tokens, "total_slots": embedding.runtime.n_seq_max,
             "embedding_model": _embedding_props(embedding), "build_info": f"mlxcel {__version__}",
-            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": False, "is_sleeping": False,
-            "modalities": {"vision": False, "video": False, "audio": False}}
+            "endpoint_slots": False, "endpoint_props": False, "endpoint_metrics": embedding.config.metrics,
+            "is_sleeping": False, "modalities": {"vision": False, "video": False, "audio": False}}
 
 
 def chat_props(host: ModelHost, embedding: EmbeddingHost | None, reranker: RerankHost | None) -> dict:
