@@ -118,9 +118,12 @@ def test_stop_ends_the_generation_and_frees_its_slot(server, http, page):
     page.fill("#prompt", "Write a very long story about a lighthouse keeper.")
     page.press("#prompt", "Enter")
     expect(page.locator(".message.assistant.pending .bubble")).not_to_have_text("", timeout=60_000)
+    # screen readers announce the reply once it settles, not at every frame
+    expect(page.locator("#messages")).to_have_attribute("aria-busy", "true")
     page.click("#stop")
     expect(page.locator(".message.assistant .tools")).to_contain_text("stopped")
     expect(page.locator("#send")).to_be_visible()
+    expect(page.locator("#messages")).to_have_attribute("aria-busy", "false")
     deadline = time.monotonic() + 10
     while any(slot["is_processing"] for slot in http.get("/slots").json()):
         assert time.monotonic() < deadline, "the stopped generation still holds its slot"

@@ -801,6 +801,8 @@
   }
 
   function setBusy(busy) {
+    // a live region marked busy is announced once it settles, not again at every frame of a reply
+    $("messages").setAttribute("aria-busy", String(busy));
     $("send").hidden = busy;
     $("stop").hidden = !busy;
     $("new-chat").disabled = busy;
