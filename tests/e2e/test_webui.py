@@ -130,6 +130,16 @@ def test_stop_ends_the_generation_and_frees_its_slot(server, http, page):
         time.sleep(0.1)
 
 
+def test_a_connection_lost_is_said_in_words(server, page):
+    page.goto(server.base_url + "/")
+    expect(page.locator("#model option")).to_have_count(1)
+    page.route("**/v1/chat/completions", lambda route: route.abort("connectionreset"))
+    page.fill("#prompt", "Hi")
+    page.press("#prompt", "Enter")
+    expect(page.locator(".message.assistant .tools .error")).to_contain_text("the connection to the server was lost")
+    expect(page.locator("#send")).to_be_visible()
+
+
 def test_a_reply_streaming_leaves_the_messages_above_it_in_place(server, page):
     """A new turn and each frame of its stream put in only the views that changed: the
     messages above keep their elements, so a text selected in one (to copy it) stays

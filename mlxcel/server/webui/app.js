@@ -470,6 +470,9 @@
     }
   }
 
+  // what fetch and a stream's reader throw when the network fails ("Failed to fetch", "network error")
+  const connectionLost = (error) => error instanceof TypeError && /fetch|network/i.test(error.message);
+
   async function streamTurn(c, cut, controller) {
     const history = wireMessages(c.messages);
     const before = cut ? cut.content : "";
@@ -522,7 +525,8 @@
       }
     } catch (error) {
       if (error.name === "AbortError") reply.stopped = true;
-      else reply.error = error.message;
+      else reply.error = connectionLost(error) ? "the connection to the server was lost (" + error.message + ")"
+        : error.message;
     } finally {
       if (cut && !reply.content.startsWith(before)) reply.content = before + reply.content;
       const ended = performance.now();
@@ -714,7 +718,7 @@
       tools.append(toolButton("Copy", (e) => copyText(m.content, e.currentTarget)));
       if (m.role === "user") tools.append(toolButton("Edit", () => editMessage(c, index, view)));
       if (m.role === "assistant" && last) tools.append(toolButton("Regenerate", () => regenerate(c)));
-      if (m.role === "assistant" && last && m.content && !m.tool_calls?.length && (m.finish === "length" || m.stopped)) {
+      if (m.role === "assistant" && last && m.content && !m.tool_calls?.length && (m.finish === "length" || m.stopped || m.error)) {
         tools.append(toolButton("Continue", () => { if (!state.controller) generate(c, m); }));
       }
     }
