@@ -173,6 +173,7 @@ def test_a_job_is_seen_by_another_server_and_failed_once_its_server_is_gone(open
     other.board.lease.renew()
     job = running.jobs.admit("resp_1", 10, {"id": "resp_1", "status": "queued", "store": True}, owner="a")
     job.move(JobStatus.IN_PROGRESS)
+    running.board.settled()  # the board's writer has it
     seen = other.job("resp_1", "a")
     assert seen.status is JobStatus.IN_PROGRESS and seen.body["status"] == "in_progress"
     assert other.job("resp_1", "b") is None
@@ -195,6 +196,7 @@ def test_a_finished_job_leaves_the_board_and_a_cancel_request_reaches_its_server
     assert running.board.cancel_requested("resp_2")
     running.records.save(ResponseRecord({"id": "resp_2", "status": "cancelled", "output": []}, []))
     job.move(JobStatus.CANCELLED, {"id": "resp_2", "status": "cancelled", "output": []})
+    running.board.settled()
     assert other.job("resp_2", None) is None and not running.board.cancel_requested("resp_2")
     assert other.records.find("resp_2").body["status"] == "cancelled"
 

@@ -75,15 +75,47 @@ def test_a_job_that_ends_while_the_store_is_down_leaves_the_board_once_it_is_bac
     running.board.lease.renew()
     job = running.jobs.admit("resp_1", 10, {"id": "resp_1", "status": "queued"}, owner=None)
     job.move(JobStatus.IN_PROGRESS)
+    running.board.settled()
 
     def down(*args):
         raise StateUnavailable("the state store (memory) failed")
 
     monkeypatch.setattr(running.board._jobs, "pop", down)
     job.move(JobStatus.COMPLETED, {"id": "resp_1", "status": "completed", "output": []})
+    running.board.settled()
     assert other.job("resp_1", None).status is JobStatus.IN_PROGRESS  # what the store still holds
     with pytest.raises(StateUnavailable):
         running.board.flush()
     monkeypatch.undo()
     running.board.flush()
     assert other.job("resp_1", None) is None and not running.board.unwritten
+
+
+def test_a_jobs_records_are_written_off_the_calling_thread_in_order(monkeypatch):
+    """A store that stops answering must not hold the event loop, where jobs move: each
+    change is written by the board's own writer, in the order of the changes."""
+    import threading
+
+    backend = MemoryBackend()
+    running = ResponsesState(ResponsesLimits(), prompt_cache=True, backend=backend)
+    other = ResponsesState(ResponsesLimits(), prompt_cache=True, backend=backend)
+    running.board.lease.renew()
+    gate, writes = threading.Event(), []
+    put = running.board._jobs.put
+
+    def stalled_put(key, value, size):
+        writes.append((threading.current_thread().name, value["status"]))
+        gate.wait(5)  # the store does not answer until the gate opens
+        return put(key, value, size)
+
+    monkeypatch.setattr(running.board._jobs, "put", stalled_put)
+    job = running.jobs.admit("resp_2", 10, {"id": "resp_2", "status": "queued"}, owner=None)
+    written = running.jobs.announce(job)
+    job.move(JobStatus.IN_PROGRESS)  # returns at once, the store still stalled
+    assert not written.done()
+    gate.set()
+    written.result(5)
+    running.board.settled()
+    assert [status for _, status in writes] == ["queued", "in_progress"]
+    assert all(name.startswith("mlxcel-job-board") for name, _ in writes)
+    assert other.job("resp_2", None).status is JobStatus.IN_PROGRESS

@@ -13,6 +13,7 @@ job shows, serializes as JSON, so polling it keeps answering.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import logging
 from collections.abc import Callable, Coroutine
@@ -101,10 +102,15 @@ class BackgroundJobs:
         job = Job(job_id, size, body, owner=owner)
         job.on_final.append(lambda j: self._active.pop(j.id, None))
         if self.board is not None:
-            self.board.publish(job)
             job.on_move.append(self.board.publish)
         self._active[job_id] = job
         return job
+
+    def announce(self, job: Job) -> concurrent.futures.Future | None:
+        """Queue the job's first record (its later changes are queued after it, in order);
+        its creation is answered once the future is done, so that a poll on any server
+        sharing the store finds it at once."""
+        return self.board.publish(job) if self.board is not None else None
 
     def get(self, job_id: str) -> Job | None:
         return self._active.get(job_id)

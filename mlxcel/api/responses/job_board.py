@@ -8,6 +8,7 @@ that the running server picks up within a fraction of a second."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from dataclasses import dataclass
@@ -23,6 +24,17 @@ log = logging.getLogger("mlxcel.responses")
 CANCEL_REQUEST_TTL_SECS = 120
 SERVER_GONE = ("the server that ran this background response stopped before it finished (it was restarted or "
                "killed); create the response again")
+
+
+@dataclass(frozen=True)
+class _Change:
+    """A job's state when it changed, as its record is written."""
+
+    id: str
+    finished: bool
+    status: str
+    body: dict
+    owner: str | None
 
 
 @dataclass
@@ -44,14 +56,22 @@ class JobBoard:
         self.lease = InstanceLease(backend)
         self._jobs = backend.store("jobs", UNBOUNDED, UNBOUNDED, 0)
         self._cancels = backend.store("cancels", UNBOUNDED, UNBOUNDED, CANCEL_REQUEST_TTL_SECS)
-        self._unwritten: dict[str, Job] = {}  # jobs whose last change the store did not take
+        self._unwritten: dict[str, Job] = {}  # jobs whose last change the store did not take (the writer's)
+        # the records' writes, one at a time in the order of the changes, off the event loop
+        # (a store that stops answering holds each for its timeout)
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mlxcel-job-board")
 
-    def publish(self, job: Job) -> None:
-        """The job's record as it is now; a finished job's record is removed (its final
-        object is already in the response store). A failure is logged: the job goes on,
-        and a store that was down gets the record at its next `flush`."""
+    def publish(self, job: Job) -> concurrent.futures.Future:
+        """Queue the job's record as it is now; a finished job's record is removed (its
+        final object is already in the response store). A failure is logged: the job goes
+        on, and a store that was down gets the record at its next `flush`. The future is
+        done once the store has it (or the failure was logged)."""
+        change = _Change(job.id, job.finished, job.status.value, job.body, job.owner)
+        return self._writer.submit(self._publish, job, change)
+
+    def _publish(self, job: Job, change: _Change) -> None:
         try:
-            self._write(job)
+            self._write(change)
             self._unwritten.pop(job.id, None)
         except StateUnavailable as exc:
             self._unwritten[job.id] = job
@@ -63,21 +83,29 @@ class JobBoard:
     def unwritten(self) -> bool:
         return bool(self._unwritten)
 
+    def settled(self) -> None:
+        """Wait until the changes published so far are written (or failed)."""
+        self._writer.submit(lambda: None).result()
+
     def flush(self) -> None:
         """Write the records `publish` could not (the store was down), as their jobs are
         now: a job that ended meanwhile must not read in_progress on every other server
-        for as long as this one runs. Raises StateUnavailable while the store is down."""
+        for as long as this one runs. Raises StateUnavailable while the store is down.
+        Runs on the writer, after the changes queued before it."""
+        self._writer.submit(self._flush).result()
+
+    def _flush(self) -> None:
         for job in list(self._unwritten.values()):
-            self._write(job)
+            self._write(_Change(job.id, job.finished, job.status.value, job.body, job.owner))
             self._unwritten.pop(job.id, None)
 
-    def _write(self, job: Job) -> None:
-        if job.finished:
-            self._jobs.pop(job.id)
-            self._cancels.pop(job.id)
+    def _write(self, change: _Change) -> None:
+        if change.finished:
+            self._jobs.pop(change.id)
+            self._cancels.pop(change.id)
         else:
-            value = {"status": job.status.value, "body": job.body, "owner": job.owner, "instance": self.lease.id}
-            self._jobs.put(job.id, value, json_size(job.body))
+            value = {"status": change.status, "body": change.body, "owner": change.owner, "instance": self.lease.id}
+            self._jobs.put(change.id, value, json_size(change.body))
 
     def find(self, job_id: str) -> JobRecord | None:
         value = self._jobs.peek(job_id)

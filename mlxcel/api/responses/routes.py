@@ -106,8 +106,11 @@ async def _create_background(run: ResponseRun):
     job = state.jobs.admit(run.id, run.size, run.snapshot("queued"), run.owner)
     state.running[run.id] = run
     job.on_final.append(lambda _job: state.running.pop(run.id, None))
-    state.jobs.start(job, run_job(run, job))
-    return JSONResponse(job.body)
+    body, written = job.body, state.jobs.announce(job)
+    state.jobs.start(job, run_job(run, job))  # before waiting: a client gone meanwhile leaves a job that runs
+    if written is not None:
+        await asyncio.wrap_future(written)
+    return JSONResponse(body)
 
 
 @router.get("/v1/responses/{response_id}")

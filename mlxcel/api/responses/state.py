@@ -148,6 +148,7 @@ class ResponsesState:
 
     def stop(self) -> None:
         try:
+            self.board.settled()  # the changes queued before the stop, then the failures over them
             for record in self.board.mine():
                 self.fail_record(record)
             self.board.lease.stop()
