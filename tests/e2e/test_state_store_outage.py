@@ -94,3 +94,27 @@ def test_a_redis_that_stops_answering_does_not_stall_the_server(server, redis_se
         finally:
             os.kill(redis_server.process.pid, signal.SIGCONT)
         assert client.get(f"/v1/responses/{stored['id']}").status_code == 200
+
+
+def test_cancelling_a_background_job_while_redis_stops_answering_does_not_stall_the_server(server, redis_server):
+    """The cancelled object is recorded on a store thread and the job's status changes by
+    the job board's writer: the event loop never waits on the stalled store."""
+    with server.client() as client:
+        job = client.post("/v1/responses", json={"input": "Write a very long story about the sea.", "background": True,
+                                                  "max_output_tokens": 900, "temperature": 0}).json()
+        os.kill(redis_server.process.pid, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                cancel = pool.submit(client.post, f"/v1/responses/{job['id']}/cancel", timeout=60)
+                for _ in range(5):  # the cancel waits on Redis meanwhile (its socket timeout is 10 s)
+                    # answered at once (503 "no slot available" while the job holds the one slot)
+                    assert client.get("/health", timeout=2).status_code in (200, 503)
+                    time.sleep(0.2)
+                os.kill(redis_server.process.pid, signal.SIGCONT)
+                assert cancel.result().status_code in (200, 503)
+        finally:
+            os.kill(redis_server.process.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while client.get(f"/v1/responses/{job['id']}").json()["status"] in ("queued", "in_progress"):
+            assert time.monotonic() < deadline, "the job never ended"
+            time.sleep(0.2)

@@ -5,6 +5,8 @@ nothing."""
 
 from __future__ import annotations
 
+import asyncio
+
 from mlxcel.api.responses.background import JobStatus
 from mlxcel.api.responses.response_run import ResponseRun
 from mlxcel.api.responses.state import ResponsesState
@@ -36,7 +38,7 @@ def test_a_cancel_after_the_end_was_recorded_keeps_the_end():
     state = ResponsesState(ResponsesLimits(), prompt_cache=False, backend=MemoryBackend())
     run, job = _job(state, "resp_1")
     assert run.record(_completed(run))["status"] == "completed"  # the generation's end, on its thread
-    assert state.cancel_local("resp_1") is job
+    assert asyncio.run(state.cancel_local("resp_1")) is job
     assert job.status is JobStatus.IN_PROGRESS  # it moves to completed by itself
     assert state.records.find("resp_1").body["status"] == "completed"
 
@@ -44,7 +46,7 @@ def test_a_cancel_after_the_end_was_recorded_keeps_the_end():
 def test_the_end_recorded_after_a_cancel_keeps_the_cancel():
     state = ResponsesState(ResponsesLimits(), prompt_cache=False, backend=MemoryBackend())
     run, job = _job(state, "resp_2")
-    state.cancel_local("resp_2")
+    asyncio.run(state.cancel_local("resp_2"))
     assert job.status is JobStatus.CANCELLED
     assert run.record(_completed(run))["status"] == "cancelled"
     assert state.records.find("resp_2").body["status"] == "cancelled"

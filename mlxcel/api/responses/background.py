@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mlxcel.api.responses.json_safe import json_safe
+from mlxcel.api.responses.store_calls import in_store_thread
 from mlxcel.turn.errors import RateLimited, TurnError
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ async def run_job(run: ResponseRun, job: Job) -> None:
         raise
     except Exception as exc:  # noqa: BLE001 - the job fails, the server goes on
         log.exception("background response %s failed", job.id)
-        fail_job(run, job, "server_error", f"internal error: {type(exc).__name__}")
+        await fail_job(run, job, "server_error", f"internal error: {type(exc).__name__}")
 
 
 async def _run(run: ResponseRun, job: Job) -> None:
@@ -169,12 +170,12 @@ async def _run(run: ResponseRun, job: Job) -> None:
             await run.ready()
         except (TurnError, ChatInputError, TemplateError, StructuredOutputError) as exc:
             message = exc.message if isinstance(exc, (TurnError, ChatInputError)) else str(exc)
-            fail_job(run, job, "invalid_prompt", message)
+            await fail_job(run, job, "invalid_prompt", message)
             return
     try:
         run.turn.submit()
     except TurnError as exc:
-        fail_job(run, job, "server_overloaded", exc.message)
+        await fail_job(run, job, "server_overloaded", exc.message)
         return
     async for event in run.events():
         if job.status is JobStatus.QUEUED and _generated(event):
@@ -182,14 +183,14 @@ async def _run(run: ResponseRun, job: Job) -> None:
     job.move(JobStatus(run.final["status"]), run.final)
 
 
-def fail_job(run: ResponseRun, job: Job, code: str, message: str) -> None:
-    """The job ends failed, its object recorded for polling; should recording itself
-    fail, a bare failed object is kept instead. A job already ended (cancelled)
-    stays as it is."""
+async def fail_job(run: ResponseRun, job: Job, code: str, message: str) -> None:
+    """The job ends failed, its object recorded for polling (on a store thread); should
+    recording itself fail, a bare failed object is kept instead. A job already ended
+    (cancelled) stays as it is."""
     if job.finished:
         return
     try:
-        body = run.failed(code, message)
+        body = await in_store_thread(run.failed, code, message)
     except Exception:  # noqa: BLE001
         log.exception("background response %s: recording its failure failed", job.id)
         body = {**job.body, "status": "failed", "output": [], "error": {"code": code, "message": message}}

@@ -5,7 +5,8 @@ reasoning echo).
 
 Histories are read from the state store on its own threads (`store_calls`), and
 translated, rendered and tokenized on a worker thread (`asyncio.to_thread`), so
-neither a long history nor a slow store stalls other requests. Everything it stores belongs to `owner`, the API key's digest."""
+neither a long history nor a slow store stalls other requests. Everything it stores
+belongs to `owner`, the API key's digest."""
 
 from __future__ import annotations
 

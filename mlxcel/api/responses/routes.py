@@ -154,7 +154,7 @@ async def cancel_response(response_id: str, request: Request):
     run = state.run(response_id, owner)
     job = await in_store_thread(state.job, response_id, owner)
     if run is not None and job is not None:
-        state.cancel_local(response_id)
+        await state.cancel_local(response_id)
         return JSONResponse(job.body)
     if run is not None and run.turn is not None:
         run.turn.cancel()  # its request then ends as cancelled, and is recorded so:

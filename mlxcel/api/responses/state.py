@@ -87,13 +87,14 @@ class ResponsesState:
 
     # -- cancelling ---------------------------------------------------------------
 
-    def cancel_local(self, response_id: str) -> Job | None:
-        """Cancel a job this server runs: its cancelled object is stored, the task stops;
-        a job whose end was recorded just before moves there by itself."""
+    async def cancel_local(self, response_id: str) -> Job | None:
+        """Cancel a job this server runs: its cancelled object is stored (on a store
+        thread), the task stops; a job whose end was recorded just before moves there by
+        itself."""
         run, job = self.running.get(response_id), self.jobs.get(response_id)
         if run is None or job is None:
             return None
-        body = run.cancelled()
+        body = await in_store_thread(run.cancelled)
         if body is not None:
             self.jobs.cancel(job, body)
         return job
@@ -137,7 +138,7 @@ class ResponsesState:
                     await in_store_thread(self.board.flush)
                 active = [job.id for job in self.jobs.active()]
                 for job_id in await in_store_thread(self.board.cancels_requested, active) if active else ():
-                    self.cancel_local(job_id)
+                    await self.cancel_local(job_id)
                 if time.monotonic() - last_sweep >= RENEW_SECS:
                     last_sweep = time.monotonic()
                     await in_store_thread(self.fail_orphans)
