@@ -602,6 +602,8 @@ class Engine(EngineControl):
         predicted, traffic, cached = slot.drafts_predicted, slot.drafts_traffic, slot.drafts_lookup_cache
         slot.draft_rounds += 1
         slot.draft_n += len(drafts)
+        if not slot.accepted_at:
+            slot.accepted_at = [0] * max(self._drafts.cap, len(drafts))
         if predicted:
             slot.prediction_rejected += len(drafts)
         if traffic:
@@ -616,6 +618,8 @@ class Engine(EngineControl):
             if i < len(drafts) and sampled == drafts[i]:
                 slot.cached_tokens.append(sampled)  # its memory was written by this batch
                 slot.draft_accepted += 1
+                if i < len(slot.accepted_at):
+                    slot.accepted_at[i] += 1
                 if predicted:
                     slot.prediction_accepted += 1
                     slot.prediction_rejected -= 1
@@ -788,7 +792,8 @@ class Engine(EngineControl):
         if not (self.config.cache_prompt and request.cache_prompt):
             # an opted-out request donates nothing: forget what its sequence holds
             self._forget_sequence(slot)
-        self.stats.count_prediction(slot.n_generated, now - first, slot.draft_n, slot.draft_accepted, slot.draft_rounds)
+        self.stats.count_prediction(slot.n_generated, now - first, slot.draft_n, slot.draft_accepted, slot.draft_rounds,
+                                    slot.accepted_at)
         if slot.n_generated:
             self.stats.record_request(RequestTiming(len(request.prompt_tokens), prompt_n, first - slot.admitted_at,
                                                     slot.n_generated, now - first))

@@ -77,6 +77,9 @@ class Slot:
     draft_n: int = 0
     draft_accepted: int = 0
     draft_rounds: int = 0
+    # per draft position, the rounds that accepted the draft there (llama-server's
+    # n_accepted_per_pos: sized to the most drafted a round at the first verify)
+    accepted_at: list[int] = field(default_factory=list)
     drafts_predicted: bool = False  # this step's drafts come from the request's predicted output
     drafts_traffic: bool = False  # this step's drafts come from earlier requests' outputs
     drafts_lookup_cache: bool = False  # this step's drafts come from the lookup caches
@@ -122,6 +125,7 @@ class Slot:
         self.lookup = None
         self.drafts, self.draft_indices = [], []
         self.draft_n = self.draft_accepted = self.draft_rounds = 0
+        self.accepted_at = []
         self.drafts_predicted = self.drafts_traffic = self.drafts_lookup_cache = False
         self.prediction_accepted = self.prediction_rejected = 0
         self.acceptance = None

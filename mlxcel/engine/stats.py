@@ -46,6 +46,7 @@ class EngineStats:
     draft_tokens: int = 0
     draft_accepted: int = 0
     draft_rounds: int = 0
+    accepted_at: tuple[int, ...] = ()  # per draft position, the rounds that accepted its draft
     traffic_draft_tokens: int = 0  # of draft_tokens, those copied from earlier requests' outputs
     traffic_draft_accepted: int = 0
     lookup_cache_draft_tokens: int = 0  # of draft_tokens, those from the lookup caches (-lcs, -lcd)
@@ -89,7 +90,8 @@ class EngineStats:
         self.first_token_prefill_seconds += prefill
         self.first_token_prefill_tokens += n_prefilled
 
-    def count_prediction(self, n_generated: int, seconds: float, drafted: int, accepted: int, rounds: int) -> None:
+    def count_prediction(self, n_generated: int, seconds: float, drafted: int, accepted: int, rounds: int,
+                         accepted_at: list[int] | None = None) -> None:
         if n_generated <= 0:
             return
         self.predicted_tokens += n_generated
@@ -98,3 +100,8 @@ class EngineStats:
         self.draft_tokens += drafted
         self.draft_accepted += accepted
         self.draft_rounds += rounds
+        if accepted_at:  # a new tuple each time: snapshots share it with the engine thread
+            merged = list(self.accepted_at) + [0] * (len(accepted_at) - len(self.accepted_at))
+            for i, n in enumerate(accepted_at):
+                merged[i] += n
+            self.accepted_at = tuple(merged)

@@ -146,6 +146,17 @@ def _family(lines: list[str], name: str, kind: str, help_text: str, value: float
     lines.append(f"{name} {floatToGoString(value)}")
 
 
+def _accepted_per_position(lines: list[str], accepted_at: tuple[int, ...]) -> None:
+    """llama-server's labeled counter, a series per draft position, once a finished
+    request had drafts verified."""
+    if not accepted_at:
+        return
+    name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+    lines.append(f"# HELP {name} Accepted tokens per draft position")
+    lines.append(f"# TYPE {name} counter")
+    lines.extend(f'{name}{{position="{i}"}} {floatToGoString(n)}' for i, n in enumerate(accepted_at))
+
+
 def _snapshot(host: ModelHost) -> EngineSnapshot | None:
     """The engine's snapshot; asleep, its last one. While the model loads (or after it
     failed) there is none: llama-server's 503 "Loading model" (or the failure), not an
@@ -181,6 +192,7 @@ def render(host: ModelHost, window: ScrapeWindow, encoders: tuple[tuple[str, Sle
             _family(lines, f"llamacpp:{name}", "counter", help_text, read(snapshot))
         for name, help_text, value in _llamacpp_gauges(snapshot, window):
             _family(lines, f"llamacpp:{name}", "gauge", help_text, value)
+        _accepted_per_position(lines, snapshot.stats.accepted_at)
     projector = host.projector
     if projector is not None:
         _family(lines, "mlxcel_media_chunks_encoded_total", "counter",

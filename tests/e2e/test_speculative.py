@@ -34,7 +34,7 @@ def _spec_server(model, *args):
 
 @pytest.fixture(scope="module")
 def smol_spec():
-    proc = _spec_server("smollm2-135m-instruct")
+    proc = _spec_server("smollm2-135m-instruct", "--metrics")
     try:
         yield proc.wait_ready()
     finally:
@@ -123,6 +123,29 @@ def test_draft_counters_only_on_the_finish_chunk_and_native_timings(smol_spec):
     assert len(finishing) == 1 and finishing[0]["timings"]["draft_kind"] == "prompt-lookup"
     assert all("timings" not in c for c in chunks if c not in finishing)
     assert native["timings"]["draft_kind"] == "prompt-lookup" and native["timings"]["draft_rounds"] > 0
+
+
+def test_metrics_count_the_accepted_drafts_per_draft_position(smol_spec):
+    """llama-server's labeled counter llamacpp:spec_decode_num_accepted_tokens_per_pos_total:
+    a series per draft position, each round's accepted drafts counted at their positions,
+    so the series fall with the position and add up to the accepted-tokens counter."""
+    with smol_spec.client() as client:
+        reply = _chat(client, max_tokens=60)
+        assert reply["timings"]["draft_n_accepted"] > 0
+        text = client.get("/metrics").text
+    name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+    assert f"# TYPE {name} counter" in text
+    per_position = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            label, value = line[len(name):].split(" ")
+            per_position[int(label.removeprefix('{position="').removesuffix('"}'))] = float(value)
+    counts = [per_position[i] for i in range(len(per_position))]
+    assert len(counts) >= 8 and counts[0] > 0
+    assert counts == sorted(counts, reverse=True)  # a draft is accepted only after those before it
+    totals = dict(line.split(" ") for line in text.splitlines() if line.startswith("llamacpp:spec_decode_num_"))
+    assert sum(counts) == float(totals["llamacpp:spec_decode_num_accepted_tokens_total"])
+    assert counts[0] <= float(totals["llamacpp:spec_decode_num_drafts_total"])
 
 
 def _assert_same_greedy_text_but_at_a_near_tie(beside: dict, alone: dict, margin: float = 0.25) -> None:
