@@ -324,6 +324,13 @@ class LlamaRuntime:
         return bool(llama_cpp.llama_memory_seq_rm(self.memory, seq_id, start, end))
 
     @property
+    def keeps_recurrent_state(self) -> bool:
+        """Whether the model's memory holds a recurrent state (a recurrent or hybrid
+        model): it cannot drop a sequence's latest positions, such as a verify batch's
+        rejected drafts (llama_memory_seq_rm refuses)."""
+        return bool(llama_cpp.llama_model_is_recurrent(self.model) or llama_cpp.llama_model_is_hybrid(self.model))
+
+    @property
     def can_shift(self) -> bool:
         """Whether cached positions can be moved (context shift); not for recurrent memory."""
         return bool(llama_cpp.llama_memory_can_shift(self.memory))

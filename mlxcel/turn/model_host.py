@@ -42,6 +42,17 @@ log = logging.getLogger("mlxcel.server")
 COST_MODEL_ENV = "MLXCEL_SPEC_COST_MODEL"
 ENGINE_FAILURE_DRAIN_S = 2.0  # after the engine fails: answer 503s this long, then exit
 
+def without_unsupported_speculation(cfg: ServerConfig, runtime: LlamaRuntime) -> ServerConfig:
+    """`cfg` with speculative decoding off, with a warning, where the model's memory
+    cannot drop a verify batch's rejected drafts (a recurrent or hybrid model): their
+    tokens would stay in its state and change every token after them."""
+    if cfg.spec_type == "none" or not runtime.keeps_recurrent_state:
+        return cfg
+    log.warning("speculative decoding (--spec-type %s) is not supported by this model's recurrent memory, "
+                "which cannot drop rejected drafts: it is disabled", cfg.spec_type)
+    return dataclasses.replace(cfg, spec_type="none", model_draft=None)
+
+
 def _pool_size(cfg: ServerConfig) -> int:
     """-c, or (as llama-server) parallel x --kv-unified-per-slot when -c is unset."""
     if cfg.ctx_size == 0 and cfg.kv_unified_per_slot > 0:
@@ -221,6 +232,7 @@ class ModelHost:
             projector = self._load_projector(runtime) if cfg.mmproj else None
             if cfg.warmup:
                 runtime.warm_up(max(tokenizer.bos, 0))
+            cfg = self.config = without_unsupported_speculation(cfg, runtime)
             drafter = self._load_drafter(cfg, tokenizer, runtime.n_ctx) if cfg.model_draft else None
             lookup_ngram = cfg.spec_ngram_size if cfg.spec_type == "ngram-simple" else 0
             if cfg.context_shift and not runtime.can_shift:  # as llama-server: off, with a warning
