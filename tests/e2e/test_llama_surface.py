@@ -53,7 +53,7 @@ def _metrics(text: str) -> dict[str, tuple[str, float]]:
             types[name] = kind
         elif line.startswith("llamacpp:"):
             name, value = line.split(" ", 1)
-            values[name] = (types[name], float(value))
+            values[name] = (types[name.split("{")[0]], float(value))  # a labeled series: its family's type
     return values
 
 
