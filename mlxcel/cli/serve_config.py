@@ -43,6 +43,9 @@ def _spec_choice(args: argparse.Namespace, ignored: list[str]) -> str:
     """The speculation the server runs: a draft model when one is given; llama-server's
     n-gram drafters as prompt lookup, named in the warning line of flags run otherwise."""
     kind = args.spec_type
+    if args.spec_draft_min > args.spec_draft_max and kind != "none":
+        raise UsageError(f"--spec-draft-n-min {args.spec_draft_min} is above --spec-draft-n-max "
+                         f"{args.spec_draft_max}: no draft could ever be made")
     if args.model_draft:
         return "draft"
     if kind == "draft-simple":

@@ -239,6 +239,7 @@ def test_llama_server_speculation_types_run_as_prompt_lookup_and_say_so(value, r
     (["--spec-type", "ngram-simple,draft-eagle3"], "draft-eagle3"),
     (["--spec-type", "draft-simple"], "give its draft model with -md"),
     (["--spec-type", "ngram-bogus"], "invalid value 'ngram-bogus'"),
+    (["--spec-draft-n-min", "20", "--spec-draft-n-max", "4"], "no draft could ever be made"),
 ])
 def test_speculation_types_mlxcel_cannot_run_fail_in_one_line(argv, needle):
     with pytest.raises(UsageError, match=needle):
