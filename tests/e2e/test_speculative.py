@@ -2,7 +2,8 @@
 greedy output unchanged, and the draft counters exactly where the spec puts them.
 
 The comparisons stay under 256 positions per sequence: below that, llama.cpp's CPU
-kernels give bit-identical logits for one token and for a verify batch; past 256
+kernels give bit-identical logits for one token and for a verify batch with the test
+servers' two threads (with one thread, SmolLM2's part from about position 80); past 256
 KV cells they differ in the last bits by batch shape, so a near-tie can flip (the
 same split-computation effect as a prompt-cache hit). A token decoded in the same batch
 as another slot's prompt can differ that way too (seen once in CI: 0.05 nats apart at
