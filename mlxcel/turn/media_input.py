@@ -14,7 +14,7 @@ from mlxcel.chat.media_parts import MEDIA_MARKER, MediaIntake
 from mlxcel.chat.prompt import PreparedChat
 from mlxcel.engine.media_span import MediaLayout
 from mlxcel.engine.projector import Bitmap, ProjectedPrompt, ProjectorError
-from mlxcel.media import DecodedAudio, DecodedImage, DecodedVideo, MediaRef, check_combination
+from mlxcel.media import DecodedAudio, DecodedImage, DecodedVideo, MediaRef, check_combination, sniff_audio
 from mlxcel.turn.errors import InvalidRequest
 from mlxcel.turn.prompts import MULTIMODAL_DATA, PROMPT_STRING, split_prompts, tokenize_one, tokenize_prompts
 
@@ -60,18 +60,15 @@ async def project_media(host: ModelHost, prepared: PreparedChat, encode: bool = 
         lease.release()
 
 
-# the first bytes of the audio containers llama.cpp's mtmd reads (WAV, MP3, FLAC, OGG)
-_AUDIO_MAGIC = (b"RIFF", b"ID3", b"\xff\xfb", b"\xff\xf3", b"\xff\xf2", b"fLaC", b"OggS")
-
-
 def _sniff_kind(data: str) -> str:
     """A /completion multimodal_data item (bare base64) is audio or an image, as its
-    first bytes say."""
+    container's magic bytes say (llama.cpp's mtmd helper decides the same way: a RIFF
+    file is audio only when it is a WAVE, as WebP is RIFF too)."""
     try:
         head = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4), validate=False)
     except (binascii.Error, ValueError):
         return "image"  # the loader reports the bad base64
-    return "audio" if head.startswith(_AUDIO_MAGIC) else "image"
+    return "audio" if sniff_audio(head) is not None else "image"
 
 
 async def completion_prompts(host: ModelHost, prompt, max_prompts: int) -> tuple[list[list[int]], list[MediaLayout]]:

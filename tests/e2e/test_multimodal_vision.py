@@ -225,6 +225,18 @@ def test_completion_multimodal_data_at_the_media_marker(client):
     assert client.post("/completion", json=wrong).status_code == 400
 
 
+def test_completion_multimodal_data_takes_a_webp_image(client):
+    """A WebP file starts with RIFF like a WAV: it is an image all the same (it was sent
+    to the audio decoder, a 415 "unsupported audio format")."""
+    marker = client.get("/props").json()["media_marker"]
+    webp = base64.b64encode(image_bytes("WEBP", (16, 16))).decode()
+    body = {"prompt": {"prompt_string": f"Look: {marker} now", "multimodal_data": [webp]}, "n_predict": 1}
+    response = client.post("/completion", json=body)
+    assert response.status_code == 200, response.text
+    plain = client.post("/completion", json={"prompt": "Look:  now", "n_predict": 1}).json()
+    assert response.json()["tokens_evaluated"] == plain["tokens_evaluated"] + IMAGE_TOKENS
+
+
 def test_a_prompt_ending_in_an_image_samples_right_after_it(client):
     """The image is the prompt's last item (the mlp projector adds no text after it): its
     last row's logits are sampled, after the whole image (64 rows, prefilled in chunks of
