@@ -7,11 +7,13 @@ from __future__ import annotations
 import io
 import warnings
 
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from mlxcel.media.types import DecodedImage, MediaError, image_of
 
 FORMATS = ("JPEG", "PNG", "WEBP", "GIF")
+_SIXTEEN_BIT_GREY = ("I;16", "I;16B", "I;16L", "I")  # how Pillow opens a 16-bit greyscale PNG
 
 
 def check_pixels(width: int, height: int, max_pixels: int, where: str) -> None:
@@ -33,7 +35,7 @@ def decode_image(data: bytes, max_pixels: int, where: str, reserve=None) -> Deco
                 if reserve is not None:
                     reserve(image.width * image.height * 3, where)
                 image.seek(0)
-                rgb = image.convert("RGB")
+                rgb = _to_rgb8(image)
     except UnidentifiedImageError:
         raise MediaError(f"{where}: unsupported image format (JPEG, PNG, WebP or GIF expected)",
                          "unsupported_media_type", 415) from None
@@ -42,3 +44,12 @@ def decode_image(data: bytes, max_pixels: int, where: str, reserve=None) -> Deco
     except (OSError, ValueError, SyntaxError, EOFError) as exc:
         raise MediaError(f"{where}: the image could not be decoded ({exc})", "invalid_media") from None
     return image_of(rgb.width, rgb.height, rgb.tobytes())
+
+
+def _to_rgb8(image: Image.Image) -> Image.Image:
+    """The image as 8-bit RGB. A 16-bit greyscale PNG keeps its top 8 bits, as llama.cpp's
+    stb_image does; Pillow's own conversion clips it to 255, so mid grey came out white."""
+    if image.mode in _SIXTEEN_BIT_GREY:
+        grey = (np.asarray(image, dtype=np.uint32) >> 8).clip(0, 255).astype(np.uint8)
+        return Image.fromarray(grey, "L").convert("RGB")
+    return image.convert("RGB")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import os
 import stat
 from dataclasses import replace
@@ -183,6 +184,18 @@ def test_images_decode_to_rgb(fmt, mime):
     assert (image.width, image.height) == (7, 5) and len(image.rgb) == 7 * 5 * 3
     r, g, b = image.rgb[:3]
     assert abs(r - 200) <= 8 and abs(g - 30) <= 8 and abs(b - 40) <= 8
+
+
+def test_a_16_bit_greyscale_png_keeps_its_grey_levels():
+    """Its top 8 bits, as stb_image gives llama-server (Pillow's conversion clipped every
+    level above 255 to white)."""
+    from PIL import Image
+
+    levels = np.array([[0, 0x1234, 0x8000, 0xFFFF]], dtype=np.uint16)
+    buffer = io.BytesIO()
+    Image.fromarray(levels).save(buffer, format="PNG")
+    (image,) = load(MediaSettings(), MediaRef("image", data_uri("image/png", buffer.getvalue()), "p"))
+    assert image.rgb == bytes(v for level in (0x00, 0x12, 0x80, 0xFF) for v in (level,) * 3)
 
 
 def test_a_gif_gives_its_first_frame_and_digests_follow_the_pixels():
