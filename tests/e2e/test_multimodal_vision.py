@@ -197,6 +197,31 @@ def test_anthropic_image_blocks_base64_and_url(client, media_root):
     assert count(local) > IMAGE_TOKENS
 
 
+def test_anthropic_tool_result_carries_an_image(client):
+    """A tool_result's content may hold image blocks (a screenshot tool's answer), as
+    Anthropic's API takes them: the image is placed and counted (it was a 400, "image
+    blocks are not supported here"); a bad one is refused at its own path."""
+    def messages(result_content) -> list[dict]:
+        return [{"role": "user", "content": "Take a screenshot."},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": result_content}]}]
+
+    def count(result_content):
+        return client.post("/v1/messages/count_tokens", json={"model": "m", "messages": messages(result_content)})
+
+    png = base64.b64encode(png_bytes(10, 10)).decode()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    text_only, with_image = count([{"type": "text", "text": "done"}]), count([{"type": "text", "text": "done"}, image])
+    assert with_image.status_code == 200, with_image.text
+    assert with_image.json()["input_tokens"] == text_only.json()["input_tokens"] + IMAGE_TOKENS
+    answer = client.post("/v1/messages", json={"model": "m", "max_tokens": 2, "messages": messages([image])})
+    assert answer.status_code == 200, answer.text
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+    refused = count([{"type": "text", "text": "done"}, bad])
+    assert refused.status_code == 415 and refused.json()["error"]["message"].startswith(
+        "messages[2].content[0].content[1]: "), refused.text
+
+
 def test_responses_input_image(client):
     item = {"role": "user", "content": [{"type": "input_text", "text": "Describe this."},
                                         {"type": "input_image", "image_url": PNG, "detail": "auto"}]}

@@ -108,9 +108,16 @@ def test_a_refused_image_is_named_where_the_client_sent_it():
         normalise_messages(chat_messages(body.system, body.messages))
 
 
+def test_a_tool_result_image_is_placed_by_the_chat_layer_at_its_own_path():
+    body = _request(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "text", "text": "shot"}, {"type": "image", "source": {"type": "url", "url": "https://e.com/a.png"}}]}]}])
+    (tool,) = chat_messages(None, body.messages)
+    assert tool["role"] == "tool" and [part["type"] for part in tool["content"]] == ["text", "image_url"]
+    with pytest.raises(ChatInputError, match=r"^messages\[0\]\.content\[0\]\.content\[1\]: image_url input is not"):
+        normalise_messages([tool])  # a server without a vision projector
+
+
 @pytest.mark.parametrize("content, needle", [
-    ([{"type": "tool_result", "tool_use_id": "t", "content": [
-        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}], "not supported"),
     ([{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}], "not supported"),
     ([{"type": "image", "source": {"type": "base64", "media_type": "image/tiff", "data": "AAAA"}}], "media_type"),
     ([{"type": "image", "source": {"type": "file", "file_id": "f"}}], "source.type"),

@@ -61,14 +61,25 @@ def system_text(system: str | list[dict] | None) -> str | None:
     return "\n".join(_text_of(block, f"system[{i}]") for i, block in enumerate(system)) or None
 
 
-def _tool_result_text(block: dict, where: str) -> str:
+def _tool_result_content(block: dict, where: str) -> str | list[dict]:
+    """A tool_result's content for the tool message: its text parts concatenated as
+    llama-server does, or content parts when it holds images (a screenshot tool's),
+    which the chat layer places like a user message's."""
     content = block.get("content")
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list) or not all(isinstance(part, dict) for part in content):
         raise ChatInputError(f"{where}.content must be a string or an array of content blocks")
-    # text parts are concatenated as llama-server does; an image part is refused (text-only model)
-    return "".join(_text_of(part, f"{where}.content[{i}]") for i, part in enumerate(content))
+    parts = []
+    for i, part in enumerate(content):
+        at = f"{where}.content[{i}]"
+        if part.get("type") == "image":
+            parts.append(sent_at(image_part(part, at), at))
+        else:
+            parts.append({"type": "text", "text": _text_of(part, at)})
+    if any(part["type"] != "text" for part in parts):
+        return parts
+    return "".join(part["text"] for part in parts)
 
 
 def image_part(block: dict, where: str) -> dict:
@@ -105,7 +116,7 @@ def _user_messages(blocks: list[dict], where: str, tool_names: dict[str, str]) -
             call_id = block.get("tool_use_id")
             if not isinstance(call_id, str) or not call_id:
                 raise ChatInputError(f"{at}.tool_use_id is required")
-            result = {"role": "tool", "tool_call_id": call_id, "content": _tool_result_text(block, at)}
+            result = {"role": "tool", "tool_call_id": call_id, "content": _tool_result_content(block, at)}
             if call_id in tool_names:
                 result["name"] = tool_names[call_id]
             results.append(result)
