@@ -237,6 +237,32 @@ def test_responses_input_image(client):
     assert refused.status_code == 400 and "file_id" in refused.json()["error"]["message"]
 
 
+def test_responses_function_call_output_carries_an_image(client):
+    """A function_call_output's `output` may be content parts with an input_image (a
+    screenshot tool's answer, as OpenAI's Responses takes it): the image is placed and
+    counted (it was a 400, "input_image input is not supported here"); a bad one is
+    refused at the client's own path, input[i].output[j]."""
+    def items(output) -> list[dict]:
+        return [{"role": "user", "content": "Take a screenshot."},
+                {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": output}]
+
+    def count(output):
+        return client.post("/v1/responses/input_tokens", json={"model": "m", "input": items(output)})
+
+    text = {"type": "input_text", "text": "done"}
+    with_image = count([text, {"type": "input_image", "image_url": PNG}])
+    assert with_image.status_code == 200, with_image.text
+    assert with_image.json()["input_tokens"] == count([text]).json()["input_tokens"] + IMAGE_TOKENS
+    body = {"model": "m", "input": items([{"type": "input_image", "image_url": PNG}]), "max_output_tokens": 2,
+            "store": False}
+    answer = client.post("/v1/responses", json=body)
+    assert answer.status_code == 200, answer.text
+    refused = count([text, {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}])
+    assert refused.status_code == 415 and refused.json()["error"]["message"].startswith("input[2].output[1]: "), \
+        refused.text
+
+
 def test_completion_multimodal_data_at_the_media_marker(client):
     marker = client.get("/props").json()["media_marker"]
     plain = client.post("/completion", json={"prompt": "Look:  now", "n_predict": 4, "temperature": 0}).json()

@@ -134,7 +134,8 @@ def item_text(item: dict) -> str:
         return f"assistant called {item.get('name')}({item.get('arguments', '')})"
     if kind == "function_call_output":
         output = item.get("output")
-        text = output if isinstance(output, str) else content_string(output, "tool", "item")
+        text = output if isinstance(output, str) else content_string(output, "tool", "item", describe_media=True,
+                                                                    field="output")
         return f"tool result for {item.get('call_id')}: {text}"
     return ""
 

@@ -101,22 +101,23 @@ def _part_text(part: Any, role: str, where: str) -> str:
     raise ChatInputError(f"{where}: unknown content part type {kind!r}")
 
 
-def content_string(content: Any, role: str, where: str, describe_media: bool = False) -> str:
+def content_string(content: Any, role: str, where: str, describe_media: bool = False, field: str = "content") -> str:
     """The content as text; with `describe_media`, a media part is a short placeholder
-    ("[image]") instead of an error (a transcript to summarize)."""
+    ("[image]") instead of an error (a transcript to summarize). `field`: the item's
+    key that holds it (a function_call_output's is "output"), for error paths."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise ChatInputError(f"{where}.content must be a string or an array of content parts")
+        raise ChatInputError(f"{where}.{field} must be a string or an array of content parts")
 
     def text(part: Any, at: str) -> str:
         if describe_media and isinstance(part, dict) and part.get("type") in MEDIA_PARTS:
             return "[audio]" if "audio" in part["type"] else "[image]"
         return _part_text(part, role, at)
 
-    return "\n".join(text(p, f"{where}.content[{n}]") for n, p in enumerate(content))
+    return "\n".join(text(p, f"{where}.{field}[{n}]") for n, p in enumerate(content))
 
 
 def _media_part(part: dict, where: str) -> dict:
@@ -137,15 +138,16 @@ def _media_part(part: dict, where: str) -> dict:
     return part  # image_url and input_audio have the chat shape already
 
 
-def message_content(content: Any, role: str, where: str) -> str | list[dict]:
-    """A user or system message's content: a string, or chat content parts when it
-    holds images or audio."""
+def message_content(content: Any, role: str, where: str, field: str = "content") -> str | list[dict]:
+    """A user, system or tool message's content: a string, or chat content parts when
+    it holds images or audio (a function_call_output's `output` may, as a screenshot
+    tool's does)."""
     if role == "assistant" or not isinstance(content, list) or not any(
             isinstance(p, dict) and p.get("type") in MEDIA_PARTS for p in content):
-        return content_string(content, role, where)
+        return content_string(content, role, where, field=field)
     parts = []
     for n, part in enumerate(content):
-        at = f"{where}.content[{n}]"
+        at = f"{where}.{field}[{n}]"
         if isinstance(part, dict) and part.get("type") in MEDIA_PARTS:
             parts.append(sent_at(_media_part(part, at), at))
         else:
@@ -227,7 +229,7 @@ class _MessageBuilder:
         if not isinstance(call_id, str) or not call_id:
             raise ChatInputError(f"{where}: a function_call_output needs 'call_id'")
         output = item.get("output")
-        text = output if isinstance(output, str) else content_string(output, "tool", where)
+        text = output if isinstance(output, str) else message_content(output, "tool", where, field="output")
         message = {"role": "tool", "tool_call_id": call_id, "content": text}
         if call_id in self.call_names:
             message["name"] = self.call_names[call_id]
