@@ -18,7 +18,7 @@ from mlxcel.api.anthropic.wire import CountTokensRequest, MessagesRequest, messa
 from mlxcel.engine.request import FinishReason
 from mlxcel.http.errors import as_api_error
 from mlxcel.http.opening import Opened, opening
-from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.request_context import cancel_on_disconnect, run_while_connected
 from mlxcel.http.sse import EventStreamResponse, Keepalive, keepalive_seconds
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, RenderedTurn
 from mlxcel.turn.errors import generation_error
@@ -41,7 +41,7 @@ async def create_message(request: Request, opened: Opened[MessagesRequest] = Dep
     host, data, body, message_id = opened.host, opened.data, opened.body, opened.id
     spec = await asyncio.to_thread(turn_spec, data, body, host.config.chat_template_kwargs,
                                    host.config.prefill_assistant)
-    turn = await ChatTurn.start(host, spec, opened.context)
+    turn = await run_while_connected(request, ChatTurn.start(host, spec, opened.context))  # media: its load too
     if body.stream:
         return EventStreamResponse(
             _stream(turn, MessageStream(message_id, host.model_id, turn.prompt_tokens)), on_close=turn.cancel,

@@ -14,7 +14,7 @@ from mlxcel.engine.request import FinishReason, PromptProgressEvent, TokenEvent
 from mlxcel.engine.tokenizer import Tokenizer
 from mlxcel.http.errors import as_api_error, invalid_request, server_error
 from mlxcel.http.opening import Opened, opening
-from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.request_context import cancel_on_disconnect, run_while_connected
 from mlxcel.http.sse import EventStreamResponse, sse_data
 from mlxcel.turn.completion_probs import CompletionProbs, requested_n_probs
 from mlxcel.turn.errors import generation_error
@@ -41,7 +41,8 @@ async def native_completion(request: Request, opened: Opened[NativeCompletionReq
                               "or /v1/chat/completions")
     grammar = with_server_grammar(body.output_grammar(), (body.grammar, body.json_schema, body.response_format),
                                   host.default_grammar)
-    prompts, layouts = await completion_prompts(host, body.prompt, host.config.limits.max_prompts)
+    prompts, layouts = await run_while_connected(  # media: a client that leaves stops its load
+        request, completion_prompts(host, body.prompt, host.config.limits.max_prompts))
     n_each = body.completions_per_prompt()
     prompts = per_completion(prompts, n_each, host.config.parallel)
     max_tokens = body.n_predict if body.n_predict is not None else body.max_tokens

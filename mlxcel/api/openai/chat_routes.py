@@ -20,7 +20,7 @@ from mlxcel.api.openai.legacy_functions import function_call_message, legacy_mes
 from mlxcel.chat.continuation import resolve_ending
 from mlxcel.chat.template_kwargs import resolve_template_kwargs
 from mlxcel.http.opening import Opened, opening
-from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.request_context import cancel_on_disconnect, run_while_connected
 from mlxcel.http.sse import EventStreamResponse
 from mlxcel.turn.chat_logprobs import LogprobFormatter
 from mlxcel.turn.chat_turn import ChatOutcome, ChatTurn, ChatTurnSpec, RenderedTurn
@@ -114,7 +114,7 @@ async def chat_completions(request: Request, opened: Opened[ChatCompletionReques
     if data.get("dry_run") is True:  # 003: the admission estimate instead of a generation
         return JSONResponse(await estimate_for(request, data, body, host, opened.model_id))
     spec = turn_spec(data, body, host)
-    turn = await ChatTurn.start(host, spec, opened.context)
+    turn = await run_while_connected(request, ChatTurn.start(host, spec, opened.context))  # media: its load too
     running = live_completions(request)
     running.add(completion_id, LiveCompletion(host.engine, tuple(g.id for g in turn.generations),
                                               body.reasoning_control))

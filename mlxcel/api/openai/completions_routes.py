@@ -12,7 +12,7 @@ from mlxcel.api.openai.completions_logprobs import LegacyLogprobs, requested_log
 from mlxcel.api.openai.completions_wire import CompletionRequest, completion_body, completion_choice, usage_body
 from mlxcel.engine.request import FinishEvent, FinishReason, TokenEvent
 from mlxcel.http.opening import Opened, opening
-from mlxcel.http.request_context import cancel_on_disconnect
+from mlxcel.http.request_context import cancel_on_disconnect, run_while_connected
 from mlxcel.http.sse import EventStreamResponse, sse_data
 from mlxcel.turn.completion_probs import before_stop_word
 from mlxcel.turn.errors import generation_error
@@ -34,7 +34,8 @@ def finish_reason(event: FinishEvent) -> str:
 async def create_completion(request: Request, opened: Opened[CompletionRequest] = Depends(OPENING)):
     host, body, completion_id = opened.host, opened.body, opened.id
     engine, tokenizer = host.engine, host.tokenizer
-    prompts, layouts = await completion_prompts(host, body.prompt, host.config.limits.max_prompts)
+    prompts, layouts = await run_while_connected(  # media: a client that leaves stops its load
+        request, completion_prompts(host, body.prompt, host.config.limits.max_prompts))
     prompts = per_completion(prompts, body.n, host.config.parallel)  # choice i*n + j: prompt i's j-th
     max_tokens = body.max_tokens if body.max_tokens is not None else body.n_predict
     grammar = with_server_grammar(body.output_grammar(body.response_format),
