@@ -42,6 +42,7 @@ log = logging.getLogger("mlxcel.server")
 COST_MODEL_ENV = "MLXCEL_SPEC_COST_MODEL"
 ENGINE_FAILURE_DRAIN_S = 2.0  # after the engine fails: answer 503s this long, then exit
 
+
 def without_unsupported_speculation(cfg: ServerConfig, runtime: LlamaRuntime) -> ServerConfig:
     """`cfg` with speculative decoding off, with a warning, where the model's memory
     cannot drop a verify batch's rejected drafts (a recurrent or hybrid model): their

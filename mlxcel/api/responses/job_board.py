@@ -36,6 +36,10 @@ class _Change:
     body: dict
     owner: str | None
 
+    @classmethod
+    def of(cls, job: Job) -> _Change:
+        return cls(job.id, job.finished, job.status.value, job.body, job.owner)
+
 
 @dataclass
 class JobRecord:
@@ -66,7 +70,7 @@ class JobBoard:
         final object is already in the response store). A failure is logged: the job goes
         on, and a store that was down gets the record at its next `flush`. The future is
         done once the store has it (or the failure was logged)."""
-        change = _Change(job.id, job.finished, job.status.value, job.body, job.owner)
+        change = _Change.of(job)
         return self._writer.submit(self._publish, job, change)
 
     def _publish(self, job: Job, change: _Change) -> None:
@@ -96,7 +100,7 @@ class JobBoard:
 
     def _flush(self) -> None:
         for job in list(self._unwritten.values()):
-            self._write(_Change(job.id, job.finished, job.status.value, job.body, job.owner))
+            self._write(_Change.of(job))
             self._unwritten.pop(job.id, None)
 
     def _write(self, change: _Change) -> None:

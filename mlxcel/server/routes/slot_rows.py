@@ -9,18 +9,13 @@ from mlxcel.engine.slot_task import SlotTask
 from mlxcel.engine.snapshot import EngineSnapshot, SlotView
 from mlxcel.turn.model_host import ModelHost
 
-# llama-server's names for the sampling parameters its /slots lists
-_SAMPLING_NAMES = {
-    "seed": "seed", "temperature": "temperature", "dynatemp_range": "dynatemp_range",
-    "dynatemp_exponent": "dynatemp_exponent", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-    "top_n_sigma": "top_n_sigma", "xtc_probability": "xtc_probability", "xtc_threshold": "xtc_threshold",
-    "typical_p": "typical_p", "repeat_last_n": "repeat_last_n", "repeat_penalty": "repeat_penalty",
-    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-    "dry_multiplier": "dry_multiplier", "dry_base": "dry_base", "dry_allowed_length": "dry_allowed_length",
-    "dry_penalty_last_n": "dry_penalty_last_n", "mirostat": "mirostat", "mirostat_tau": "mirostat_tau",
-    "mirostat_eta": "mirostat_eta", "adaptive_target": "adaptive_target", "adaptive_decay": "adaptive_decay",
-    "min_keep": "min_keep",
-}
+# the sampling parameters llama-server's /slots lists (SamplingParams names them alike)
+_SAMPLING_FIELDS = (
+    "seed", "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p", "top_n_sigma",
+    "xtc_probability", "xtc_threshold", "typical_p", "repeat_last_n", "repeat_penalty", "presence_penalty",
+    "frequency_penalty", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "mirostat",
+    "mirostat_tau", "mirostat_eta", "adaptive_target", "adaptive_decay", "min_keep",
+)
 
 
 def slot_rows(host: ModelHost, snapshot: EngineSnapshot) -> list[dict]:
@@ -61,7 +56,7 @@ def _slot_row(host: ModelHost, view: SlotView, speculative: bool) -> dict:
 
 def _params(task: SlotTask, lora: tuple[float, ...]) -> dict:
     sampling = task.sampling
-    params = {name: getattr(sampling, field) for name, field in _SAMPLING_NAMES.items()}
+    params = {name: getattr(sampling, name) for name in _SAMPLING_FIELDS}
     params.update(max_tokens=task.max_tokens, n_predict=task.max_tokens, n_keep=task.n_keep, n_discard=task.n_discard,
                   ignore_eos=task.ignore_eos, n_probs=task.n_probs, post_sampling_probs=task.post_sampling_probs,
                   samplers=list(sampling.samplers), lora=_lora(lora))
